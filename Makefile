@@ -1,0 +1,62 @@
+# snapllm: `make demo` runs the main job, `make test` the test suite; both set everything up first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+TOOLS := .tools
+SAM := $(TOOLS)/bin/sam
+export SAM_CLI_TELEMETRY := 0
+
+.PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/dev.txt scripts/setup.sh
+	scripts/setup.sh
+
+# AWS SAM CLI pins its own boto3 range, so it lives in a venv of its own.
+tools: $(TOOLS)/.installed
+
+$(TOOLS)/.installed: requirements/tools.txt
+	scripts/setup-tools.sh
+
+demo: setup
+	$(VENV)/bin/snapllm local invoke InferenceFunction -e events/inference/chat.json
+
+test: setup tools
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+validate: tools
+	$(SAM) validate --lint
+
+# Lambda architecture to build for: arm64 (Graviton2) or x86_64. `make build ARCH=x86_64 preflight ARCH=x86_64`.
+ARCH ?= arm64
+# SAM has no way to hand the template's architecture to a makefile layer, hence SNAPLLM_ARCH. The tools venv
+# goes first on PATH: its python3.13 is what SAM's Python builder needs and it carries zig (ziglang).
+build: tools
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" SNAPLLM_ARCH=$(ARCH) $(SAM) build --parameter-overrides Architecture=$(ARCH)
+
+preflight: setup
+	$(PY) -m snapllm.preflight .aws-sam/build --parameter-overrides Architecture=$(ARCH)
+
+checkov: tools
+	$(TOOLS)/bin/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
+
+# Loads the built aarch64 layer in an arm64 Debian userland under qemu-user and generates a few tokens.
+test-arm64: setup
+	scripts/test-arm64.sh .aws-sam/build
+
+bench: setup
+	$(VENV)/bin/snapllm bench coldstart
+
+clean:
+	rm -rf .aws-sam .pytest_cache .ruff_cache

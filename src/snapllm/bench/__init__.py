@@ -1,0 +1,1 @@
+"""Benchmarks: commands that measure side by side in one run and report ratios."""

@@ -1,0 +1,301 @@
+"""``snapllm bench coldstart``: where a cold start's time goes, next to the two paths it replaces.
+
+One run measures, interleaved round by round on the same machine so that drift hits every path alike:
+
+- **snapllm**: S3 -> memfd (parallel ranged GETs) -> llama.cpp maps ``/proc/self/fd/N``;
+- **baseline**: one GET of the object into memory, plus llama.cpp loading the same bytes from a
+  page-cached file (the floor: no disk, no parallelism, no verification);
+- **vanilla**: boto3 ``download_file`` to /tmp, then llama.cpp loads it from disk;
+
+then the warm invoke of the real handler (``InferenceRuntime.handle``) against bare ``llama_cpp``
+``create_chat_completion`` with identical parameters and request, and the full SnapStart lifecycle in a
+separate process (import, S3 -> memfd, load, warm-up, restore, first token, warm invoke). Ratios are
+medians over rounds; absolute times are shown only to read the ratios against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snapllm.config import EngineSettings, InferenceSettings, LoaderSettings, ModelSource
+from snapllm.engine import Engine
+from snapllm.loader import S3ModelLoader
+from snapllm.local.context import LocalContext
+from snapllm.local.report import megabytes, seconds, table
+from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
+from snapllm.runtime import InferenceRuntime
+
+REQUEST: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "List three uses of a serverless function."}],
+    "max_tokens": 48,
+    "temperature": 0.0,
+    "seed": 7,
+}
+
+
+def add_parser(kinds: argparse._SubParsersAction) -> None:
+    parser = kinds.add_parser(
+        "coldstart", help="cold-start phases and ratios against vanilla and bare llama_cpp"
+    )
+    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    parser.add_argument("--model", type=Path, help="GGUF file (default: the packaged SmolLM2)")
+    parser.add_argument("--rounds", type=int, default=3, help="load rounds per path (median reported)")
+    parser.add_argument("--invokes", type=int, default=7, help="warm invokes per side (median reported)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.set_defaults(func=run)
+
+
+@dataclass
+class Samples:
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.values.setdefault(name, []).append(value)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.values[name])
+
+
+def _timed(func: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = func()
+    return time.perf_counter() - started, result
+
+
+def _measure_loads(
+    deployment: LocalDeployment, settings: InferenceSettings, rounds: int, samples: Samples
+) -> None:
+    from llama_cpp import Llama
+
+    source = ModelSource(bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256)
+    s3 = deployment.s3.client()
+    loader = S3ModelLoader(s3, settings.loader)
+    llama_args = {"n_ctx": settings.engine.n_ctx, "n_batch": settings.engine.n_batch, "verbose": False}
+    with tempfile.TemporaryDirectory(prefix="snapllm-bench-") as tmp:
+        cached = Path(tmp) / "cached.gguf"
+        cached.write_bytes(deployment.model_path.read_bytes())
+        for _ in range(rounds):
+            # snapllm: S3 -> memfd -> llama.cpp maps the memfd.
+            download_s, model = _timed(lambda: loader.load(source))
+            with model:
+                load_s, engine = _timed(
+                    lambda m=model: Engine.load(m.path, settings.engine, model_name="bench")
+                )
+            del engine
+            samples.add("snapllm.s3_to_memfd", download_s)
+            samples.add("snapllm.model_load", load_s)
+            samples.add("snapllm.ready", download_s + load_s)
+
+            # baseline: one GET into memory + load of the same bytes from a page-cached file.
+            get_s, _ = _timed(lambda: s3.get_object(Bucket=source.bucket, Key=source.key)["Body"].read())
+            cached_s, llama = _timed(lambda: Llama(model_path=str(cached), **llama_args))
+            del llama
+            samples.add("baseline.get", get_s)
+            samples.add("baseline.load", cached_s)
+            samples.add("baseline.ready", get_s + cached_s)
+
+            # vanilla: download_file to /tmp, then load from there.
+            target = Path(tmp) / "vanilla.gguf"
+            fetch_s, _ = _timed(lambda t=target: s3.download_file(source.bucket, source.key, str(t)))
+            vload_s, llama = _timed(lambda t=target: Llama(model_path=str(t), **llama_args))
+            del llama
+            target.unlink()
+            samples.add("vanilla.download", fetch_s)
+            samples.add("vanilla.load", vload_s)
+            samples.add("vanilla.ready", fetch_s + vload_s)
+
+
+def _measure_invokes(
+    deployment: LocalDeployment, settings: InferenceSettings, invokes: int, samples: Samples
+) -> tuple[dict[str, Any], int]:
+    """Warm invokes of the real handler against bare llama_cpp; returns a response and the KV cache size."""
+    from llama_cpp import Llama
+
+    source = ModelSource(
+        bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256, name="bench"
+    )
+    runtime = InferenceRuntime.initialize(
+        InferenceSettings(model=source, loader=settings.loader, engine=settings.engine),
+        S3ModelLoader(deployment.s3.client(), settings.loader),
+    )
+    runtime.before_snapshot()
+    engine = runtime.engine
+    bare = Llama(
+        model_path=str(deployment.model_path),
+        n_ctx=settings.engine.n_ctx,
+        n_batch=settings.engine.n_batch,
+        n_threads=engine.threads,
+        n_threads_batch=engine.threads,
+        verbose=False,
+    )
+    bare.create_chat_completion(messages=REQUEST["messages"], max_tokens=4, seed=0)  # same warm-up as ours
+    sample_response: dict[str, Any] = {}
+    for _ in range(invokes):
+        context = LocalContext.create("bench", timeout_s=120, memory_mb=10240)
+        ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(REQUEST), c))
+        bare_s, bare_response = _timed(
+            lambda: bare.create_chat_completion(
+                messages=REQUEST["messages"],
+                max_tokens=REQUEST["max_tokens"],
+                temperature=REQUEST["temperature"],
+                top_p=0.95,
+                seed=REQUEST["seed"],
+            )
+        )
+        if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:
+            raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
+        samples.add("warm.snapllm", ours_s)
+        samples.add("warm.bare", bare_s)
+    return sample_response, kv_cache_bytes(engine)
+
+
+def _measure_lifecycle(deployment: LocalDeployment) -> dict[str, Any]:
+    with deployment.function("InferenceFunction") as function:
+        init = function.init()
+        snapshot = function.snapshot()
+        with function.restore() as environment:
+            first = environment.invoke(dict(REQUEST))
+            warm = environment.invoke(dict(REQUEST))
+            restore_s = environment.restore_s
+    phases = snapshot["phases"]
+    return {
+        "import_s": init["init_s"] - phases["init"],
+        "s3_to_memfd_s": phases["s3_to_memfd"],
+        "model_load_s": phases["model_load"],
+        "warm_up_s": phases["warm_up"],
+        "restore_s": restore_s,
+        "first_invoke_s": first.duration_s,
+        "first_token_ms": first.response["timings"]["time_to_first_token_ms"],
+        "warm_invoke_s": warm.duration_s,
+        "rss_after_init_bytes": init["rss_bytes"],
+        "peak_rss_bytes": snapshot["peak_rss_bytes"],
+    }
+
+
+def kv_cache_bytes(engine: Engine) -> int:
+    """Bytes of an f16 KV cache for the engine's context size, from the model's own metadata."""
+    meta = engine.llama.metadata
+    arch = meta["general.architecture"]
+    layers = int(meta[f"{arch}.block_count"])
+    heads = int(meta[f"{arch}.attention.head_count"])
+    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+    head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta[f"{arch}.embedding_length"]) // heads))
+    return 2 * layers * kv_heads * head_dim * engine.n_ctx * 2
+
+
+def run(args: argparse.Namespace) -> int:
+    samples = Samples()
+    with LocalDeployment.start(args.template, model_path=args.model) as deployment:
+        # The same settings the local function gets: the template's, the local profile, SNAPLLM_* overrides.
+        env = {k: v for k, v in deployment.environment().items() if k.startswith("SNAPLLM_")}
+        env |= {
+            k: str(v)
+            for k, v in deployment.function("InferenceFunction").spec.environment.items()
+            if k.startswith("SNAPLLM_") and k not in env and not isinstance(v, dict)
+        }
+        settings = InferenceSettings(
+            model=ModelSource(bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key),
+            loader=LoaderSettings.from_env(env),
+            engine=EngineSettings.from_env(env),
+        )
+        lifecycle = _measure_lifecycle(deployment)
+        _measure_loads(deployment, settings, args.rounds, samples)
+        response, kv = _measure_invokes(deployment, settings, args.invokes, samples)
+        model_bytes = deployment.model_path.stat().st_size
+    engine_settings = settings.engine
+    budget = model_bytes + kv + 300_000_000
+    result = {
+        "model_bytes": model_bytes,
+        "lifecycle": lifecycle,
+        "medians_s": {name: samples.median(name) for name in samples.values},
+        "ratios": {
+            "ready_vs_baseline": samples.median("snapllm.ready") / samples.median("baseline.ready"),
+            "ready_vs_vanilla": samples.median("snapllm.ready") / samples.median("vanilla.ready"),
+            "warm_invoke_vs_bare_llama_cpp": samples.median("warm.snapllm") / samples.median("warm.bare"),
+        },
+        "memory": {
+            "peak_rss_bytes": lifecycle["peak_rss_bytes"],
+            "kv_cache_bytes": kv,
+            "budget_bytes": budget,
+            "within_budget": lifecycle["peak_rss_bytes"] <= budget,
+        },
+        "completion_tokens": response["usage"]["completion_tokens"],
+        "settings": {
+            "part_size": settings.loader.part_size,
+            "concurrency": settings.loader.concurrency,
+            "n_ctx": engine_settings.n_ctx,
+            "threads": engine_settings.threads or "auto",
+        },
+        "rounds": args.rounds,
+        "invokes": args.invokes,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(_render(result))
+    return 0
+
+
+def _render(result: dict[str, Any]) -> str:
+    life, med, ratios, mem = result["lifecycle"], result["medians_s"], result["ratios"], result["memory"]
+    lifecycle = table(
+        [
+            ("import", seconds(life["import_s"])),
+            ("S3 -> memfd", seconds(life["s3_to_memfd_s"])),
+            ("model load", seconds(life["model_load_s"])),
+            ("warm-up (before snapshot)", seconds(life["warm_up_s"])),
+            ("restore", seconds(life["restore_s"])),
+            ("first invoke", seconds(life["first_invoke_s"])),
+            ("  first token", f"{life['first_token_ms']:.1f} ms"),
+            ("warm invoke", seconds(life["warm_invoke_s"])),
+        ],
+        title="SnapStart lifecycle (separate process)",
+    )
+
+    def path(name: str) -> str:
+        parts = [k for k in med if k.startswith(name + ".") and not k.endswith(".ready")]
+        detail = " + ".join(seconds(med[k]) for k in parts)
+        return f"{seconds(med[name + '.ready'])}  ({detail})"
+
+    paths = table(
+        [
+            ("snapllm  S3 -> memfd + load", path("snapllm")),
+            ("baseline one GET + cached load", path("baseline")),
+            ("vanilla  /tmp download + load", path("vanilla")),
+            ("warm invoke snapllm handler", seconds(med["warm.snapllm"])),
+            ("warm invoke bare llama_cpp", seconds(med["warm.bare"])),
+        ],
+        title=f"model ready and warm invoke (medians of {result['rounds']} / {result['invokes']} runs)",
+    )
+    ratio = table(
+        [
+            ("ready: snapllm / baseline", f"{ratios['ready_vs_baseline']:.3f}"),
+            ("ready: snapllm / vanilla", f"{ratios['ready_vs_vanilla']:.3f}"),
+            ("warm invoke: snapllm / bare", f"{ratios['warm_invoke_vs_bare_llama_cpp']:.3f}"),
+        ],
+        title="ratios",
+    )
+    memory = table(
+        [
+            ("peak RSS (init + warm-up)", megabytes(mem["peak_rss_bytes"])),
+            ("budget: model + KV + 300 MB", megabytes(mem["budget_bytes"])),
+            ("within budget", str(mem["within_budget"])),
+        ],
+        title="memory",
+    )
+    return "\n\n".join([lifecycle, paths, ratio, memory])
+
+
+if __name__ == "__main__":
+    from snapllm.cli import main
+
+    sys.exit(main(["bench", "coldstart", *sys.argv[1:]]))

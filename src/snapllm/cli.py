@@ -1,0 +1,34 @@
+"""The ``snapllm`` command.
+
+snapllm local invoke InferenceFunction -e events/inference/chat.json
+snapllm bench coldstart --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from snapllm.bench.cli import add_parser as add_bench
+from snapllm.local.cli import add_parser as add_local
+
+SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
+REGISTRARS: list[SubcommandRegistrar] = [add_local, add_bench]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="snapllm", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for register in REGISTRARS:
+        register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

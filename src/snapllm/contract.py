@@ -1,0 +1,279 @@
+"""The inference contract: OpenAI-style requests in, OpenAI-style responses out.
+
+The same pydantic models validate direct invokes of the inference function and, in the router, HTTP
+bodies, so both reject bad input with the same messages::
+
+    request = parse_request({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16})
+    isinstance(request, ChatCompletionRequest)  # True
+
+Unknown fields are refused (a typo such as ``max_token`` would otherwise be silently ignored); fields
+that OpenAI clients commonly send but that change nothing here are accepted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+
+MAX_STOP_SEQUENCES = 4
+MAX_SEED = 2**32 - 1
+
+
+class TextPart(BaseModel):
+    """One part of a multi-part message; only text parts are supported by text-only models."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """A chat turn. ``content`` is a string or a list of text parts."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart]
+    name: str | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class GenerationParameters(BaseModel):
+    """Sampling and limits shared by chat and text completions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, description="Model name; the router routes by it.")
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    stop: str | list[str] | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_sequences(cls, value: str | list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        stops = [value] if isinstance(value, str) else value
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+        if any(not stop for stop in stops):
+            raise ValueError("stop sequences must not be empty")
+        return stops
+
+    @model_validator(mode="after")
+    def _supported(self) -> GenerationParameters:
+        if self.n != 1:
+            raise UnsupportedParameterError("only n=1 is supported", param="n")
+        if self.logprobs or self.top_logprobs:
+            raise UnsupportedParameterError("logprobs are not supported", param="logprobs")
+        if self.logit_bias:
+            raise UnsupportedParameterError("logit_bias is not supported", param="logit_bias")
+        if (
+            self.max_tokens is not None
+            and self.max_completion_tokens is not None
+            and self.max_tokens != self.max_completion_tokens
+        ):
+            raise InvalidRequestError(
+                "max_tokens and max_completion_tokens disagree; send one of them", param="max_tokens"
+            )
+        return self
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class ChatCompletionRequest(GenerationParameters):
+    """``POST /v1/chat/completions`` and the chat form of a direct invoke."""
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _chat_supported(self) -> ChatCompletionRequest:
+        if self.tools or self.tool_choice not in (None, "none"):
+            raise UnsupportedParameterError("tool calling is not supported", param="tools")
+        if self.response_format and self.response_format.get("type") != "text":
+            raise UnsupportedParameterError(
+                "only response_format type 'text' is supported", param="response_format"
+            )
+        return self
+
+
+class CompletionRequest(GenerationParameters):
+    """``POST /v1/completions`` and the plain form of a direct invoke."""
+
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @model_validator(mode="after")
+    def _completion_supported(self) -> CompletionRequest:
+        if self.echo:
+            raise UnsupportedParameterError("echo is not supported", param="echo")
+        if self.suffix:
+            raise UnsupportedParameterError("suffix (fill-in-the-middle) is not supported", param="suffix")
+        if self.best_of not in (None, 1):
+            raise UnsupportedParameterError("only best_of=1 is supported", param="best_of")
+        return self
+
+    @property
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+InferenceRequest = ChatCompletionRequest | CompletionRequest
+
+
+def _param(location: tuple[int | str, ...]) -> str | None:
+    parts = [str(part) for part in location if not str(part).startswith("function-")]
+    return ".".join(parts) or None
+
+
+def _from_validation_error(exc: ValidationError) -> InvalidRequestError:
+    """Turn pydantic's error list into one clear message; ``param`` names the first offending field."""
+    errors = exc.errors(include_url=False)
+    for error in errors:
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, InvalidRequestError):
+            return cause
+    first = errors[0]
+    param = _param(first["loc"])
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        message = f"unrecognized request argument: {param}"
+    elif kind == "missing":
+        message = f"missing required field: {param}"
+    else:
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return InvalidRequestError(message, param=param)
+
+
+def parse_request(body: Any) -> InferenceRequest:
+    """Validate a request body: ``messages`` makes it a chat completion, ``prompt`` a text completion.
+
+    Raises :class:`~snapllm.errors.RequestError` subclasses with ``param`` set to the offending field.
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequestError(f"the request must be a JSON object, got {type(body).__name__}")
+    has_messages, has_prompt = "messages" in body, "prompt" in body
+    if has_messages == has_prompt:
+        raise InvalidRequestError(
+            "send either 'messages' (chat completion) or 'prompt' (text completion)",
+            param="messages" if not has_messages else "prompt",
+        )
+    model = ChatCompletionRequest if has_messages else CompletionRequest
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise _from_validation_error(exc) from None
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where the time of one generation went. ``prompt_ms`` includes sampling the first token."""
+
+    prompt_ms: float
+    time_to_first_token_ms: float
+    generation_ms: float
+    total_ms: float
+    tokens_per_second: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "prompt_ms": round(self.prompt_ms, 2),
+            "time_to_first_token_ms": round(self.time_to_first_token_ms, 2),
+            "generation_ms": round(self.generation_ms, 2),
+            "total_ms": round(self.total_ms, 2),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+        }
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the engine produced for one request."""
+
+    text: str
+    finish_reason: Literal["stop", "length"]
+    prompt_tokens: int
+    completion_tokens: int
+    timings: Timings
+    seed: int
+    deadline_reached: bool = False
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+def new_completion_id(kind: Literal["chatcmpl", "cmpl"]) -> str:
+    return f"{kind}-{uuid.uuid4().hex}"
+
+
+def render_response(request: InferenceRequest, generation: Generation, *, model: str) -> dict[str, Any]:
+    """The OpenAI response object for ``request``, with snapllm's timings and seed as extra fields."""
+    extra = {"timings": generation.timings.as_dict(), "seed": generation.seed}
+    if generation.deadline_reached:
+        extra["deadline_reached"] = True
+    if isinstance(request, ChatCompletionRequest):
+        return {
+            "id": new_completion_id("chatcmpl"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": generation.text},
+                    "logprobs": None,
+                    "finish_reason": generation.finish_reason,
+                }
+            ],
+            "usage": generation.usage(),
+            **extra,
+        }
+    return {
+        "id": new_completion_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "text": generation.text, "logprobs": None, "finish_reason": generation.finish_reason}
+        ],
+        "usage": generation.usage(),
+        **extra,
+    }

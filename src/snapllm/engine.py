@@ -1,0 +1,302 @@
+"""The generation engine: one llama.cpp model, one request at a time.
+
+    engine = Engine.load(model.path, EngineSettings(), model_name="smollm2")
+    generation = engine.generate(parse_request(body), deadline=Deadline.after(25.0))
+    generation.text, generation.finish_reason, generation.timings
+
+The engine formats chats with the model's own template, checks a request against the context window
+and the configured limits before generating, seeds every request (from ``secrets`` when the caller
+gives no seed, so environments restored from one snapshot do not answer alike) and stops before a
+deadline with what it has instead of letting the invoke time out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from snapllm.config import EngineSettings
+from snapllm.contract import (
+    ChatCompletionRequest,
+    Generation,
+    InferenceRequest,
+    Timings,
+)
+from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
+from snapllm.system import available_cpus
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+_WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A point on the monotonic clock by which generation must have stopped.
+
+    Example::
+
+        Deadline.from_lambda_context(context, margin_ms=1500)
+    """
+
+    at: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds)
+
+    @classmethod
+    def from_lambda_context(cls, context: Any, *, margin_ms: int) -> Deadline | None:
+        """The invoke's deadline less ``margin_ms`` for serializing the response, or None without one."""
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        if remaining is None:
+            return None
+        return cls(time.monotonic() + (remaining() - margin_ms) / 1000.0)
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A request turned into tokens and the limits that apply to it."""
+
+    tokens: list[int]
+    stop: list[str]
+    max_tokens: int
+    seed: int
+
+
+class _Progress:
+    """A llama-cpp-python stopping criterion that times the first token and enforces the deadline.
+
+    llama-cpp-python calls a criterion once per sampled token (with ``input_ids`` one longer each time)
+    and once more after the loop with the same length as the last call; counting distinct lengths
+    counts sampled tokens.
+    """
+
+    def __init__(self, deadline: Deadline | None) -> None:
+        self.deadline = deadline
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.sampled = 0
+        self.deadline_reached = False
+        self._last_length = -1
+
+    def __call__(self, input_ids: Any, logits: Any) -> bool:
+        length = len(input_ids)
+        if length != self._last_length:
+            self._last_length = length
+            self.sampled += 1
+            if self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
+        if self.deadline is not None and self.deadline.expired():
+            self.deadline_reached = True
+            return True
+        return False
+
+    def timings(self, completion_tokens: int) -> Timings:
+        finished = time.perf_counter()
+        first = self.first_token_at or finished
+        prompt_ms = (first - self.started) * 1000.0
+        generation_ms = (finished - first) * 1000.0
+        # The first token is sampled at the end of prompt processing; the rate counts the ones after it.
+        rate = (
+            (completion_tokens - 1) / (generation_ms / 1000.0)
+            if completion_tokens > 1 and generation_ms
+            else 0.0
+        )
+        return Timings(
+            prompt_ms=prompt_ms,
+            time_to_first_token_ms=prompt_ms,
+            generation_ms=generation_ms,
+            total_ms=(finished - self.started) * 1000.0,
+            tokens_per_second=rate,
+        )
+
+
+@contextlib.contextmanager
+def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
+    """Set model parameters that ``Llama()`` has no argument for, for the duration of one construction.
+
+    ``use_extra_bufts`` lets llama.cpp repack some quant types into a second, CPU-specific copy of the
+    weights. The model already sits in RAM in its memfd, so repacking would keep two copies resident (and
+    snapshot both).
+    """
+    import llama_cpp.llama_cpp as low_level
+
+    original = low_level.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        params.use_extra_bufts = use_extra_bufts
+        return params
+
+    low_level.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        low_level.llama_model_default_params = original
+
+
+class Engine:
+    """A loaded model that generates for one request at a time (llama.cpp contexts are not thread-safe)."""
+
+    def __init__(self, llama: Llama, settings: EngineSettings, *, model_name: str) -> None:
+        self._llama = llama
+        self._settings = settings
+        self._lock = threading.Lock()
+        self.model_name = model_name
+        self._formatter = self._chat_formatter(llama)
+
+    @classmethod
+    def load(
+        cls, model_path: str, settings: EngineSettings, *, model_name: str, repack_weights: bool = False
+    ) -> Engine:
+        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped."""
+        from llama_cpp import Llama
+
+        threads = settings.threads or available_cpus()
+        with _model_params(use_extra_bufts=repack_weights):
+            llama = Llama(
+                model_path=model_path,
+                n_ctx=settings.n_ctx,
+                n_batch=settings.n_batch,
+                n_threads=threads,
+                n_threads_batch=threads,
+                use_mmap=True,
+                verbose=settings.verbose,
+            )
+        return cls(llama, settings, model_name=model_name)
+
+    @property
+    def llama(self) -> Llama:
+        return self._llama
+
+    @property
+    def threads(self) -> int:
+        return int(self._llama.n_threads)
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self._llama.n_ctx())
+
+    @staticmethod
+    def _chat_formatter(llama: Llama) -> Any:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            return None
+        eos_id, bos_id = llama.token_eos(), llama.token_bos()
+        vocab = llama._model
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=vocab.token_get_text(eos_id) if eos_id != -1 else "",
+            bos_token=vocab.token_get_text(bos_id) if bos_id != -1 else "",
+            stop_token_ids=[eos_id],
+        )
+
+    def prepare(self, request: InferenceRequest) -> PreparedPrompt:
+        """Tokenize the request and resolve its limits; raises a RequestError if it cannot run."""
+        llama = self._llama
+        stop = list(request.stop or [])
+        if isinstance(request, ChatCompletionRequest):
+            if self._formatter is None:
+                raise UnsupportedParameterError(
+                    f"model {self.model_name} has no chat template; use a text completion ('prompt')",
+                    param="messages",
+                )
+            messages = [
+                {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                for m in request.messages
+            ]
+            try:
+                formatted = self._formatter(messages=messages)
+            except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
+                raise InvalidRequestError(
+                    f"the model's chat template rejected the messages: {exc}", param="messages"
+                ) from None
+            tokens = llama.tokenize(
+                formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
+            )
+            stop += [
+                s
+                for s in ([formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or [])
+                if s
+            ]
+            param = "messages"
+        else:
+            tokens = llama.tokenize(request.text.encode(), add_bos=True, special=True)
+            param = "prompt"
+
+        n_ctx = self.n_ctx
+        if len(tokens) >= n_ctx:
+            raise ContextLengthExceededError(
+                f"the prompt is {len(tokens)} tokens; this model's context window is {n_ctx} tokens",
+                param=param,
+            )
+        requested = request.requested_max_tokens
+        if requested is not None and requested > self._settings.max_tokens:
+            raise InvalidRequestError(
+                f"max_tokens is {requested}; this deployment allows at most {self._settings.max_tokens}",
+                param="max_tokens",
+            )
+        max_tokens = min(requested or self._settings.max_tokens, n_ctx - len(tokens))
+        seed = request.seed if request.seed is not None else secrets.randbits(32)
+        return PreparedPrompt(tokens=tokens, stop=stop, max_tokens=max_tokens, seed=seed)
+
+    def generate(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Generation:
+        """Run one request to completion (or to the deadline) and return the text with usage and timings."""
+        prepared = self.prepare(request)
+        with self._lock:
+            progress = _Progress(deadline)
+            result = self._llama.create_completion(
+                prompt=prepared.tokens,
+                max_tokens=prepared.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                presence_penalty=request.presence_penalty,
+                frequency_penalty=request.frequency_penalty,
+                stop=prepared.stop,
+                seed=prepared.seed,
+                stopping_criteria=self._criteria(progress),
+            )
+        usage = result["usage"]
+        finish: Literal["stop", "length"] = (
+            "length" if progress.deadline_reached else result["choices"][0]["finish_reason"]
+        )
+        return Generation(
+            text=result["choices"][0]["text"],
+            finish_reason=finish,
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            timings=progress.timings(usage["completion_tokens"]),
+            seed=prepared.seed,
+            deadline_reached=progress.deadline_reached,
+        )
+
+    def warm_up(self) -> Generation:
+        """Generate a few tokens so compute buffers, the sampler and the chat template are primed.
+
+        The KV cache is cleared afterwards so no request inherits the warm-up's tokens.
+        """
+        request = ChatCompletionRequest(
+            messages=_WARMUP_MESSAGES, max_tokens=max(1, self._settings.warmup_tokens), seed=0
+        )
+        generation = self.generate(request)
+        with self._lock:
+            self._llama.reset()
+        return generation
+
+    @staticmethod
+    def _criteria(progress: _Progress) -> Any:
+        from llama_cpp import StoppingCriteriaList
+
+        return StoppingCriteriaList([progress])

@@ -1,0 +1,119 @@
+"""Call the inference function: on AWS through Lambda ``Invoke``, locally through a restored environment.
+
+The router and the agent depend on the :class:`InferenceClient` protocol only::
+
+    client = LambdaInferenceClient(function_arn="arn:aws:lambda:...:function:snapllm-Inference:live")
+    response = client.invoke({"messages": [...], "max_tokens": 64})
+
+``invoke`` returns the function's response body: a completion, or a request error body with a 4xx
+``statusCode`` (which the caller passes on). Failures of the call itself raise
+:class:`~snapllm.errors.InferenceInvokeError` subclasses that carry the HTTP status to answer with.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from typing import Any, Protocol
+
+from snapllm.errors import (
+    InferenceFailedError,
+    InferenceThrottledError,
+    InferenceTimeoutError,
+)
+
+
+class InferenceClient(Protocol):
+    """Anything that can run one direct invoke of the inference function."""
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class LambdaInferenceClient:
+    """Invokes a qualified inference alias (``...:live``), retrying throttles with jittered backoff.
+
+    ``read_timeout_s`` bounds the whole call: behind API Gateway (30 s) keep it below that.
+    """
+
+    def __init__(
+        self,
+        function_arn: str,
+        *,
+        lambda_client: Any = None,
+        read_timeout_s: float = 28.0,
+        max_attempts: int = 3,
+        backoff_base_s: float = 0.2,
+    ) -> None:
+        if lambda_client is None:
+            import boto3
+            from botocore.config import Config
+
+            lambda_client = boto3.client(
+                "lambda",
+                config=Config(
+                    connect_timeout=2,
+                    read_timeout=read_timeout_s,
+                    # Throttles are retried here, with the caller's budget in mind, not by botocore.
+                    retries={"mode": "standard", "max_attempts": 1},
+                ),
+            )
+        self._lambda = lambda_client
+        self.function_arn = function_arn
+        self._max_attempts = max_attempts
+        self._backoff_base_s = backoff_base_s
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
+
+        for attempt in range(self._max_attempts):
+            try:
+                response = self._lambda.invoke(
+                    FunctionName=self.function_arn,
+                    InvocationType="RequestResponse",
+                    Payload=json.dumps(payload).encode(),
+                )
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if code in {"TooManyRequestsException", "ThrottlingException"}:
+                    if attempt + 1 < self._max_attempts:
+                        time.sleep(random.uniform(0, self._backoff_base_s * 2 ** (attempt + 1)))
+                        continue
+                    raise InferenceThrottledError(
+                        "the model is at its concurrency limit; retry shortly", retry_after_s=1.0
+                    ) from exc
+                raise InferenceFailedError(f"invoking the model failed: {code}") from exc
+            except (ReadTimeoutError, ConnectTimeoutError) as exc:
+                raise InferenceTimeoutError("the model did not answer in time") from exc
+            body = json.loads(response["Payload"].read() or b"null")
+            if response.get("FunctionError"):
+                message = body.get("errorMessage", "unhandled error") if isinstance(body, dict) else str(body)
+                raise InferenceFailedError(f"the model function failed: {message}")
+            return _checked(body)
+        raise AssertionError("unreachable")
+
+
+class LocalInferenceClient:
+    """Invokes a locally restored environment (see :mod:`snapllm.local.lifecycle`); thread-safe."""
+
+    def __init__(self, environment: Any) -> None:
+        self._environment = environment
+        self._lock = threading.Lock()
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            result = self._environment.invoke(payload)
+        if result.error is not None:
+            raise InferenceFailedError(f"the model function failed: {result.error.get('errorMessage')}")
+        return _checked(result.response)
+
+
+def _checked(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InferenceFailedError("the model function returned a malformed response")
+    status = body.get("statusCode")
+    if isinstance(status, int) and status >= 500:
+        message = (body.get("error") or {}).get("message", "internal error")
+        raise InferenceFailedError(f"the model function failed: {message}")
+    return body

@@ -1,0 +1,418 @@
+"""Stream a model object from S3 into an anonymous in-memory file (``memfd``), never touching disk.
+
+Parts are fetched with parallel ranged GETs and written with ``os.pwrite`` at their offsets. While later
+parts are still in flight, the finished prefix is hashed in order, so SHA-256 verification overlaps the
+download instead of adding a second pass over the bytes::
+
+    loader = S3ModelLoader(boto3.client("s3"), LoaderSettings())
+    with loader.load(ModelSource(bucket="models", key="smollm2.gguf")) as model:
+        llama = Llama(model_path=model.path)   # /proc/self/fd/N
+
+The memfd lives in RAM (and so in a SnapStart snapshot). After llama.cpp has mapped it, closing the fd
+keeps the mapping, so the bytes are resident exactly once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import mmap
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from snapllm import gguf
+from snapllm.config import LoaderSettings, ModelSource
+from snapllm.errors import (
+    ChecksumMismatchError,
+    ModelAccessDeniedError,
+    ModelChangedError,
+    ModelDownloadError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelSizeMismatchError,
+)
+
+_READ_CHUNK = 1024 * 1024
+_NOT_FOUND = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+_DENIED = {
+    "403",
+    "AccessDenied",
+    "Forbidden",
+    "AllAccessDisabled",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+}
+_CHANGED = {"412", "PreconditionFailed"}
+
+
+@dataclass(frozen=True)
+class DownloadStats:
+    """What a load cost: reported in logs, the local runner's table and the benchmarks."""
+
+    bytes: int
+    seconds: float
+    parts: int
+    concurrency: int
+    retries: int
+    verified: bool
+    hash_tail_seconds: float = 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 4),
+            "mb_per_s": round(self.mb_per_s, 1),
+            "parts": self.parts,
+            "concurrency": self.concurrency,
+            "retries": self.retries,
+            "sha256_verified": self.verified,
+        }
+
+
+@dataclass
+class InMemoryModel:
+    """A model file held in a memfd. ``path`` is what llama.cpp opens; ``close()`` releases the fd."""
+
+    fd: int
+    size: int
+    source: ModelSource
+    stats: DownloadStats
+    sha256: str | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def path(self) -> str:
+        return f"/proc/self/fd/{self.fd}"
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self.fd)
+
+    def __enter__(self) -> InMemoryModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _TransientPartError(Exception):
+    """A part failed in a way that another attempt may fix."""
+
+    def __init__(self, message: str, *, truncated: bool = False) -> None:
+        super().__init__(message)
+        self.truncated = truncated
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def _classify(exc: ClientError, source: ModelSource) -> Exception:
+    """Map an S3 error to the named error the caller can act on, or to a transient one."""
+    code, status = _error_code(exc), _status(exc)
+    if code in _NOT_FOUND or status == 404:
+        return ModelNotFoundError(f"model object {source.uri} not found ({code or status})")
+    if code in _DENIED or status == 403:
+        return ModelAccessDeniedError(
+            f"access denied reading {source.uri} ({code or status}); the role needs s3:GetObject on it "
+            "(S3 also answers 403 for a missing key when the caller lacks s3:ListBucket)"
+        )
+    if code in _CHANGED or status == 412:
+        return ModelChangedError(f"model object {source.uri} changed during the download; retry the init")
+    if status >= 500 or status in (408, 429) or code in {"SlowDown", "RequestTimeout", "Throttling"}:
+        return _TransientPartError(f"S3 answered {code or status}")
+    return ModelLoadError(f"S3 refused {source.uri}: {code or status}: {exc}")
+
+
+class S3ModelLoader:
+    """Loads GGUF models from S3 into memfds. Thread-safe; one instance can load many models.
+
+    Example::
+
+        loader = S3ModelLoader.from_env()
+        model = loader.load(ModelSource.from_env())
+        print(model.stats.mb_per_s)
+    """
+
+    def __init__(self, s3_client: Any, settings: LoaderSettings | None = None) -> None:
+        self._s3 = s3_client
+        self._settings = settings or LoaderSettings()
+
+    @classmethod
+    def from_env(cls, settings: LoaderSettings | None = None) -> S3ModelLoader:
+        """A loader with a boto3 client sized for the configured concurrency.
+
+        The endpoint comes from boto3's own configuration (``AWS_ENDPOINT_URL_S3`` points it at a local S3).
+        """
+        import boto3
+        from botocore.config import Config
+
+        settings = settings or LoaderSettings.from_env()
+        client = boto3.client(
+            "s3",
+            config=Config(
+                max_pool_connections=max(10, settings.concurrency),
+                retries={"mode": "standard", "max_attempts": 3},
+                connect_timeout=5,
+                read_timeout=30,
+                tcp_keepalive=True,
+            ),
+        )
+        return cls(client, settings)
+
+    @property
+    def settings(self) -> LoaderSettings:
+        return self._settings
+
+    def load(self, source: ModelSource) -> InMemoryModel:
+        """Download ``source`` into a new memfd, verify it, and return it.
+
+        Raises a subclass of :class:`ModelLoadError`; no fd is leaked on failure.
+        """
+        started = time.perf_counter()
+        size, etag, published_digest = self._head(source)
+        expected = source.sha256 or published_digest
+        if size < gguf.HEADER_SIZE:
+            raise ModelSizeMismatchError(f"{source.uri} is {size} bytes, too small to be a GGUF model")
+
+        fd = os.memfd_create(f"snapllm:{source.name}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            retries, digest, hash_tail = self._download(fd, size, etag, source, hash_it=expected is not None)
+        except BaseException:
+            os.close(fd)
+            raise
+        seconds = time.perf_counter() - started
+        if expected is not None and digest != expected:
+            os.close(fd)
+            raise ChecksumMismatchError(
+                f"SHA-256 of {source.uri} is {digest}, expected {expected}; the object is corrupt or not "
+                "the configured model"
+            )
+        part_size = self._settings.part_size
+        stats = DownloadStats(
+            bytes=size,
+            seconds=seconds,
+            parts=-(-size // part_size),
+            concurrency=min(self._settings.concurrency, -(-size // part_size)),
+            retries=retries,
+            verified=expected is not None,
+            hash_tail_seconds=hash_tail,
+        )
+        return InMemoryModel(fd=fd, size=size, source=source, stats=stats, sha256=digest)
+
+    def _head(self, source: ModelSource) -> tuple[int, str, str | None]:
+        try:
+            head = self._s3.head_object(Bucket=source.bucket, Key=source.key)
+        except ClientError as exc:
+            error = _classify(exc, source)
+            if isinstance(error, _TransientPartError):
+                raise ModelDownloadError(f"HEAD {source.uri} failed: {error}") from exc
+            raise error from exc
+        except BotoCoreError as exc:
+            raise ModelDownloadError(f"cannot reach S3 for {source.uri}: {exc}") from exc
+        published = (head.get("Metadata") or {}).get("sha256")
+        published = published.strip().lower() if published else None
+        return int(head["ContentLength"]), head["ETag"], published
+
+    def _download(
+        self, fd: int, size: int, etag: str, source: ModelSource, *, hash_it: bool
+    ) -> tuple[int, str | None, float]:
+        part_size = self._settings.part_size
+        parts = [(offset, min(part_size, size - offset)) for offset in range(0, size, part_size)]
+        workers = min(self._settings.concurrency, len(parts))
+        progress = _Progress(parts)
+        hasher = hashlib.sha256() if hash_it else None
+        header_checked = False
+        hashed = 0
+        hash_tail = 0.0
+
+        with (
+            mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ) as view,
+            memoryview(view) as bytes_view,
+            concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="snapllm-s3") as pool,
+        ):
+            futures = [
+                pool.submit(self._fetch_part, fd, source, etag, index, offset, length, size, progress)
+                for index, (offset, length) in enumerate(parts)
+            ]
+            for future in futures:
+                future.add_done_callback(progress.wake)
+            try:
+                while True:
+                    prefix, finished = progress.wait_for_more(hashed)
+                    for future in futures:
+                        if future.done() and future.exception() is not None:
+                            raise future.exception()  # type: ignore[misc]
+                    if not header_checked and prefix >= gguf.HEADER_SIZE:
+                        gguf.check_header(bytes(bytes_view[: gguf.HEADER_SIZE]), source=source.uri)
+                        header_checked = True
+                    if hasher is not None and prefix > hashed:
+                        # Hash the contiguous written prefix while the rest streams in; hashlib releases
+                        # the GIL, so the download threads keep writing meanwhile.
+                        tail_started = time.perf_counter()
+                        hasher.update(bytes_view[hashed:prefix])
+                        hashed = prefix
+                        if finished:
+                            hash_tail = time.perf_counter() - tail_started
+                    if finished:
+                        break
+            except BaseException:
+                progress.abort()
+                for future in futures:
+                    future.cancel()
+                raise
+        return progress.retries, hasher.hexdigest() if hasher is not None else None, hash_tail
+
+    def _fetch_part(
+        self,
+        fd: int,
+        source: ModelSource,
+        etag: str,
+        index: int,
+        offset: int,
+        length: int,
+        size: int,
+        progress: _Progress,
+    ) -> None:
+        attempts = self._settings.max_attempts
+        last: _TransientPartError | None = None
+        for attempt in range(attempts):
+            if attempt:
+                progress.add_retry()
+                # Full jitter: parts that failed together do not retry together.
+                time.sleep(random.uniform(0, self._settings.backoff_base_s * 2**attempt))
+            try:
+                self._fetch_part_once(fd, source, etag, index, offset, length, size, progress)
+                return
+            except _TransientPartError as exc:
+                last = exc
+        assert last is not None
+        where = f"bytes {offset}-{offset + length - 1} of {source.uri}"
+        if last.truncated:
+            raise ModelSizeMismatchError(f"truncated body for {where} after {attempts} attempts: {last}")
+        raise ModelDownloadError(f"could not download {where} after {attempts} attempts: {last}")
+
+    def _fetch_part_once(
+        self,
+        fd: int,
+        source: ModelSource,
+        etag: str,
+        index: int,
+        offset: int,
+        length: int,
+        size: int,
+        progress: _Progress,
+    ) -> None:
+        # A retry resumes after the bytes an earlier attempt already wrote: the ETag pins the content.
+        done = progress.written(index)
+        start, end = offset + done, offset + length - 1
+        if progress.aborted:
+            return
+        request: dict[str, Any] = {"Bucket": source.bucket, "Key": source.key, "IfMatch": etag}
+        if start > 0 or end < size - 1:
+            request["Range"] = f"bytes={start}-{end}"
+        try:
+            response = self._s3.get_object(**request)
+        except ClientError as exc:
+            raise _classify(exc, source) from exc
+        except BotoCoreError as exc:
+            raise _TransientPartError(f"{type(exc).__name__}: {exc}") from exc
+
+        wanted = end - start + 1
+        announced = int(response.get("ContentLength", -1))
+        if announced != wanted:
+            response["Body"].close()
+            raise ModelSizeMismatchError(
+                f"S3 returned {announced} bytes for bytes {start}-{end} of {source.uri}, expected {wanted}"
+            )
+        body = response["Body"]
+        position = start
+        try:
+            while position <= end and not progress.aborted:
+                chunk = body.read(min(_READ_CHUNK, end - position + 1))
+                if not chunk:
+                    break
+                os.pwrite(fd, chunk, position)
+                position += len(chunk)
+                progress.advance(index, len(chunk))
+        except (BotoCoreError, ConnectionError) as exc:
+            # botocore raises on a body shorter than its Content-Length; a reset socket is a ConnectionError.
+            raise _TransientPartError(
+                f"body of bytes {start}-{end} broke off: {exc}", truncated=True
+            ) from exc
+        finally:
+            body.close()
+        if position <= end and not progress.aborted:
+            raise _TransientPartError(f"got {position - start} of {wanted} bytes", truncated=True)
+
+
+class _Progress:
+    """Bytes written per part, shared by the download threads and the thread that hashes."""
+
+    def __init__(self, parts: list[tuple[int, int]]) -> None:
+        self._parts = parts
+        self._written = [0] * len(parts)
+        self._cond = threading.Condition()
+        self._wakes = 0
+        self.retries = 0
+        self.aborted = False
+
+    def written(self, index: int) -> int:
+        with self._cond:
+            return self._written[index]
+
+    def advance(self, index: int, count: int) -> None:
+        with self._cond:
+            self._written[index] += count
+            self._cond.notify_all()
+
+    def add_retry(self) -> None:
+        with self._cond:
+            self.retries += 1
+
+    def wake(self, _future: object = None) -> None:
+        with self._cond:
+            self._wakes += 1
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        with self._cond:
+            self.aborted = True
+            self._cond.notify_all()
+
+    def _prefix(self) -> int:
+        prefix = 0
+        for (_, length), written in zip(self._parts, self._written, strict=True):
+            prefix += written
+            if written < length:
+                break
+        return prefix
+
+    def wait_for_more(self, beyond: int) -> tuple[int, bool]:
+        """Block until more than ``beyond`` contiguous bytes are written or a part finished or failed.
+
+        Returns the contiguous prefix length and whether every byte is written.
+        """
+        total = sum(length for _, length in self._parts)
+        with self._cond:
+            wakes = self._wakes
+            while self._prefix() <= beyond and self._wakes == wakes and not self.aborted:
+                self._cond.wait()
+            prefix = self._prefix()
+            return prefix, prefix == total

@@ -1,0 +1,1 @@
+"""Run snapllm's functions on a developer machine: a local S3 endpoint and the Lambda lifecycle."""

@@ -1,0 +1,88 @@
+"""``snapllm local invoke``: mirrors ``sam local invoke`` without Docker, with the SnapStart lifecycle.
+
+The response JSON goes to stdout; the function's logs and the phase-timing table go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from snapllm.errors import SnapllmError
+from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
+from snapllm.local.report import megabytes, seconds, table
+from snapllm.local.session import LocalDeployment
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    local = commands.add_parser("local", help="run functions locally (no Docker, no AWS)")
+    verbs = local.add_subparsers(dest="verb", required=True)
+    invoke = verbs.add_parser("invoke", help="init, snapshot, restore and invoke a function once")
+    invoke.add_argument("function", help="logical ID in the template, e.g. InferenceFunction")
+    invoke.add_argument("-e", "--event", type=Path, help="JSON event file ('-' for stdin); default {}")
+    invoke.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    invoke.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
+    invoke.add_argument("--timeout", type=float, help="invoke timeout in seconds (default: the template's)")
+    invoke.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra variable")
+    invoke.set_defaults(func=_invoke)
+
+
+def _read_event(path: Path | None) -> Any:
+    if path is None:
+        return {}
+    text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapllmError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _invoke(args: argparse.Namespace) -> int:
+    try:
+        event = _read_event(args.event)
+        overrides = dict(item.split("=", 1) for item in args.env)
+        with (
+            LocalDeployment.start(args.template, model_path=args.model) as deployment,
+            deployment.function(args.function, timeout_s=args.timeout, **overrides) as function,
+        ):
+            init = function.init()
+            snapshot = function.snapshot()
+            with function.restore() as environment:
+                result = environment.invoke(event)
+                restore_s = environment.restore_s
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm local invoke: {exc}", file=sys.stderr)
+        return 2 if not isinstance(exc, LocalFunctionError) else 1
+
+    print(json.dumps(result.error or result.response, indent=2))
+    print(_timing_table(init, snapshot, restore_s, result), file=sys.stderr)
+    return 1 if result.error else 0
+
+
+def _timing_table(
+    init: dict[str, Any], snapshot: dict[str, Any], restore_s: float, result: InvokeResult
+) -> str:
+    phases = snapshot["phases"]
+    rows = [
+        ("init (module import + load)", seconds(init["init_s"])),
+        ("  S3 -> memfd", seconds(phases.get("s3_to_memfd"))),
+        ("  model load", seconds(phases.get("model_load"))),
+        ("before-snapshot (warm-up)", seconds(snapshot["seconds"])),
+        ("restore (after-restore hooks)", seconds(restore_s)),
+        ("invoke", seconds(result.duration_s)),
+    ]
+    response = result.response if isinstance(result.response, dict) else {}
+    timings = response.get("timings")
+    if timings:
+        rows += [
+            ("  time to first token", f"{timings['time_to_first_token_ms']:.1f} ms"),
+            ("  tokens/s", f"{timings['tokens_per_second']:.1f}"),
+        ]
+    rows += [
+        ("RSS after init", megabytes(init["rss_bytes"])),
+        ("peak RSS at snapshot", megabytes(snapshot["peak_rss_bytes"])),
+    ]
+    return table(rows, title="phases")

@@ -1,0 +1,138 @@
+"""The process that plays one Lambda function: ``python -m snapllm.local.host ADDRESS``.
+
+It connects back to :class:`snapllm.local.lifecycle.LocalFunction`, which drives it: ``init`` imports the
+handler module (module init, as in Lambda's init phase), ``snapshot`` runs the before-snapshot hooks, and
+``restore`` forks. The forked child is one restored execution environment: it starts from the host's
+memory exactly as every SnapStart environment starts from the same snapshot, runs the after-restore hooks,
+then serves invokes on its own connection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from snapllm.local.context import LocalContext
+from snapllm.system import peak_rss_bytes, rss_bytes
+from snapllm.timing import phases
+
+
+def connect(address: str) -> Connection:
+    """A connection to the driving process's socket (which lives in a private, mode-0700 directory)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(address)
+    return Connection(sock.detach())
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    # Lambda's own error payload shape for an unhandled exception.
+    return {
+        "errorType": type(exc).__name__,
+        "errorMessage": str(exc),
+        "stackTrace": traceback.format_exception(exc),
+    }
+
+
+class _Host:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.handler: Any = None
+
+    def init(self, code_dir: str, module: str, function: str) -> dict[str, Any]:
+        sys.path.insert(0, code_dir)
+        os.chdir(code_dir)
+        started = time.perf_counter()
+        loaded = importlib.import_module(module)
+        self.handler = getattr(loaded, function)
+        return {
+            "init_s": time.perf_counter() - started,
+            "phases": phases.as_dict(),
+            "rss_bytes": rss_bytes(),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        from snapshot_restore_py import get_before_snapshot
+
+        started = time.perf_counter()
+        for func, args, kwargs in reversed(get_before_snapshot()):
+            func(*args, **kwargs)
+        return {
+            "seconds": time.perf_counter() - started,
+            "phases": phases.as_dict(),
+            "rss_bytes": rss_bytes(),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+
+    def restore(self, function_name: str, timeout_s: float, memory_mb: int) -> int:
+        pid = os.fork()
+        if pid:
+            return pid
+        try:
+            self._serve_restored(function_name, timeout_s, memory_mb)
+        finally:
+            os._exit(0)
+
+    def _serve_restored(self, function_name: str, timeout_s: float, memory_mb: int) -> None:
+        from snapshot_restore_py import get_after_restore
+
+        started = time.perf_counter()
+        conn = connect(self.address)
+        try:
+            for func, args, kwargs in get_after_restore():
+                func(*args, **kwargs)
+        except Exception as exc:
+            conn.send({"error": _error(exc)})
+            return
+        conn.send({"restore_s": time.perf_counter() - started, "pid": os.getpid()})
+        while True:
+            try:
+                command, payload = conn.recv()
+            except EOFError:
+                return
+            if command == "exit":
+                return
+            context = LocalContext.create(function_name, timeout_s=timeout_s, memory_mb=memory_mb)
+            invoked = time.perf_counter()
+            try:
+                response = self.handler(payload, context)
+                conn.send({"response": response, "duration_s": time.perf_counter() - invoked})
+            except Exception as exc:
+                conn.send({"error": _error(exc), "duration_s": time.perf_counter() - invoked})
+
+
+def main() -> None:
+    address = sys.argv[1]
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("SNAPLLM_LOG_LEVEL", "WARNING").upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    # Restored environments are this process's children; let the kernel reap them.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    host = _Host(address)
+    conn = connect(address)
+    while True:
+        try:
+            command, payload = conn.recv()
+        except EOFError:
+            return
+        if command == "exit":
+            return
+        try:
+            result = getattr(host, command)(**payload)
+            conn.send({"result": result})
+        except Exception as exc:
+            conn.send({"error": _error(exc)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Play a Lambda function's lifecycle locally: init, before-snapshot, restore, invoke.
+
+    spec = FunctionSpec.from_template(Path("template.yaml"), "InferenceFunction")
+    with LocalFunction(spec, environment=env) as function:
+        function.init()                      # module init in a fresh interpreter
+        function.snapshot()                  # before-snapshot hooks
+        with function.restore() as env_a:    # a restored environment (a fork of the snapshot)
+            result = env_a.invoke({"prompt": "Hello", "max_tokens": 8})
+
+Each :meth:`LocalFunction.restore` forks the snapshotted process, so several restored environments start
+from identical memory, as on AWS. The function runs in its own interpreter with its own environment
+variables; its stdout and logs go to this process's stderr, like ``sam local invoke``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from snapllm.errors import SnapllmError
+from snapllm.local.template import FunctionSpec
+
+
+class LocalFunctionError(SnapllmError):
+    """The function failed in a lifecycle phase; the message holds the function's own error."""
+
+    def __init__(self, phase: str, error: dict[str, Any]) -> None:
+        self.phase = phase
+        self.error = error
+        trace = "".join(error.get("stackTrace", []))
+        super().__init__(f"{phase} failed: {error.get('errorType')}: {error.get('errorMessage')}\n{trace}")
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """A response (or Lambda's error payload for an unhandled exception) and how long the handler ran."""
+
+    response: Any
+    duration_s: float
+    error: dict[str, Any] | None = None
+
+
+class RestoredEnvironment:
+    """One execution environment restored from the snapshot; invoke it as many times as you like."""
+
+    def __init__(self, conn: Connection, spec: FunctionSpec, restore_s: float, pid: int) -> None:
+        self._conn = conn
+        self._spec = spec
+        self.restore_s = restore_s
+        self.pid = pid
+
+    def invoke(self, event: Any) -> InvokeResult:
+        """Invoke the handler with ``event``; raises :class:`LocalFunctionError` if the environment died."""
+        try:
+            self._conn.send(("invoke", event))
+            reply = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise LocalFunctionError(
+                "invoke",
+                {"errorType": "EnvironmentDied", "errorMessage": f"environment {self.pid} exited: {exc}"},
+            ) from exc
+        return InvokeResult(reply.get("response"), reply["duration_s"], reply.get("error"))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send(("exit", None))
+        self._conn.close()
+
+    def __enter__(self) -> RestoredEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalFunction:
+    """Drives a host process (``snapllm.local.host``) through the Lambda lifecycle."""
+
+    def __init__(
+        self, spec: FunctionSpec, *, environment: dict[str, str], timeout_s: float | None = None
+    ) -> None:
+        self.spec = spec
+        self.timeout_s = timeout_s or spec.timeout_s
+        unresolved = sorted(
+            k for k, v in spec.environment.items() if k not in environment and isinstance(v, dict)
+        )
+        if unresolved:
+            raise SnapllmError(f"{spec.name}: give local values for {', '.join(unresolved)}")
+        self._environment = {
+            **{k: "" if v is None else str(v) for k, v in spec.environment.items()},
+            **environment,
+        }
+        self._tmp = tempfile.TemporaryDirectory(prefix="snapllm-local-")
+        self._address = str(Path(self._tmp.name) / "lifecycle.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self._address)
+        self._listener.listen()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+
+    def _start(self) -> None:
+        env = {
+            **os.environ,
+            **self._environment,
+            "AWS_LAMBDA_FUNCTION_NAME": self.spec.name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.spec.memory_mb),
+            "AWS_LAMBDA_FUNCTION_VERSION": "1",
+            "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start" if self.spec.snapstart else "on-demand",
+        }
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "snapllm.local.host", self._address], env=env, stdout=sys.stderr.fileno()
+        )
+        self._conn = self._accept("init")
+
+    def _accept(self, phase: str, timeout_s: float = 60.0) -> Connection:
+        """Wait for the host (or a restored child) to connect, failing fast if the host has died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self._listener], [], [], 0.1)
+            if ready:
+                sock, _ = self._listener.accept()
+                return Connection(sock.detach())
+            if self._process is not None and self._process.poll() is not None:
+                break
+        code = self._process.poll() if self._process is not None else None
+        raise LocalFunctionError(
+            phase,
+            {"errorType": "EnvironmentDied", "errorMessage": f"the function process exited (code {code})"},
+        )
+
+    def _call(self, phase: str, **payload: Any) -> Any:
+        assert self._conn is not None, "call init() first"
+        try:
+            self._conn.send((phase, payload))
+            reply = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            code = self._process.poll() if self._process is not None else None
+            raise LocalFunctionError(
+                phase,
+                {
+                    "errorType": "EnvironmentDied",
+                    "errorMessage": f"the function process exited (code {code})",
+                },
+            ) from exc
+        if "error" in reply:
+            raise LocalFunctionError(phase, reply["error"])
+        return reply["result"]
+
+    def init(self) -> dict[str, Any]:
+        """Start a fresh interpreter and import the handler module: the init phase."""
+        self._start()
+        return self._call(
+            "init",
+            code_dir=str(self.spec.code_dir),
+            module=self.spec.module_name,
+            function=self.spec.function_name,
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """Run the before-snapshot hooks (in reverse registration order, as Lambda does)."""
+        return self._call("snapshot")
+
+    def restore(self) -> RestoredEnvironment:
+        """Fork the snapshotted process into a new environment and run its after-restore hooks."""
+        pid = self._call(
+            "restore", function_name=self.spec.name, timeout_s=self.timeout_s, memory_mb=self.spec.memory_mb
+        )
+        conn = self._accept("restore")
+        reply = conn.recv()
+        if "error" in reply:
+            conn.close()
+            raise LocalFunctionError("restore", reply["error"])
+        return RestoredEnvironment(conn, self.spec, reply["restore_s"], pid)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.send(("exit", None))
+            self._conn.close()
+            self._conn = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        self._listener.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> LocalFunction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,138 @@
+"""A local S3 endpoint: moto's server mode in its own process, spoken to over real HTTP.
+
+    with LocalS3.start() as s3:
+        s3.put_model(Path("model.gguf"), bucket="models", key="m.gguf")
+        env = s3.client_environment()   # AWS_ENDPOINT_URL_S3 and dummy credentials for boto3
+
+The server runs in a separate process, as S3 is remote in production: an in-process server would share
+the client's interpreter lock and distort every transfer timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from snapllm.errors import SnapllmError
+
+_LOCAL_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "snapllm-local",
+    "AWS_SECRET_ACCESS_KEY": "snapllm-local",
+    "AWS_SESSION_TOKEN": "snapllm-local",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+class LocalS3Error(SnapllmError):
+    """The local S3 endpoint did not start or stopped answering."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def sha256_file(path: Path, *, chunk: int = 8 * 1024 * 1024) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class LocalS3:
+    """A moto S3 server on 127.0.0.1. Use :meth:`start` (a context manager) and :meth:`stop`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
+        self._process = process
+        self.port = port
+        self.endpoint_url = f"http://127.0.0.1:{port}"
+
+    @classmethod
+    def start(cls, port: int | None = None, *, timeout_s: float = 30.0) -> LocalS3:
+        port = port or free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **_LOCAL_CREDENTIALS},
+        )
+        server = cls(process, port)
+        server._wait_ready(timeout_s)
+        return server
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                raise LocalS3Error(f"moto server exited with {self._process.returncode}: {err[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1):
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.1)
+        self.stop()
+        raise LocalS3Error(f"moto server did not answer on {self.endpoint_url} within {timeout_s} s")
+
+    @property
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._process.stderr:
+            self._process.stderr.close()
+
+    def __enter__(self) -> LocalS3:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client_environment(self) -> dict[str, str]:
+        """Environment variables that point boto3 (in any process) at this endpoint."""
+        return {"AWS_ENDPOINT_URL_S3": self.endpoint_url, **_LOCAL_CREDENTIALS}
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=_LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=_LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=_LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=_LOCAL_CREDENTIALS["AWS_SESSION_TOKEN"],
+        )
+
+    def ensure_bucket(self, bucket: str) -> None:
+        client = self.client()
+        try:
+            client.head_bucket(Bucket=bucket)
+        except client.exceptions.ClientError:
+            client.create_bucket(Bucket=bucket)
+
+    def put_model(self, path: Path, *, bucket: str, key: str, publish_sha256: bool = True) -> str:
+        """Upload a model file as deployments do: with its SHA-256 as ``sha256`` object metadata."""
+        self.ensure_bucket(bucket)
+        digest = sha256_file(path)
+        extra = {"Metadata": {"sha256": digest}} if publish_sha256 else {}
+        self.client().upload_file(str(path), bucket, key, ExtraArgs=extra)
+        return digest
