@@ -154,18 +154,23 @@ class CompletionRequest(GenerationParameters):
 InferenceRequest = ChatCompletionRequest | CompletionRequest
 
 
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
 def _param(location: tuple[int | str, ...]) -> str | None:
-    parts = [str(part) for part in location if not str(part).startswith("function-")]
+    """The field path of an error, without pydantic's union-branch tags (``str``, ``list[str]``...)."""
+    parts: list[str] = []
+    for part in location:
+        text = str(part)
+        if isinstance(part, str) and (text in _UNION_TAGS or "[" in text or text[:1].isupper()):
+            break
+        parts.append(text)
     return ".".join(parts) or None
 
 
 def _from_validation_error(exc: ValidationError) -> InvalidRequestError:
     """Turn pydantic's error list into one clear message; ``param`` names the first offending field."""
     errors = exc.errors(include_url=False)
-    for error in errors:
-        cause = (error.get("ctx") or {}).get("error")
-        if isinstance(cause, InvalidRequestError):
-            return cause
     first = errors[0]
     param = _param(first["loc"])
     kind = first["type"]

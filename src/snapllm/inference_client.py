@@ -56,7 +56,7 @@ class LambdaInferenceClient:
                     connect_timeout=2,
                     read_timeout=read_timeout_s,
                     # Throttles are retried here, with the caller's budget in mind, not by botocore.
-                    retries={"mode": "standard", "max_attempts": 1},
+                    retries={"mode": "standard", "total_max_attempts": 1},
                 ),
             )
         self._lambda = lambda_client

@@ -167,7 +167,7 @@ class S3ModelLoader:
             "s3",
             config=Config(
                 max_pool_connections=max(10, settings.concurrency),
-                retries={"mode": "standard", "max_attempts": 3},
+                retries={"mode": "standard", "total_max_attempts": 3},
                 connect_timeout=5,
                 read_timeout=30,
                 tcp_keepalive=True,

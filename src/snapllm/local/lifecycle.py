@@ -170,10 +170,16 @@ class LocalFunction:
         """Run the before-snapshot hooks (in reverse registration order, as Lambda does)."""
         return self._call("snapshot")
 
-    def restore(self) -> RestoredEnvironment:
-        """Fork the snapshotted process into a new environment and run its after-restore hooks."""
+    def restore(self, *, timeout_s: float | None = None) -> RestoredEnvironment:
+        """Fork the snapshotted process into a new environment and run its after-restore hooks.
+
+        ``timeout_s`` overrides the function timeout for this environment's invokes.
+        """
         pid = self._call(
-            "restore", function_name=self.spec.name, timeout_s=self.timeout_s, memory_mb=self.spec.memory_mb
+            "restore",
+            function_name=self.spec.name,
+            timeout_s=timeout_s or self.timeout_s,
+            memory_mb=self.spec.memory_mb,
         )
         conn = self._accept("restore")
         reply = conn.recv()

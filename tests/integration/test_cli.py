@@ -1,0 +1,56 @@
+"""The commands a user runs, as subprocesses: `snapllm local invoke` and `snapllm bench coldstart`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO, TEST_THREADS
+
+ENV = {**os.environ, "SNAPLLM_THREADS": TEST_THREADS}
+
+
+def snapllm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "snapllm.cli", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_local_invoke_prints_the_response_on_stdout_and_timings_on_stderr():
+    run = snapllm("local", "invoke", "InferenceFunction", "-e", "events/inference/completion.json")
+    assert run.returncode == 0, run.stderr
+    response = json.loads(run.stdout)
+    assert response["object"] == "text_completion"
+    assert response["choices"][0]["text"]
+    for row in ("S3 -> memfd", "model load", "before-snapshot (warm-up)", "restore", "time to first token"):
+        assert row in run.stderr
+
+
+def test_local_invoke_with_a_bad_event_returns_the_structured_error():
+    run = snapllm("local", "invoke", "InferenceFunction", "-e", "events/inference/invalid-temperature.json")
+    assert run.returncode == 0  # the function answered; the error is the response, as with sam local invoke
+    body = json.loads(run.stdout)
+    assert body["statusCode"] == 400 and body["error"]["param"] == "temperature"
+
+
+def test_local_invoke_reports_unusable_arguments_without_a_traceback(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    run = snapllm("local", "invoke", "InferenceFunction", "-e", str(broken))
+    assert run.returncode == 2
+    assert "is not valid JSON" in run.stderr and "Traceback" not in run.stderr
+    run = snapllm("local", "invoke", "NoSuchFunction")
+    assert run.returncode == 2
+    assert "InferenceFunction" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_bench_coldstart_reports_ratios_as_json():
+    run = snapllm("bench", "coldstart", "--rounds", "1", "--invokes", "1", "--json", timeout=600)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert set(result["ratios"]) == {"ready_vs_baseline", "ready_vs_vanilla", "warm_invoke_vs_bare_llama_cpp"}
+    assert all(value > 0 for value in result["ratios"].values())
+    assert result["lifecycle"]["s3_to_memfd_s"] > 0
+    assert result["memory"]["peak_rss_bytes"] > result["model_bytes"]

@@ -1,0 +1,125 @@
+"""The engine generating with the real model (in this process, loaded from the packaged GGUF)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from snapllm.config import EngineSettings, InferenceSettings, ModelSource
+from snapllm.contract import parse_request
+from snapllm.engine import Deadline, Engine
+from snapllm.errors import ContextLengthExceededError, InvalidRequestError
+from snapllm.loader import DownloadStats
+from snapllm.runtime import InferenceRuntime
+
+COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
+
+
+@pytest.fixture(scope="module")
+def engine(model_path) -> Engine:
+    return Engine.load(str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2")
+
+
+def test_chat_uses_the_models_template_and_reports_usage_and_timings(engine):
+    request = parse_request({"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24})
+    generation = engine.generate(request)
+    assert generation.text.strip()
+    assert "<|im_start|>" not in generation.text and "<|im_end|>" not in generation.text
+    assert generation.finish_reason in {"stop", "length"}
+    assert 0 < generation.completion_tokens <= 24
+    # The ChatML template of SmolLM2 wraps the message: the prompt is far longer than the 7 words.
+    assert generation.prompt_tokens > 15
+    timings = generation.timings
+    assert 0 < timings.time_to_first_token_ms <= timings.total_ms
+    if generation.completion_tokens > 1:
+        assert timings.tokens_per_second > 0
+
+
+def test_same_seed_same_text_and_no_seed_draws_a_fresh_one(engine):
+    request = {"prompt": "A short poem about the sea:", "max_tokens": 16, "temperature": 1.0}
+    first = engine.generate(parse_request({**request, "seed": 1234}))
+    again = engine.generate(parse_request({**request, "seed": 1234}))
+    assert first.text == again.text and first.seed == again.seed == 1234
+    seeds = {engine.generate(parse_request(request)).seed for _ in range(3)}
+    assert len(seeds) == 3
+
+
+def test_fresh_seeds_do_not_come_from_pythons_random(engine):
+    # A snapshot freezes `random`'s state; per-request seeds must not depend on it.
+    request = {"prompt": "Hello", "max_tokens": 1}
+    random.seed(7)
+    first = engine.generate(parse_request(request)).seed
+    random.seed(7)
+    assert engine.generate(parse_request(request)).seed != first
+
+
+def test_stop_sequences(engine):
+    stopped = engine.generate(parse_request({**COUNTING, "max_tokens": 30, "stop": [", 8"]}))
+    assert stopped.finish_reason == "stop"
+    assert ", 8" not in stopped.text and stopped.text.startswith(" 6, 7")
+    unstopped = engine.generate(parse_request({**COUNTING, "max_tokens": 30}))
+    assert ", 8" in unstopped.text
+
+
+def test_max_tokens_is_capped_by_configuration(engine):
+    with pytest.raises(InvalidRequestError, match="at most 256") as caught:
+        engine.generate(parse_request({**COUNTING, "max_tokens": 257}))
+    assert caught.value.param == "max_tokens"
+    generation = engine.generate(parse_request({**COUNTING, "max_tokens": 5}))
+    assert generation.completion_tokens == 5 and generation.finish_reason == "length"
+
+
+def test_context_window_limits(model_path):
+    small = Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=64, max_tokens=256), model_name="small")
+    with pytest.raises(ContextLengthExceededError, match="context window is 64 tokens") as caught:
+        small.generate(parse_request({"prompt": "word " * 100}))
+    assert caught.value.param == "prompt"
+    # A prompt that fits leaves the rest of the window for the completion, whatever max_tokens says.
+    generation = small.generate(parse_request({**COUNTING, "max_tokens": 200}))
+    assert generation.prompt_tokens + generation.completion_tokens <= 64
+    assert generation.finish_reason == "length"
+
+
+def test_stops_at_the_deadline_with_what_it_has(engine):
+    started = time.monotonic()
+    generation = engine.generate(
+        parse_request({**COUNTING, "max_tokens": 256}), deadline=Deadline.after(0.25)
+    )
+    elapsed = time.monotonic() - started
+    assert generation.deadline_reached
+    assert generation.finish_reason == "length"
+    assert 0 < generation.completion_tokens < 256
+    assert elapsed < 2.0
+
+
+def test_deadline_from_a_lambda_context():
+    class Context:
+        def get_remaining_time_in_millis(self) -> int:
+            return 10_000
+
+    deadline = Deadline.from_lambda_context(Context(), margin_ms=1500)
+    assert 8.4 < deadline.at - time.monotonic() <= 8.5
+    assert Deadline.from_lambda_context(object(), margin_ms=0) is None
+
+
+def test_warm_up_leaves_no_tokens_behind(engine):
+    engine.warm_up()
+    assert engine.llama.n_tokens == 0
+
+
+def test_after_restore_reseeds_and_renews_identity(engine):
+    runtime = InferenceRuntime(
+        engine,
+        InferenceSettings(model=ModelSource(bucket="b", key="k")),
+        download=DownloadStats(bytes=1, seconds=1, parts=1, concurrency=1, retries=0, verified=False),
+    )
+    random.seed(99)
+    frozen = random.random()
+    random.seed(99)  # the state a snapshot would hand to every restored environment
+    identity = runtime.environment_id
+    runtime.after_restore()
+    assert random.random() != frozen
+    assert runtime.environment_id != identity
+    assert runtime.restores == 1

@@ -1,0 +1,113 @@
+"""Request validation: every kind of bad input becomes a named error with the offending field."""
+
+import pytest
+
+from snapllm.contract import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    Generation,
+    Timings,
+    parse_request,
+    render_response,
+)
+from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
+
+CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+def test_chat_and_completion_forms():
+    chat = parse_request({**CHAT, "max_tokens": 8, "stop": "\n", "seed": 3})
+    assert isinstance(chat, ChatCompletionRequest)
+    assert chat.stop == ["\n"]
+    assert chat.requested_max_tokens == 8
+    completion = parse_request({"prompt": ["Once"], "max_completion_tokens": 5})
+    assert isinstance(completion, CompletionRequest)
+    assert completion.text == "Once"
+    assert completion.requested_max_tokens == 5
+
+
+def test_commonly_sent_client_fields_are_accepted():
+    request = parse_request(
+        {
+            **CHAT,
+            "model": "m",
+            "n": 1,
+            "stream": False,
+            "user": "u-1",
+            "store": False,
+            "metadata": {"team": "a"},
+            "logit_bias": {},
+            "tool_choice": "none",
+            "response_format": {"type": "text"},
+            "messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}, *CHAT["messages"]],
+        }
+    )
+    assert request.messages[0].text() == "Be brief."
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "param"),
+    [
+        ([], InvalidRequestError, None),
+        ({}, InvalidRequestError, "messages"),
+        ({**CHAT, "prompt": "x"}, InvalidRequestError, "prompt"),
+        ({"messages": []}, InvalidRequestError, "messages"),
+        ({"messages": "hello"}, InvalidRequestError, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, InvalidRequestError, "messages.0.role"),
+        ({"messages": [{"role": "user"}]}, InvalidRequestError, "messages.0.content"),
+        ({**CHAT, "temperature": 7}, InvalidRequestError, "temperature"),
+        ({**CHAT, "temperature": "hot"}, InvalidRequestError, "temperature"),
+        ({**CHAT, "top_p": 0}, InvalidRequestError, "top_p"),
+        ({**CHAT, "max_tokens": 0}, InvalidRequestError, "max_tokens"),
+        ({**CHAT, "max_tokens": 4, "max_completion_tokens": 5}, InvalidRequestError, "max_tokens"),
+        ({**CHAT, "seed": -1}, InvalidRequestError, "seed"),
+        ({**CHAT, "seed": 2**40}, InvalidRequestError, "seed"),
+        ({**CHAT, "stop": ["a", "b", "c", "d", "e"]}, InvalidRequestError, "stop"),
+        ({**CHAT, "stop": [""]}, InvalidRequestError, "stop"),
+        ({**CHAT, "max_token": 5}, InvalidRequestError, "max_token"),
+        ({**CHAT, "n": 2}, UnsupportedParameterError, "n"),
+        ({**CHAT, "logprobs": True}, UnsupportedParameterError, "logprobs"),
+        ({**CHAT, "logit_bias": {"50256": -100}}, UnsupportedParameterError, "logit_bias"),
+        ({**CHAT, "tools": [{"type": "function"}]}, UnsupportedParameterError, "tools"),
+        ({**CHAT, "response_format": {"type": "json_object"}}, UnsupportedParameterError, "response_format"),
+        ({"prompt": "x", "echo": True}, UnsupportedParameterError, "echo"),
+        ({"prompt": "x", "suffix": "y"}, UnsupportedParameterError, "suffix"),
+        ({"prompt": ["a", "b"]}, InvalidRequestError, "prompt"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, InvalidRequestError, "messages.0.content"),
+    ],
+)
+def test_bad_requests_name_the_field(body, error, param):
+    with pytest.raises(error) as caught:
+        parse_request(body)
+    assert caught.value.param == param
+    response = caught.value.to_response()
+    assert 400 <= response["statusCode"] < 500
+    assert set(response["error"]) == {"message", "type", "param", "code"}
+    assert "Traceback" not in response["error"]["message"]
+
+
+def test_unknown_field_message_names_it():
+    with pytest.raises(RequestError, match="unrecognized request argument: max_token"):
+        parse_request({**CHAT, "max_token": 5})
+
+
+def test_render_chat_and_completion_responses():
+    generation = Generation(
+        text="Hello!",
+        finish_reason="stop",
+        prompt_tokens=10,
+        completion_tokens=3,
+        timings=Timings(5.0, 5.0, 20.0, 25.0, 100.0),
+        seed=9,
+    )
+    chat = render_response(parse_request(CHAT), generation, model="m")
+    assert chat["object"] == "chat.completion"
+    assert chat["id"].startswith("chatcmpl-")
+    assert chat["choices"][0]["message"] == {"role": "assistant", "content": "Hello!"}
+    assert chat["usage"] == {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+    assert chat["timings"]["tokens_per_second"] == 100.0
+    assert chat["seed"] == 9
+    text = render_response(parse_request({"prompt": "x"}), generation, model="m")
+    assert text["object"] == "text_completion"
+    assert text["choices"][0]["text"] == "Hello!"
+    assert "deadline_reached" not in text
