@@ -6,7 +6,7 @@ TOOLS := .tools
 SAM := $(TOOLS)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64
+.PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router
 
 setup: $(VENV)/.installed
 
@@ -21,6 +21,7 @@ $(TOOLS)/.installed: requirements/tools.txt
 
 demo: setup
 	$(VENV)/bin/snapllm local invoke InferenceFunction -e events/inference/chat.json
+	$(VENV)/bin/snapllm local invoke AgentFunction -e events/agent/review.json --approve
 
 test: setup tools
 	$(VENV)/bin/ruff check .
@@ -46,17 +47,28 @@ build: tools
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" SNAPLLM_ARCH=$(ARCH) $(SAM) build --parameter-overrides Architecture=$(ARCH)
 
 preflight: setup
-	$(PY) -m snapllm.preflight .aws-sam/build --parameter-overrides Architecture=$(ARCH)
+	$(VENV)/bin/snapllm preflight .aws-sam/build --parameter-overrides Architecture=$(ARCH)
 
 checkov: tools
 	$(TOOLS)/bin/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
 
-# Loads the built aarch64 layer in an arm64 Debian userland under qemu-user and generates a few tokens.
+# Builds for arm64, then loads the aarch64 layer in an arm64 Debian userland under qemu-user (Neoverse N1)
+# and checks that the tokens it generates match the host's.
 test-arm64: setup
+	$(MAKE) build ARCH=arm64
 	scripts/test-arm64.sh .aws-sam/build
 
 bench: setup
 	$(VENV)/bin/snapllm bench coldstart
+
+# The OpenAI-compatible API on http://127.0.0.1:$(PORT)/v1 (router + streaming), no Docker; Ctrl-C stops.
+PORT ?= 3000
+serve: setup
+	$(VENV)/bin/snapllm local serve --port $(PORT)
+
+# Router overhead per request (everything but inference): p50/p95/p99, fails above a 10 ms p99.
+bench-router: setup
+	$(VENV)/bin/snapllm bench router
 
 clean:
 	rm -rf .aws-sam .pytest_cache .ruff_cache

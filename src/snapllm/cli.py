@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 
 from snapllm.bench.cli import add_parser as add_bench
 from snapllm.local.cli import add_parser as add_local
+from snapllm.preflight.cli import add_parser as add_preflight
 
 SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
-REGISTRARS: list[SubcommandRegistrar] = [add_local, add_bench]
+REGISTRARS: list[SubcommandRegistrar] = [add_local, add_bench, add_preflight]
 
 
 def build_parser() -> argparse.ArgumentParser:

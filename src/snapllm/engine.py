@@ -73,6 +73,16 @@ class PreparedPrompt:
     seed: int
 
 
+@dataclass(frozen=True)
+class TokenDelta:
+    """One piece of streamed text (usually one token; may be empty for a special token)."""
+
+    text: str
+
+
+StreamItem = TokenDelta | Generation
+
+
 class _Progress:
     """A llama-cpp-python stopping criterion that times the first token and enforces the deadline.
 
@@ -185,7 +195,9 @@ class Engine:
 
     @property
     def n_ctx(self) -> int:
-        return int(self._llama.n_ctx())
+        # llama.cpp pads its context (to a multiple of 256), but llama-cpp-python sizes its token buffer
+        # to the configured value: the configured value is the real limit.
+        return min(int(self._llama.n_ctx()), self._settings.n_ctx)
 
     @staticmethod
     def _chat_formatter(llama: Llama) -> Any:
@@ -236,6 +248,10 @@ class Engine:
             tokens = llama.tokenize(request.text.encode(), add_bos=True, special=True)
             param = "prompt"
 
+        if not tokens:
+            # llama.cpp cannot sample without at least one token of context (an empty prompt for a model
+            # that adds no BOS token fails inside sampling).
+            raise InvalidRequestError(f"the {param} is empty", param=param)
         n_ctx = self.n_ctx
         if len(tokens) >= n_ctx:
             raise ContextLengthExceededError(
@@ -278,6 +294,69 @@ class Engine:
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             timings=progress.timings(usage["completion_tokens"]),
+            seed=prepared.seed,
+            deadline_reached=progress.deadline_reached,
+        )
+
+    def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
+        """Generate token by token: :class:`TokenDelta` items, then one final :class:`Generation`.
+
+        The request is prepared (and rejected with a ``RequestError``) before this returns, so a caller
+        can answer with an error status before it starts a streamed response::
+
+            for item in engine.stream(request):
+                if isinstance(item, TokenDelta):
+                    send(item.text)
+                else:
+                    finish(item.finish_reason, item.usage(), item.timings)
+
+        The engine's lock is taken at the first ``next()`` and held until the last token; a consumer
+        that stops early must ``close()`` the iterator (garbage collection does too) to release it.
+        """
+        prepared = self.prepare(request)
+        return self._stream(request, prepared, deadline)
+
+    def _stream(
+        self, request: InferenceRequest, prepared: PreparedPrompt, deadline: Deadline | None
+    ) -> Iterator[StreamItem]:
+        pieces: list[str] = []
+        completion_tokens = 0
+        finish: Literal["stop", "length"] = "stop"
+        with self._lock:
+            progress = _Progress(deadline)
+            chunks = self._llama.create_completion(
+                prompt=prepared.tokens,
+                max_tokens=prepared.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                presence_penalty=request.presence_penalty,
+                frequency_penalty=request.frequency_penalty,
+                stop=prepared.stop,
+                seed=prepared.seed,
+                stopping_criteria=self._criteria(progress),
+                stream=True,
+            )
+            try:
+                for chunk in chunks:
+                    choice = chunk["choices"][0]
+                    if choice["finish_reason"] is not None:
+                        finish = choice["finish_reason"]
+                        continue
+                    # llama-cpp-python yields one chunk per returned token in stream mode and reports no
+                    # usage, so the chunks are the completion-token count.
+                    completion_tokens += 1
+                    pieces.append(choice["text"])
+                    yield TokenDelta(choice["text"])
+            finally:
+                # Closing the inner generator here, under the lock, stops llama.cpp before another
+                # request may use the context.
+                chunks.close()
+        yield Generation(
+            text="".join(pieces),
+            finish_reason="length" if progress.deadline_reached else finish,
+            prompt_tokens=len(prepared.tokens),
+            completion_tokens=completion_tokens,
+            timings=progress.timings(completion_tokens),
             seed=prepared.seed,
             deadline_reached=progress.deadline_reached,
         )

@@ -126,6 +126,20 @@ class UnknownModelError(RequestError):
     code = "model_not_found"
 
 
+class PayloadTooLargeError(RequestError):
+    """The request body is larger than the configured limit; it was not parsed."""
+
+    status_code = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """The request body is not JSON (``Content-Type`` other than ``application/json``)."""
+
+    status_code = 415
+    code = "unsupported_media_type"
+
+
 # --- Calling the inference function ------------------------------------------------------------------------
 
 

@@ -23,7 +23,9 @@ def engine(model_path) -> Engine:
 
 
 def test_chat_uses_the_models_template_and_reports_usage_and_timings(engine):
-    request = parse_request({"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24})
+    request = parse_request(
+        {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
+    )
     generation = engine.generate(request)
     assert generation.text.strip()
     assert "<|im_start|>" not in generation.text and "<|im_end|>" not in generation.text
@@ -72,7 +74,9 @@ def test_max_tokens_is_capped_by_configuration(engine):
 
 
 def test_context_window_limits(model_path):
-    small = Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=64, max_tokens=256), model_name="small")
+    small = Engine.load(
+        str(model_path), EngineSettings(threads=1, n_ctx=64, max_tokens=256), model_name="small"
+    )
     with pytest.raises(ContextLengthExceededError, match="context window is 64 tokens") as caught:
         small.generate(parse_request({"prompt": "word " * 100}))
     assert caught.value.param == "prompt"
@@ -102,6 +106,14 @@ def test_deadline_from_a_lambda_context():
     deadline = Deadline.from_lambda_context(Context(), margin_ms=1500)
     assert 8.4 < deadline.at - time.monotonic() <= 8.5
     assert Deadline.from_lambda_context(object(), margin_ms=0) is None
+
+
+def test_weights_are_not_repacked_into_a_second_copy(engine):
+    import llama_cpp.llama_cpp as low_level
+
+    # llama.cpp's default would repack some quant types (Q4_0, Q4_K on Graviton) into a second copy.
+    assert low_level.llama_model_default_params().use_extra_bufts is True
+    assert engine.llama.model_params.use_extra_bufts is False
 
 
 def test_warm_up_leaves_no_tokens_behind(engine):

@@ -100,7 +100,9 @@ BAD_EVENTS = [
 
 
 @pytest.mark.parametrize(("event", "status", "param"), BAD_EVENTS)
-def test_bad_input_gets_a_structured_error_and_the_environment_keeps_serving(environment, event, status, param):
+def test_bad_input_gets_a_structured_error_and_the_environment_keeps_serving(
+    environment, event, status, param
+):
     result = environment.invoke(event)
     assert result.error is None, "bad input must not raise out of the handler"
     body = result.response
@@ -108,7 +110,9 @@ def test_bad_input_gets_a_structured_error_and_the_environment_keeps_serving(env
     assert body["error"]["param"] == param
     assert body["error"]["type"] == "invalid_request_error"
     assert "Traceback" not in json.dumps(body)
-    assert environment.invoke({"prompt": "Still here:", "max_tokens": 2}).response["object"] == "text_completion"
+    assert (
+        environment.invoke({"prompt": "Still here:", "max_tokens": 2}).response["object"] == "text_completion"
+    )
 
 
 def test_generation_stops_before_the_invoke_deadline(snapshotted):
@@ -141,6 +145,8 @@ def test_a_restored_environment_never_downloads(local_s3, model_path):
 
 
 def test_init_fails_loudly_when_the_model_is_missing(deployment):
-    with deployment.function("InferenceFunction", SNAPLLM_MODEL_KEY="models/absent.gguf") as function:
-        with pytest.raises(LocalFunctionError, match="ModelNotFoundError.*models/absent.gguf"):
-            function.init()
+    with (
+        deployment.function("InferenceFunction", SNAPLLM_MODEL_KEY="models/absent.gguf") as function,
+        pytest.raises(LocalFunctionError, match=r"ModelNotFoundError.*models/absent\.gguf"),
+    ):
+        function.init()

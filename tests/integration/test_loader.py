@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from snapllm.config import MiB, LoaderSettings, ModelSource
+from snapllm.config import LoaderSettings, MiB, ModelSource
 from snapllm.errors import (
     ChecksumMismatchError,
     ModelAccessDeniedError,
@@ -63,7 +63,9 @@ def test_configured_digest_wins_over_metadata_and_mismatch_fails_cleanly(local_s
 
 def test_wrong_published_digest_is_caught(local_s3, model_path):
     client = local_s3.client()
-    client.upload_file(str(model_path), BUCKET, "models/tampered.gguf", ExtraArgs={"Metadata": {"sha256": "1" * 64}})
+    client.upload_file(
+        str(model_path), BUCKET, "models/tampered.gguf", ExtraArgs={"Metadata": {"sha256": "1" * 64}}
+    )
     with pytest.raises(ChecksumMismatchError):
         loader_for(client).load(ModelSource(bucket=BUCKET, key="models/tampered.gguf"))
 
@@ -89,7 +91,9 @@ def test_not_a_gguf_file_fails_fast(local_s3):
     client.put_object(Bucket=BUCKET, Key="models/weights.bin", Body=b"PK\x03\x04" + os.urandom(3 * MiB))
     before = open_fds()
     with pytest.raises(NotAGGUFError, match="not a GGUF file"):
-        loader_for(client, part_size=1 * MiB, concurrency=2).load(ModelSource(bucket=BUCKET, key="models/weights.bin"))
+        loader_for(client, part_size=1 * MiB, concurrency=2).load(
+            ModelSource(bucket=BUCKET, key="models/weights.bin")
+        )
     assert open_fds() == before
 
 
@@ -117,9 +121,12 @@ def client_via(local_s3, proxy):
 
 
 def test_access_denied(local_s3, published):
-    with FaultProxy(local_s3.endpoint_url, lambda r: Fault(status=403, code="AccessDenied")) as proxy:
-        with pytest.raises(ModelAccessDeniedError, match="s3:GetObject"):
-            loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY))
+    rule = lambda r: Fault(status=403, code="AccessDenied")  # noqa: E731
+    with (
+        FaultProxy(local_s3.endpoint_url, rule) as proxy,
+        pytest.raises(ModelAccessDeniedError, match="s3:GetObject"),
+    ):
+        loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY))
 
 
 def test_transient_errors_retry_only_the_failed_part(local_s3, published):
@@ -141,7 +148,11 @@ def test_transient_errors_retry_only_the_failed_part(local_s3, published):
 
 def test_a_truncated_body_resumes_where_it_broke_off(local_s3, published):
     def rule(request):
-        if request.method == "GET" and request.count == 1 and request.headers.get("Range", "").startswith("bytes=0-"):
+        if (
+            request.method == "GET"
+            and request.count == 1
+            and request.headers.get("Range", "").startswith("bytes=0-")
+        ):
             return Fault(truncate_after=3 * MiB)
         return None
 
@@ -164,14 +175,18 @@ def test_a_body_that_keeps_breaking_off_is_a_size_mismatch(local_s3, published):
 
 def test_persistent_server_errors_give_up_with_a_download_error(local_s3, published):
     rule = lambda r: Fault(status=500) if r.method == "GET" else None  # noqa: E731
-    with FaultProxy(local_s3.endpoint_url, rule) as proxy:
-        with pytest.raises(ModelDownloadError, match="after 3 attempts"):
-            loader_for(client_via(local_s3, proxy), max_attempts=3).load(ModelSource(bucket=BUCKET, key=KEY))
+    with (
+        FaultProxy(local_s3.endpoint_url, rule) as proxy,
+        pytest.raises(ModelDownloadError, match="after 3 attempts"),
+    ):
+        loader_for(client_via(local_s3, proxy), max_attempts=3).load(ModelSource(bucket=BUCKET, key=KEY))
 
 
 def test_an_object_replaced_during_the_download(local_s3, published):
     # HEAD reports an ETag that no longer matches, so S3 (moto) refuses the conditional GETs with 412.
     rule = lambda r: Fault(etag='"0123456789abcdef0123456789abcdef"') if r.method == "HEAD" else None  # noqa: E731
-    with FaultProxy(local_s3.endpoint_url, rule) as proxy:
-        with pytest.raises(ModelChangedError, match="changed during the download"):
-            loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY))
+    with (
+        FaultProxy(local_s3.endpoint_url, rule) as proxy,
+        pytest.raises(ModelChangedError, match="changed during"),
+    ):
+        loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY))

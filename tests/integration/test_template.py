@@ -44,7 +44,9 @@ def test_inference_function_meets_snapstart_rules():
 
 
 def test_the_model_policy_reads_only_the_model_object():
-    statements = load_template(TEMPLATE)["Resources"]["InferenceFunction"]["Properties"]["Policies"][0]["Statement"]
+    statements = load_template(TEMPLATE)["Resources"]["InferenceFunction"]["Properties"]["Policies"][0][
+        "Statement"
+    ]
     assert [s["Action"] for s in statements] == ["s3:GetObject"]
     resource = statements[0]["Resource"]["Fn::Sub"][0]
     assert resource.endswith("${Bucket}/${ModelKey}")

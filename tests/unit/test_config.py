@@ -1,6 +1,6 @@
 import pytest
 
-from snapllm.config import MiB, EngineSettings, InferenceSettings, LoaderSettings, ModelSource
+from snapllm.config import EngineSettings, InferenceSettings, LoaderSettings, MiB, ModelSource
 from snapllm.errors import ConfigurationError
 
 BASE = {"SNAPLLM_MODEL_BUCKET": "models", "SNAPLLM_MODEL_KEY": "llm/smollm2.Q4_1.gguf"}

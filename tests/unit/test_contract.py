@@ -39,7 +39,10 @@ def test_commonly_sent_client_fields_are_accepted():
             "logit_bias": {},
             "tool_choice": "none",
             "response_format": {"type": "text"},
-            "messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}, *CHAT["messages"]],
+            "messages": [
+                {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+                *CHAT["messages"],
+            ],
         }
     )
     assert request.messages[0].text() == "Be brief."
@@ -73,7 +76,11 @@ def test_commonly_sent_client_fields_are_accepted():
         ({"prompt": "x", "echo": True}, UnsupportedParameterError, "echo"),
         ({"prompt": "x", "suffix": "y"}, UnsupportedParameterError, "suffix"),
         ({"prompt": ["a", "b"]}, InvalidRequestError, "prompt"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, InvalidRequestError, "messages.0.content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            InvalidRequestError,
+            "messages.0.content",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(body, error, param):

@@ -11,3 +11,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     from snapllm.bench import coldstart
 
     coldstart.add_parser(kinds)
+    from snapllm.bench import router
+
+    router.add_parser(kinds)

@@ -15,6 +15,7 @@ from snapllm.errors import SnapllmError
 from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
 from snapllm.local.report import megabytes, seconds, table
 from snapllm.local.session import LocalDeployment
+from snapllm.local.template import FunctionSpec
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +28,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     invoke.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
     invoke.add_argument("--timeout", type=float, help="invoke timeout in seconds (default: the template's)")
     invoke.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra variable")
+    # Durable functions (DurableConfig in the template) run through the durable runner of their package.
+    decision = invoke.add_mutually_exclusive_group()
+    decision.add_argument("--approve", action="store_true", help="durable agent: approve when asked")
+    decision.add_argument("--reject", action="store_true", help="durable agent: reject when asked")
+    invoke.add_argument("--reason", help="durable agent: the approver's comment")
     invoke.set_defaults(func=_invoke)
+    from snapllm.router.cli import add_serve_parser
+
+    add_serve_parser(verbs)
 
 
 def _read_event(path: Path | None) -> Any:
@@ -41,6 +50,14 @@ def _read_event(path: Path | None) -> Any:
 
 
 def _invoke(args: argparse.Namespace) -> int:
+    try:
+        if FunctionSpec.from_template(args.template, args.function).durable:
+            from snapllm.agent.cli import invoke_durable
+
+            return invoke_durable(args)
+    except SnapllmError as exc:
+        print(f"snapllm local invoke: {exc}", file=sys.stderr)
+        return 2
     try:
         event = _read_event(args.event)
         overrides = dict(item.split("=", 1) for item in args.env)

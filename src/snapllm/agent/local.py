@@ -1,0 +1,224 @@
+"""Run the agent locally: a real durable execution in this process, the real model, the local S3.
+
+The SDK's testing runner plays the durable service (checkpoints, replays, retries; waits and retry
+delays are fast-forwarded), the inference function runs restored from its local snapshot, and documents
+and artifacts live on the local S3 endpoint::
+
+    with LocalAgent.start(Path("template.yaml")) as agent:
+        agent.upload_documents(Path("events/agent/documents"))
+        run = agent.run(event, decide=approve("alice"))
+        run.output, print(run.report.render())
+
+``decide`` receives the review the agent wrote for the approver and returns the answer to send to the
+approval callback, or ``None`` to leave it unanswered (the callback then times out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from snapllm.agent.artifacts import ArtifactStore
+from snapllm.agent.budget import run_id_from_arn
+from snapllm.agent.errors import AgentError
+from snapllm.agent.flow import APPROVAL_CALLBACK, AgentDependencies
+from snapllm.agent.handler import build_handler
+from snapllm.agent.report import OperationReport
+from snapllm.agent.settings import AgentSettings
+from snapllm.agent.tools import ToolRegistry
+from snapllm.inference_client import InferenceClient, LocalInferenceClient
+from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
+from snapllm.local.template import FunctionSpec
+
+Decision = dict[str, Any]
+Decider = Callable[[dict[str, Any]], Decision | None]
+
+
+def approve(approver: str = "local-user", reason: str = "approved locally") -> Decider:
+    return lambda _review: {"approved": True, "approver": approver, "reason": reason}
+
+
+def reject(approver: str = "local-user", reason: str = "rejected locally") -> Decider:
+    return lambda _review: {"approved": False, "approver": approver, "reason": reason}
+
+
+def no_answer() -> Decider:
+    return lambda _review: None
+
+
+class LocalAgentError(AgentError):
+    """The local run could not be driven (no approval request appeared, the run did not finish)."""
+
+
+@dataclass
+class LocalRun:
+    """One finished local execution."""
+
+    execution_arn: str
+    status: str
+    output: Any
+    error: dict[str, Any] | None
+    report: OperationReport
+    test_result: Any
+    duration_s: float
+
+
+def agent_settings(template: Path, **overrides: str) -> AgentSettings:
+    """AgentFunction's template variables with local values for what only a deployment resolves."""
+    spec = FunctionSpec.from_template(template, "AgentFunction")
+    env = {k: str(v) for k, v in spec.environment.items() if isinstance(v, str | int | float)}
+    env["SNAPLLM_AGENT_ARTIFACTS_BUCKET"] = LOCAL_MODEL_BUCKET
+    env.update({k: v for k, v in os.environ.items() if k.startswith("SNAPLLM_AGENT_")})
+    env.update(overrides)
+    return AgentSettings.from_env(env)
+
+
+@dataclass
+class LocalAgent:
+    """The local S3 endpoint, a restored inference environment and the agent's settings."""
+
+    deployment: LocalDeployment
+    settings: AgentSettings
+    inference: InferenceClient
+    store: ArtifactStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = ArtifactStore(
+            self.deployment.s3.client(),
+            bucket=self.settings.artifacts_bucket,
+            prefix=self.settings.artifacts_prefix,
+        )
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(
+        cls, template: Path, *, model_path: Path | None = None, inference_timeout_s: float | None = None
+    ) -> Iterator[LocalAgent]:
+        settings = agent_settings(template)
+        # One generation thread: on a small, shared machine ggml's spinning threads otherwise starve.
+        threads = os.environ.get("SNAPLLM_THREADS", "1")
+        with (
+            LocalDeployment.start(template, model_path=model_path) as deployment,
+            deployment.function(
+                "InferenceFunction", timeout_s=inference_timeout_s, SNAPLLM_THREADS=threads
+            ) as function,
+        ):
+            function.init()
+            function.snapshot()
+            with function.restore() as environment:
+                yield cls(deployment, settings, LocalInferenceClient(environment))
+
+    def upload_documents(self, directory: Path) -> list[str]:
+        """Upload every file in ``directory`` under ``{prefix}documents/``; returns their URIs."""
+        client = self.deployment.s3.client()
+        uris = []
+        for path in sorted(p for p in directory.iterdir() if p.is_file()):
+            key = f"{self.settings.artifacts_prefix}documents/{path.name}"
+            client.upload_file(str(path), self.settings.artifacts_bucket, key)
+            uris.append(f"s3://{self.settings.artifacts_bucket}/{key}")
+        return uris
+
+    def dependencies(
+        self, *, settings: AgentSettings | None = None, inference: InferenceClient | None = None
+    ) -> AgentDependencies:
+        settings = settings or self.settings
+        return AgentDependencies(
+            settings=settings,
+            store=ArtifactStore(
+                self.deployment.s3.client(),
+                bucket=settings.artifacts_bucket,
+                prefix=settings.artifacts_prefix,
+            ),
+            inference=inference or self.inference,
+            tools=ToolRegistry.builtin(),
+        )
+
+    def with_settings(self, **changes: Any) -> AgentSettings:
+        return replace(self.settings, **changes)
+
+    def run(
+        self,
+        event: dict[str, Any],
+        *,
+        decide: Decider | None = None,
+        settings: AgentSettings | None = None,
+        inference: InferenceClient | None = None,
+        wrap_handler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+        execution_name: str = "local-agent-run",
+        timeout_s: int = 600,
+    ) -> LocalRun:
+        """Run one execution to its end, answering the approval callback with ``decide``."""
+        from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+
+        deps = self.dependencies(settings=settings, inference=inference)
+        handler = build_handler(lambda: deps)
+        if wrap_handler is not None:
+            handler = wrap_handler(handler)
+        payload = json.dumps(event)
+        started = time.perf_counter()
+        with DurableFunctionTestRunner(handler=handler, poll_interval=0.1) as runner:
+            arn = runner.run_async(input=payload, execution_name=execution_name, execution_timeout=timeout_s)
+            if (event.get("approval") or {}).get("required"):
+                self._answer_approval(runner, arn, deps, decide or approve(), timeout_s)
+            result = runner.wait_for_result(arn, timeout=timeout_s)
+        duration = time.perf_counter() - started
+        output = json.loads(result.result) if result.result else None
+        return LocalRun(
+            execution_arn=arn,
+            status=str(getattr(result.status, "value", result.status)),
+            output=output,
+            error=result.error.to_dict() if result.error is not None else None,
+            report=OperationReport.from_test_result(
+                result, input_payload=payload, budget_bytes=deps.settings.state_budget_bytes
+            ),
+            test_result=result,
+            duration_s=duration,
+        )
+
+    def _answer_approval(
+        self, runner: Any, arn: str, deps: AgentDependencies, decide: Decider, timeout_s: int
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                callback_id = runner.wait_for_callback(arn, name=APPROVAL_CALLBACK, timeout=1)
+                break
+            except TimeoutError:
+                # The run may end without asking (a failure before the approval); wait_for_result says how.
+                # (Probing with wait_for_result(timeout=0) is not an option: a timed-out wait discards
+                # the completion event the next wait needs.)
+                if _has_ended(runner, arn):
+                    return
+                if time.monotonic() > deadline:
+                    raise LocalAgentError(f"the run did not ask for approval within {timeout_s} s") from None
+        review = self._review(deps, arn, timeout_s)
+        decision = decide(review)
+        if decision is not None:
+            runner.send_callback_success(callback_id, json.dumps(decision).encode())
+
+    def _review(self, deps: AgentDependencies, arn: str, timeout_s: float) -> dict[str, Any]:
+        """The approval request the run writes right after creating its callback."""
+        key = f"{deps.settings.runs_prefix}{run_id_from_arn(arn)}/approval-request.json"
+        client = self.deployment.s3.client()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(client.exceptions.NoSuchKey):
+                return json.loads(
+                    client.get_object(Bucket=deps.settings.artifacts_bucket, Key=key)["Body"].read()
+                )
+            time.sleep(0.1)
+        raise LocalAgentError(f"the run created its approval callback but never wrote s3://.../{key}")
+
+
+_END_EVENTS = {"ExecutionSucceeded", "ExecutionFailed", "ExecutionTimedOut", "ExecutionStopped"}
+
+
+def _has_ended(runner: Any, arn: str) -> bool:
+    events = runner.get_execution_history(arn).events
+    return any(str(getattr(e.event_type, "value", e.event_type)) in _END_EVENTS for e in events)

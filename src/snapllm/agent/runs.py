@@ -1,0 +1,191 @@
+"""Start, inspect and approve agent runs through Lambda's durable execution API.
+
+The HTTP routes (:mod:`snapllm.agent.routes`) call this service; it needs a boto3 Lambda client (or
+anything with the same methods, such as :class:`~snapllm.agent.local_service.LocalDurableLambda`)::
+
+    runs = AgentRuns(boto3.client("lambda"), function_arn="arn:aws:lambda:...:function:snapllm-Agent:live")
+    run = runs.start("order-1234-review", {"task": "...", "documents": [...], "approval": {...}})
+    runs.get(run["id"])                     # {"id", "status", "waiting_for_approval", "result", "error"}
+    runs.decide(run["id"], approved=True, approver="alice", reason="ok")
+
+A run's id is its ``DurableExecutionName``, derived from the client's idempotency key: starting again
+with the same key and the same request returns the same run; with a different request it is a conflict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from snapllm.agent.errors import AgentError, AgentInputError
+from snapllm.agent.flow import APPROVAL_CALLBACK
+from snapllm.agent.request import AgentRequest
+
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+_CLOSED_CALLBACK_EVENTS = {"CallbackSucceeded", "CallbackFailed", "CallbackTimedOut"}
+
+
+class RunError(AgentError):
+    """A request about a run that cannot be served; ``status_code`` is the HTTP status to answer."""
+
+    status_code = 400
+    code = "invalid_request"
+
+
+class InvalidRunRequestError(RunError):
+    """The start request or the approval body is malformed."""
+
+
+class RunNotFoundError(RunError):
+    status_code = 404
+    code = "run_not_found"
+
+
+class IdempotencyConflictError(RunError):
+    """The idempotency key already started a run with a different request."""
+
+    status_code = 409
+    code = "idempotency_conflict"
+
+
+class RunNotWaitingError(RunError):
+    """The run is not (or not yet, or no longer) waiting for an approval."""
+
+    status_code = 409
+    code = "run_not_waiting_for_approval"
+
+
+class ApprovalAlreadyRecordedError(RunError):
+    """The run's approval was already answered (or timed out)."""
+
+    status_code = 409
+    code = "approval_already_recorded"
+
+
+def run_id_for(idempotency_key: str) -> str:
+    """The execution name for a key: ``run-`` and 40 hex digits of its SHA-256 (1-64 of [A-Za-z0-9_-]).
+
+    Hashing accepts any key the client likes and keeps names the same length and free of PII.
+    """
+    if not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidRunRequestError(
+            f"the Idempotency-Key header must hold 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters"
+        )
+    return "run-" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+
+
+def _error_code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+class AgentRuns:
+    """The run service over Lambda's durable execution API (or the local stand-in)."""
+
+    def __init__(self, lambda_client: Any, *, function_arn: str, max_documents: int = 8) -> None:
+        self._lambda = lambda_client
+        self.function_arn = function_arn
+        self._max_documents = max_documents
+        # ListDurableExecutionsByFunction takes the unqualified name and the alias separately.
+        parts = function_arn.split(":")
+        self._function_name = ":".join(parts[:7]) if len(parts) == 8 else function_arn
+        self._qualifier = parts[7] if len(parts) == 8 else None
+
+    def start(self, idempotency_key: str, request: Any) -> dict[str, Any]:
+        run_id = run_id_for(idempotency_key)
+        try:
+            AgentRequest.parse(request, max_documents=self._max_documents)
+        except AgentInputError as exc:
+            raise InvalidRunRequestError(str(exc)) from None
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self._lambda.invoke(
+                FunctionName=self.function_arn,
+                InvocationType="Event",
+                DurableExecutionName=run_id,
+                # Canonical JSON: the service compares payloads to tell a retry from a conflicting reuse.
+                Payload=json.dumps(request, sort_keys=True, separators=(",", ":")).encode(),
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "DurableExecutionAlreadyStartedException":
+                raise IdempotencyConflictError(
+                    "this Idempotency-Key already started a run with a different request"
+                ) from exc
+            raise
+        return {"id": run_id, "execution_arn": response.get("DurableExecutionArn"), "status": "RUNNING"}
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        arn = self._arn(run_id)
+        execution = self._lambda.get_durable_execution(DurableExecutionArn=arn)
+        approval = self._approval(arn)
+        result = execution.get("Result")
+        error = execution.get("Error")
+        return {
+            "id": run_id,
+            "status": execution["Status"],
+            "waiting_for_approval": approval["state"] == "waiting",
+            "approval": approval["state"],
+            "result": json.loads(result) if result else None,
+            "error": {"type": error.get("ErrorType"), "message": error.get("ErrorMessage")}
+            if error
+            else None,
+        }
+
+    def decide(self, run_id: str, *, approved: bool, approver: str, reason: str = "") -> dict[str, Any]:
+        arn = self._arn(run_id)
+        approval = self._approval(arn)
+        if approval["state"] == "decided":
+            raise ApprovalAlreadyRecordedError(f"run {run_id} already has its approval answer")
+        if approval["state"] != "waiting":
+            raise RunNotWaitingError(f"run {run_id} is not waiting for approval")
+        from botocore.exceptions import ClientError
+
+        answer = {"approved": approved, "approver": approver, "reason": reason}
+        try:
+            self._lambda.send_durable_execution_callback_success(
+                CallbackId=approval["callback_id"], Result=json.dumps(answer).encode()
+            )
+        except ClientError as exc:
+            # Two approvals racing: the history said "open", the service already closed the callback.
+            if _error_code(exc) == "CallbackTimeoutException":
+                raise ApprovalAlreadyRecordedError(f"run {run_id} already has its approval answer") from exc
+            raise
+        return {"id": run_id, "approval": "approved" if approved else "rejected"}
+
+    def _arn(self, run_id: str) -> str:
+        if not isinstance(run_id, str) or not run_id.startswith("run-") or len(run_id) > 64:
+            raise RunNotFoundError(f"no run {run_id!r}")
+        kwargs: dict[str, Any] = {"FunctionName": self._function_name, "DurableExecutionName": run_id}
+        if self._qualifier:
+            kwargs["Qualifier"] = self._qualifier
+        executions = self._lambda.list_durable_executions_by_function(**kwargs).get("DurableExecutions", [])
+        if not executions:
+            raise RunNotFoundError(f"no run {run_id!r}")
+        return str(executions[0]["DurableExecutionArn"])
+
+    def _approval(self, arn: str) -> dict[str, Any]:
+        """``none`` (no approval asked yet / not required), ``waiting`` or ``decided``, from the history."""
+        callback_id = None
+        closed: set[str] = set()
+        ended = False
+        kwargs: dict[str, Any] = {"DurableExecutionArn": arn}
+        while True:
+            page = self._lambda.get_durable_execution_history(**kwargs)
+            for event in page.get("Events", []):
+                kind = event.get("EventType")
+                if kind == "CallbackStarted" and event.get("Name") == APPROVAL_CALLBACK:
+                    callback_id = event["CallbackStartedDetails"]["CallbackId"]
+                    operation_id = event.get("Id")
+                elif kind in _CLOSED_CALLBACK_EVENTS:
+                    closed.add(str(event.get("Id")))
+                elif kind and kind.startswith("Execution") and kind != "ExecutionStarted":
+                    ended = True
+            if not page.get("NextMarker"):
+                break
+            kwargs["Marker"] = page["NextMarker"]
+        if callback_id is None:
+            return {"state": "none", "callback_id": None}
+        if str(operation_id) in closed:
+            return {"state": "decided", "callback_id": callback_id}
+        return {"state": "none" if ended else "waiting", "callback_id": callback_id}

@@ -1,0 +1,48 @@
+"""Ties the pieces together: load the built template, scan each package once, run the rules.
+
+Example:
+    >>> from pathlib import Path
+    >>> from snapllm.preflight.checker import preflight
+    >>> findings, targets = preflight(Path(".aws-sam/build"))  # doctest: +SKIP
+    >>> [str(f) for f in findings if f.severity == "error"]  # doctest: +SKIP
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from snapllm.preflight.errors import BuildDirError
+from snapllm.preflight.package import Package, scan_package
+from snapllm.preflight.rules import RULES, Finding, Rule, Target, run_rules
+from snapllm.preflight.template import load_build
+
+
+def preflight(
+    build_dir: Path,
+    overrides: Mapping[str, str] | None = None,
+    rules: tuple[Rule, ...] = RULES,
+) -> tuple[list[Finding], list[Target]]:
+    """Checks every function in ``build_dir`` against ``rules``.
+
+    Raises:
+        BuildDirError: The template, or a package it points to, is missing from ``build_dir``.
+        TemplateError: The template cannot be read.
+    """
+    build = load_build(build_dir, overrides)
+    scanned: dict[Path, Package] = {}
+
+    def package(path: Path, name: str) -> Package:
+        if path not in scanned:
+            if not path.is_dir():
+                raise BuildDirError(f"{name}: {path} not found in the build directory")
+            scanned[path] = scan_package(path, name)
+        return scanned[path]
+
+    targets = []
+    for fn in build.functions:
+        code = package(fn.path, fn.name) if fn.path else None
+        layers = [package(layer.path, layer.name) for layer in fn.layers if layer.path]
+        targets.append(Target(function=fn, code=code, layers=layers))
+    return run_rules(targets, rules), targets

@@ -1,0 +1,419 @@
+"""The router: OpenAI-compatible HTTP routes (API Gateway HTTP API) in front of the inference aliases.
+
+``functions/router/app.py`` is the thin Lambda handler around this module::
+
+    router = RouterApp.from_env()           # routing table and limits from SNAPLLM_* variables
+    handler = router.handler                # Logger + Tracer + Metrics around the resolver
+
+Locally, ``snapllm local serve`` builds the same :class:`RouterApp` with clients that invoke restored local
+environments instead of Lambda aliases. Another module's Powertools ``Router`` joins with one argument::
+
+    router = RouterApp.from_env(routers=[agent_routes.router])
+
+Every error is an OpenAI error body with a 4xx/5xx status; limits are checked before anything is invoked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.event_handler.router import Router
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from snapllm.contract import ChatCompletionRequest, CompletionRequest, InferenceRequest, parse_request
+from snapllm.errors import (
+    InferenceInvokeError,
+    InferenceThrottledError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    RequestError,
+    ServerError,
+    UnknownModelError,
+    UnsupportedMediaTypeError,
+    UnsupportedParameterError,
+)
+from snapllm.inference_client import InferenceClient, LambdaInferenceClient
+from snapllm.router import openapi
+from snapllm.router.config import RouterSettings
+from snapllm.router.limits import check_request_text
+
+JSON = "application/json"
+# Requests that invoke nothing (health, models, OpenAPI) publish no metric; Powertools would warn each time.
+warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+STREAMING_HINT = (
+    "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
+    "API Gateway HTTP APIs buffer whole responses"
+)
+_INVOKE_ERROR_CODES = {429: "rate_limit_exceeded", 502: "inference_failed", 504: "timeout"}
+
+
+@dataclass
+class _Request:
+    """What the metrics and logs of one request need, filled in as the request is handled."""
+
+    started: float = field(default_factory=time.perf_counter)
+    route: str | None = None
+    model: str | None = None
+    error_type: str | None = None
+    invoke_s: float = 0.0
+    response: dict[str, Any] | None = None
+
+
+def error_response(error: RequestError, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(
+        status_code=error.status_code,
+        content_type=JSON,
+        body=json.dumps(error.to_body()),
+        headers=dict(headers or {}),
+    )
+
+
+class RouterApp:
+    """The resolver, its routes and the Powertools utilities around it."""
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        clients: Mapping[str, InferenceClient],
+        *,
+        logger: Logger | None = None,
+        metrics: Metrics | None = None,
+        tracer: Tracer | None = None,
+        routers: Sequence[Router] = (),
+    ) -> None:
+        missing = sorted(set(settings.routes) - set(clients))
+        if missing:
+            raise ValueError(f"no inference client for {', '.join(missing)}")
+        self.settings = settings
+        self.clients = dict(clients)
+        self.logger = logger or Logger(service=settings.service)
+        self.metrics = metrics or Metrics(namespace=settings.metrics_namespace, service=settings.service)
+        self.tracer = tracer or Tracer(service=settings.service)
+        self.resolver = APIGatewayHttpResolver(enable_validation=True)
+        self._created = int(time.time())
+        self._request = _Request()
+        self._register_routes()
+        for router in routers:
+            self.resolver.include_router(router)
+        self.handler = self._instrumented(self.handle)
+
+    @classmethod
+    def from_env(cls, *, routers: Sequence[Router] = ()) -> RouterApp:
+        """Lambda clients for every route in ``SNAPLLM_ROUTES``, sharing one boto3 client.
+
+        ``routers`` are other modules' Powertools routers (e.g. the agent's ``/v1/agent/runs``) to serve
+        alongside the OpenAI routes, with the same validation, errors and telemetry.
+        """
+        import boto3
+        from botocore.config import Config
+
+        settings = RouterSettings.from_env()
+        lambda_client = boto3.client(
+            "lambda",
+            config=Config(
+                connect_timeout=2,
+                read_timeout=settings.invoke_timeout_s,
+                # One attempt per call (botocore's max_attempts counts retries): LambdaInferenceClient
+                # retries throttles itself, within the API Gateway budget.
+                retries={"mode": "standard", "total_max_attempts": 1},
+            ),
+        )
+        clients = {
+            name: LambdaInferenceClient(
+                arn,
+                lambda_client=lambda_client,
+                read_timeout_s=settings.invoke_timeout_s,
+                max_attempts=settings.invoke_max_attempts,
+            )
+            for name, arn in settings.routes.items()
+        }
+        return cls(settings, clients, routers=routers)
+
+    # --- Lambda entry point -----------------------------------------------------------------------------
+
+    def _instrumented(self, handle: Callable[[dict[str, Any], Any], dict[str, Any]]) -> Callable[..., Any]:
+        handle = self.metrics.log_metrics(capture_cold_start_metric=True)(handle)
+        handle = self.tracer.capture_lambda_handler(capture_response=False)(handle)
+        return self.logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)(
+            handle
+        )
+
+    def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Answer one API Gateway HTTP API (payload 2.0) event. Use :attr:`handler` on Lambda."""
+        self._request = _Request()
+        too_large = self._oversized(event)
+        if too_large is not None:
+            self._request.error_type = type(too_large).__name__
+            result = {
+                "statusCode": too_large.status_code,
+                "headers": {"Content-Type": JSON},
+                "body": json.dumps(too_large.to_body()),
+                "isBase64Encoded": False,
+            }
+        else:
+            result = self.resolver.resolve(event, context)
+        self._record(result.get("statusCode", 500))
+        return result
+
+    def _oversized(self, event: dict[str, Any]) -> PayloadTooLargeError | None:
+        # Checked before Powertools parses the body: a huge body is refused without being decoded.
+        body = event.get("body") or ""
+        size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
+        if size > self.settings.max_body_bytes:
+            return PayloadTooLargeError(
+                f"the request body is {size} bytes; this deployment accepts at most "
+                f"{self.settings.max_body_bytes}"
+            )
+        return None
+
+    # --- Routes -----------------------------------------------------------------------------------------
+
+    def _register_routes(self) -> None:
+        app = self.resolver
+
+        @app.post(
+            "/v1/chat/completions",
+            summary="Create a chat completion",
+            responses=openapi.completion_responses(openapi.ChatCompletion),
+            tags=["OpenAI"],
+        )
+        def create_chat_completion(request: ChatCompletionRequest) -> Response[dict[str, Any]]:
+            return self._complete(request, "/v1/chat/completions")
+
+        @app.post(
+            "/v1/completions",
+            summary="Create a text completion",
+            responses=openapi.completion_responses(openapi.Completion),
+            tags=["OpenAI"],
+        )
+        def create_completion(request: CompletionRequest) -> Response[dict[str, Any]]:
+            return self._complete(request, "/v1/completions")
+
+        @app.get(
+            "/v1/models",
+            summary="List the models this deployment routes to",
+            responses=openapi.simple_responses(openapi.ModelList),
+            tags=["OpenAI"],
+        )
+        def list_models() -> Response[dict[str, Any]]:
+            return self._json(200, self.model_list())
+
+        @app.get("/health", summary="Liveness", responses=openapi.simple_responses(openapi.Health))
+        def health() -> Response[dict[str, Any]]:
+            return self._json(200, {"status": "ok", "models": sorted(self.settings.routes)})
+
+        @app.get("/openapi.json", include_in_schema=False)
+        def openapi_document() -> Response[str]:
+            return Response(status_code=200, content_type=JSON, body=self.openapi_json())
+
+        @app.exception_handler(RequestValidationError)
+        def invalid(exc: RequestValidationError) -> Response:
+            return self._reject(self._validation_error(exc))
+
+        @app.exception_handler(RequestUnsupportedContentType)
+        def not_json(exc: RequestUnsupportedContentType) -> Response:
+            content_type = app.current_event.headers.get("content-type", "")
+            return self._reject(
+                UnsupportedMediaTypeError(f"the body must be application/json, not {content_type!r}")
+            )
+
+        @app.exception_handler(UnicodeDecodeError)
+        def not_utf8(exc: UnicodeDecodeError) -> Response:
+            return self._reject(InvalidRequestError("the request body is not valid UTF-8 JSON"))
+
+        @app.exception_handler(RequestError)
+        def rejected(exc: RequestError) -> Response:
+            return self._reject(exc)
+
+        @app.exception_handler(InferenceInvokeError)
+        def invoke_failed(exc: InferenceInvokeError) -> Response:
+            return self._invoke_failed(exc)
+
+        @app.not_found
+        def not_found(exc: NotFoundError) -> Response:
+            path = app.current_event.path
+            error = InvalidRequestError(f"no route for {app.current_event.http_method} {path}")
+            error.status_code, error.code = 404, "unknown_url"
+            return self._reject(error)
+
+        @app.exception_handler(Exception)
+        def unexpected(exc: Exception) -> Response:
+            request_id = app.lambda_context.aws_request_id if app.lambda_context else None
+            self.logger.exception("router failure")
+            return self._reject(ServerError(f"the router failed (request id {request_id})"))
+
+    def model_list(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": self._created, "owned_by": self.settings.owned_by}
+                for name in sorted(self.settings.routes)
+            ],
+        }
+
+    def openapi_json(self) -> str:
+        return self.resolver.get_openapi_json_schema(
+            title="snapllm",
+            version="0.1.0",
+            summary="OpenAI-compatible completions from small GGUF models on AWS Lambda",
+        )
+
+    # --- Completions ------------------------------------------------------------------------------------
+
+    def _complete(self, request: InferenceRequest, route: str) -> Response:
+        state = self._request
+        state.route = route
+        model = self.settings.resolve_model(request.model)
+        state.model = model or request.model
+        self.tracer.put_annotation("route", route)
+        self.tracer.put_annotation("model", state.model or "none")
+        self.logger.append_keys(route=route, model=state.model)
+        if model is None:
+            raise UnknownModelError(
+                f"the model {request.model!r} does not exist; available: "
+                f"{', '.join(sorted(self.settings.routes))}",
+                param="model",
+            )
+        self._check_limits(request)
+        payload = request.model_dump(mode="json", exclude_unset=True, exclude={"model"})
+        if self.settings.log_prompts:
+            self.logger.info("prompt", extra={"request": payload})
+        invoked = time.perf_counter()
+        try:
+            with self.tracer.provider.in_subsegment("## invoke inference") as subsegment:
+                subsegment.put_annotation("model", model)
+                body = self.clients[model].invoke(payload)
+        finally:
+            state.invoke_s = time.perf_counter() - invoked
+        status = body.pop("statusCode", 200)
+        if status >= 400:
+            # The inference function rejected the request (e.g. its context window): pass it on as is.
+            state.error_type = (body.get("error") or {}).get("type", "invalid_request_error")
+            self.logger.warning("inference rejected the request", extra={"status": status, **body})
+            return self._json(status, body)
+        body["model"] = model
+        state.response = body
+        self.logger.info(
+            "completion",
+            extra={
+                "usage": body.get("usage"),
+                "timings": body.get("timings"),
+                "finish_reason": (body.get("choices") or [{}])[0].get("finish_reason"),
+                "invoke_ms": round(state.invoke_s * 1000, 2),
+            },
+        )
+        return self._json(200, body)
+
+    def _check_limits(self, request: InferenceRequest) -> None:
+        if request.stream:
+            raise UnsupportedParameterError(STREAMING_HINT, param="stream")
+        requested = request.requested_max_tokens
+        if requested is not None and requested > self.settings.max_tokens:
+            raise InvalidRequestError(
+                f"max_tokens is {requested}; this deployment allows at most {self.settings.max_tokens}",
+                param="max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens",
+            )
+        check_request_text(request, max_prompt_chars=self.settings.max_prompt_chars)
+
+    # --- Errors -----------------------------------------------------------------------------------------
+
+    def _validation_error(self, exc: RequestValidationError) -> RequestError:
+        """Render Powertools' validation errors with the shared contract's messages."""
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":
+            detail = (first.get("ctx") or {}).get("error", "JSON decode error")
+            return InvalidRequestError(f"the request body is not valid JSON: {detail}")
+        # Re-validating with the contract gives the same message a direct invoke would get.
+        try:
+            body = self.resolver.current_event.json_body
+            chat = self.resolver.current_event.path.endswith("chat/completions")
+            required = "messages" if chat else "prompt"
+            if isinstance(body, dict) and required not in body:
+                return InvalidRequestError(f"missing required field: {required}", param=required)
+            parse_request(body)
+        except RequestError as error:
+            return error
+        except ValueError:
+            pass
+        location = [str(p) for p in first.get("loc", ()) if p != "body"]
+        return InvalidRequestError(
+            f"{'.'.join(location) or 'body'}: {first.get('msg', 'invalid')}", param=".".join(location) or None
+        )
+
+    def _reject(self, error: RequestError, headers: Mapping[str, str] | None = None) -> Response:
+        self._request.error_type = type(error).__name__
+        self.logger.warning(
+            "request rejected",
+            extra={"status": error.status_code, "error_type": type(error).__name__, "param": error.param},
+        )
+        return error_response(error, headers)
+
+    def _invoke_failed(self, exc: InferenceInvokeError) -> Response:
+        self._request.error_type = type(exc).__name__
+        self.logger.error("invoking inference failed", extra={"error_type": type(exc).__name__})
+        body = {
+            "error": {
+                "message": exc.message,
+                "type": exc.error_type,
+                "param": None,
+                "code": _INVOKE_ERROR_CODES.get(exc.status_code, "inference_failed"),
+            }
+        }
+        headers = {}
+        if isinstance(exc, InferenceThrottledError):
+            headers["Retry-After"] = str(max(1, round(exc.retry_after_s or 1)))
+        return Response(exc.status_code, content_type=JSON, body=json.dumps(body), headers=headers)
+
+    @staticmethod
+    def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:
+        # The body stays a dict so Powertools' response validation checks it against the route's type.
+        return Response(status_code=status, content_type=JSON, body=body)
+
+    # --- Metrics ----------------------------------------------------------------------------------------
+
+    def _record(self, status: int) -> None:
+        state = self._request
+        if state.route is None and state.error_type is None:
+            return  # /health, /v1/models, /openapi.json: no inference, nothing worth a metric
+        model = state.model if state.model in self.settings.routes else "unknown"
+        elapsed_ms = (time.perf_counter() - state.started) * 1000.0
+        metrics = self.metrics
+        metrics.add_dimension("model", model)
+        metrics.add_metric("RequestCount", MetricUnit.Count, 1)
+        metrics.add_metric("Latency", MetricUnit.Milliseconds, elapsed_ms)
+        if state.invoke_s:
+            metrics.add_metric("RouterOverhead", MetricUnit.Milliseconds, elapsed_ms - state.invoke_s * 1000)
+        response = state.response
+        if response is not None:
+            usage, timings = response.get("usage") or {}, response.get("timings") or {}
+            metrics.add_metric("PromptTokens", MetricUnit.Count, usage.get("prompt_tokens", 0))
+            metrics.add_metric("CompletionTokens", MetricUnit.Count, usage.get("completion_tokens", 0))
+            if "time_to_first_token_ms" in timings:
+                ttft_ms, rate = timings["time_to_first_token_ms"], timings["tokens_per_second"]
+                metrics.add_metric("TimeToFirstToken", MetricUnit.Milliseconds, ttft_ms)
+                metrics.add_metric("TokensPerSecond", MetricUnit.CountPerSecond, rate)
+        if state.error_type is not None:
+            # A metric of its own so errors can be broken down by type without multiplying the others.
+            with single_metric(
+                name="Errors",
+                unit=MetricUnit.Count,
+                value=1,
+                namespace=self.settings.metrics_namespace,
+                default_dimensions={"service": self.settings.service, "model": model},
+            ) as metric:
+                metric.add_dimension("error_type", state.error_type)
+                metric.add_dimension("status", str(status))

@@ -1,0 +1,232 @@
+"""The streaming function's web app: an ASGI app that Lambda Web Adapter (LWA) runs behind a Function URL.
+
+``functions/stream/app.py`` wires it; ``run.sh`` starts it with uvicorn on 127.0.0.1:$PORT::
+
+    runtime = InferenceRuntime.initialize()   # the same S3 -> memfd -> llama.cpp init as InferenceFunction
+    app = create_app(runtime)
+
+LWA replaces the Python runtime client, so ``snapshot-restore-py`` hooks never fire under it. LWA calls
+two HTTP hooks instead, which run the runtime's own SnapStart work:
+
+- ``POST /_snapllm/snapstart/before-checkpoint``: warm-up, so the snapshot holds a primed model;
+- ``POST /_snapllm/snapstart/after-restore``: re-seed and new environment id.
+
+Both answer 403 to anything that came through an invoke (LWA adds ``x-amzn-request-context`` to those
+and itself refuses outside requests to the configured hook paths).
+
+With ``stream: true`` the completion routes answer with server-sent events in OpenAI's chunk format,
+ending with ``data: [DONE]``; without it, with the same JSON body as the router.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from snapllm.contract import InferenceRequest, parse_request, render_response
+from snapllm.engine import Deadline, StreamItem, TokenDelta
+from snapllm.errors import (
+    InvalidRequestError,
+    PayloadTooLargeError,
+    RequestError,
+    ServerError,
+    UnknownModelError,
+    UnsupportedMediaTypeError,
+)
+from snapllm.router.limits import check_request_text
+from snapllm.runtime import InferenceRuntime
+from snapllm.streaming.sse import ChunkEncoder
+
+logger = logging.getLogger("snapllm.stream")
+
+BEFORE_CHECKPOINT_PATH = "/_snapllm/snapstart/before-checkpoint"
+AFTER_RESTORE_PATH = "/_snapllm/snapstart/after-restore"
+# Headers LWA adds to every request it turns an invoke into; LWA's own hook calls carry neither.
+INVOKE_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+DEFAULT_MAX_PROMPT_CHARS = 32_000
+# Without LWA's context header (local runs) generation is bounded by this, like the function timeout.
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def _error(error: RequestError) -> JSONResponse:
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> Deadline:
+    """The invoke's deadline from LWA's ``x-amzn-lambda-context`` header, less the engine's margin."""
+    margin_s = runtime.settings.engine.deadline_margin_ms / 1000.0
+    raw = request.headers.get("x-amzn-lambda-context")
+    if raw:
+        try:
+            deadline_ms = float(json.loads(raw)["deadline"])
+            return Deadline.after(deadline_ms / 1000.0 - time.time() - margin_s)
+        except (ValueError, KeyError, TypeError):
+            logger.warning("unreadable x-amzn-lambda-context header; using the configured timeout")
+    return Deadline.after(timeout_s - margin_s)
+
+
+async def _events(items: Iterator[StreamItem], encoder: ChunkEncoder) -> AsyncIterator[bytes]:
+    """Pull tokens from the engine on a worker thread, one at a time, and encode them as SSE events.
+
+    When the client goes away Starlette cancels this generator; the token being generated finishes,
+    then the engine's iterator is closed (shielded from the cancellation) so its lock is released.
+    """
+    done = object()
+    try:
+        yield encoder.start()
+        while True:
+            item = await anyio.to_thread.run_sync(next, items, done)
+            if item is done:
+                return
+            if isinstance(item, TokenDelta):
+                yield encoder.delta(item.text)
+            else:
+                yield encoder.finish(item)
+    except RequestError as exc:
+        yield encoder.error(exc)
+    except Exception:
+        logger.exception("streaming generation failed")
+        yield encoder.error(ServerError("generation failed; see the function's logs"))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(items.close)  # type: ignore[attr-defined]
+
+
+class StreamingApp:
+    """Routes of the streaming function around one :class:`InferenceRuntime`."""
+
+    def __init__(
+        self,
+        runtime: InferenceRuntime,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.runtime = runtime
+        self.max_body_bytes = max_body_bytes
+        self.max_prompt_chars = max_prompt_chars
+        self.timeout_s = timeout_s
+        self.hooks_run: list[str] = []
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route(BEFORE_CHECKPOINT_PATH, self.before_checkpoint, methods=["POST"]),
+            Route(AFTER_RESTORE_PATH, self.after_restore, methods=["POST"]),
+        ]
+
+    # --- OpenAI routes ----------------------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, required="messages")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, required="prompt")
+
+    async def models(self, request: Request) -> Response:
+        name = self.runtime.engine.model_name
+        return JSONResponse(
+            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "snapllm"}]}
+        )
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "models": [self.runtime.engine.model_name]})
+
+    async def _complete(self, request: Request, *, required: str) -> Response:
+        try:
+            parsed = await self._parse(request, required)
+            engine = self.runtime.engine
+            deadline = _deadline(request, self.runtime, self.timeout_s)
+            if not parsed.stream:
+                generation = await anyio.to_thread.run_sync(
+                    lambda: engine.generate(parsed, deadline=deadline)
+                )
+                return JSONResponse(render_response(parsed, generation, model=engine.model_name))
+            # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
+            items = await anyio.to_thread.run_sync(lambda: engine.stream(parsed, deadline=deadline))
+        except RequestError as exc:
+            logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
+            return _error(exc)
+        except Exception:
+            logger.exception("generation failed")
+            return _error(ServerError("generation failed; see the function's logs"))
+        encoder = ChunkEncoder.for_request(parsed, model=engine.model_name)
+        return StreamingResponse(
+            _events(items, encoder),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _parse(self, request: Request, required: str) -> InferenceRequest:
+        content_type = request.headers.get("content-type", "")
+        if content_type and not content_type.split(";")[0].strip().lower().endswith("json"):
+            raise UnsupportedMediaTypeError(f"the body must be application/json, not {content_type!r}")
+        raw = await request.body()
+        if len(raw) > self.max_body_bytes:
+            raise PayloadTooLargeError(
+                f"the request body is {len(raw)} bytes; this deployment accepts at most {self.max_body_bytes}"
+            )
+        try:
+            body: Any = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+        if isinstance(body, dict) and required not in body:
+            raise InvalidRequestError(f"missing required field: {required}", param=required)
+        parsed = parse_request(body)
+        check_request_text(parsed, max_prompt_chars=self.max_prompt_chars)
+        name = self.runtime.engine.model_name
+        if parsed.model is not None and parsed.model != name:
+            raise UnknownModelError(
+                f"the model {parsed.model!r} does not exist; available: {name}", param="model"
+            )
+        return parsed
+
+    # --- SnapStart hooks (called by LWA) ------------------------------------------------------------------
+
+    @staticmethod
+    def _from_outside(request: Request) -> bool:
+        return any(name in request.headers for name in INVOKE_HEADERS)
+
+    async def before_checkpoint(self, request: Request) -> Response:
+        if self._from_outside(request):
+            return Response(status_code=403)
+        await anyio.to_thread.run_sync(self.runtime.before_snapshot)
+        self.hooks_run.append("before-checkpoint")
+        return JSONResponse({"hook": "before-checkpoint", "environment_id": self.runtime.environment_id})
+
+    async def after_restore(self, request: Request) -> Response:
+        if self._from_outside(request):
+            return Response(status_code=403)
+        self.runtime.after_restore()
+        self.hooks_run.append("after-restore")
+        return JSONResponse({"hook": "after-restore", "environment_id": self.runtime.environment_id})
+
+
+def create_app(runtime: InferenceRuntime, **options: Any) -> Starlette:
+    """The ASGI app for ``runtime``; ``options`` go to :class:`StreamingApp`. Limits default from env."""
+    options.setdefault(
+        "max_body_bytes", int(os.environ.get("SNAPLLM_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES)
+    )
+    options.setdefault(
+        "max_prompt_chars", int(os.environ.get("SNAPLLM_MAX_PROMPT_CHARS") or DEFAULT_MAX_PROMPT_CHARS)
+    )
+    options.setdefault("timeout_s", float(os.environ.get("SNAPLLM_STREAM_TIMEOUT_S") or DEFAULT_TIMEOUT_S))
+    streaming = StreamingApp(runtime, **options)
+    app = Starlette(routes=streaming.routes())
+    app.state.streaming = streaming
+    return app

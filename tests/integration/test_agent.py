@@ -1,0 +1,236 @@
+"""The durable agent end to end: the SDK's testing runner plays the durable service, the real model
+answers (SmolLM2 restored from its local snapshot) and documents live on the local S3 endpoint.
+
+One restored inference environment serves the whole module. Each test checks the per-operation report:
+no checkpointed operation may exceed the configured state budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from snapllm.agent.budget import OFFLOADED
+from snapllm.agent.local import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
+from snapllm.errors import InferenceThrottledError
+from snapllm.inference_client import LocalInferenceClient
+from snapllm.local.session import LocalDeployment
+from tests.conftest import TEMPLATE
+
+pytestmark = pytest.mark.slow
+
+NOTES = (
+    "# SnapStart notes\n\n"
+    "Lambda SnapStart takes a snapshot of the initialized execution environment when a version is "
+    "published. Restoring from the snapshot skips module import and model loading, so the first request "
+    "only pays for paging memory back in. Snapshots hold everything in memory, including random seeds, "
+    "so seed per request after restore.\n"
+)
+
+
+@pytest.fixture(scope="module")
+def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
+    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as environment:
+            yield LocalAgent(deployment, agent_settings(TEMPLATE), LocalInferenceClient(environment))
+
+
+@pytest.fixture(scope="module")
+def notes_uri(agent: LocalAgent) -> str:
+    return _put(agent, "documents/snapstart-notes.md", NOTES.encode())
+
+
+def _put(agent: LocalAgent, relative_key: str, data: bytes) -> str:
+    key = f"{agent.settings.artifacts_prefix}{relative_key}"
+    agent.deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=data)
+    return f"s3://{agent.settings.artifacts_bucket}/{key}"
+
+
+def _event(uri: str, *, required: bool = True, timeout: str = "3d") -> dict[str, Any]:
+    return {
+        "task": "Explain in two sentences why SnapStart makes cold starts faster.",
+        "documents": [uri],
+        "approval": {"required": required, "timeout": timeout},
+    }
+
+
+def _within_budget(run: LocalRun) -> None:
+    print(run.report.render())
+    assert run.report.over_budget == [], run.report.render()
+    assert run.report.largest.bytes <= run.report.budget_bytes
+
+
+def _ops(run: LocalRun) -> dict[str, Any]:
+    return {row.name: row for row in run.report.rows}
+
+
+class CountingInference:
+    """The real model, counting calls; optionally failing the first ones like a throttled Lambda invoke.
+
+    Lambda's throttling (429 TooManyRequestsException) cannot happen against the local restored
+    environment, so the first ``throttle_first`` calls raise what LambdaInferenceClient raises for it.
+    """
+
+    def __init__(self, inner: Any, *, throttle_first: int = 0) -> None:
+        self._inner = inner
+        self._throttle_first = throttle_first
+        self.calls = 0
+        self.throttled = 0
+        self.prompts: list[str] = []
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        if self.throttled < self._throttle_first:
+            self.throttled += 1
+            raise InferenceThrottledError("the model is at its concurrency limit; retry shortly")
+        self.calls += 1
+        self.prompts.append(payload["messages"][-1]["content"][:60])
+        return self._inner.invoke(payload)
+
+
+def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: str):
+    run = agent.run(_event(notes_uri), decide=approve("alice", "looks right"), execution_name="approve")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "completed"
+    assert run.output["answer"].strip()
+    assert run.output["plan"].strip()
+    assert run.output["approval"] == {
+        "required": True,
+        "approved": True,
+        "approver": "alice",
+        "reason": "looks right",
+    }
+    assert [f["summary"] for f in run.output["findings"]] and all(
+        f["summary"] for f in run.output["findings"]
+    )
+    ops = _ops(run)
+    assert ops["approval"].type == "CALLBACK" and ops["approval"].status == "SUCCEEDED"
+    assert ops["answer"].status == "SUCCEEDED"
+    _within_budget(run)
+
+
+def test_rejected_run_is_cancelled_with_the_reason(agent: LocalAgent, notes_uri: str):
+    run = agent.run(_event(notes_uri), decide=reject("bob", "not for this audience"), execution_name="reject")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "cancelled"
+    assert run.output["reason"] == "rejected by bob: not for this audience"
+    assert "answer" not in _ops(run)
+    _within_budget(run)
+
+
+def test_approval_timeout_cancels_the_run(agent: LocalAgent, notes_uri: str):
+    # The testing runner fast-forwards waits and retry delays but times callbacks out in real time.
+    run = agent.run(_event(notes_uri, timeout="2s"), decide=no_answer(), execution_name="timeout")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "cancelled"
+    assert run.output["reason"] == "approval timed out after 2 seconds"
+    assert _ops(run)["approval"].status == "TIMED_OUT"
+    assert "answer" not in _ops(run)
+    _within_budget(run)
+
+
+def test_transient_inference_failure_is_retried(agent: LocalAgent, notes_uri: str):
+    inference = CountingInference(agent.inference, throttle_first=1)
+    run = agent.run(_event(notes_uri, required=False), inference=inference, execution_name="throttled")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "completed"
+    assert inference.throttled == 1
+    assert _ops(run)["plan"].attempts == 2  # the first attempt was throttled, the second answered
+    _within_budget(run)
+
+
+def test_missing_document_fails_permanently_without_retries(agent: LocalAgent):
+    inference = CountingInference(agent.inference)
+    missing = f"s3://{agent.settings.artifacts_bucket}/{agent.settings.artifacts_prefix}documents/missing.md"
+    run = agent.run(_event(missing), inference=inference, execution_name="missing")
+
+    assert run.status == "FAILED"
+    assert run.error["ErrorMessage"] == f"{missing} does not exist"
+    assert _ops(run)["head missing.md"].attempts == 1  # a missing object is not worth a retry
+    assert inference.calls == 0
+    _within_budget(run)
+
+
+def test_model_rejection_fails_permanently_without_retries(agent: LocalAgent, notes_uri: str):
+    # The deployment caps max_tokens at 512: the real inference function answers 400, which no retry fixes.
+    settings = agent.with_settings(plan_max_tokens=100_000)
+    run = agent.run(_event(notes_uri, required=False), settings=settings, execution_name="rejected")
+
+    assert run.status == "FAILED"
+    assert "the model rejected the request (400)" in run.error["ErrorMessage"]
+    assert "max_tokens" in run.error["ErrorMessage"]
+    assert _ops(run)["plan"].attempts == 1
+    _within_budget(run)
+
+
+def test_replay_runs_each_step_body_once(agent: LocalAgent, notes_uri: str):
+    inference = CountingInference(agent.inference)
+    invocations = 0
+
+    def counting(handler: Any) -> Any:
+        def wrapped(event: Any, context: Any) -> Any:
+            nonlocal invocations
+            invocations += 1
+            return handler(event, context)
+
+        return wrapped
+
+    run = agent.run(
+        _event(notes_uri),
+        decide=approve(),
+        inference=inference,
+        wrap_handler=counting,
+        execution_name="replay",
+    )
+
+    assert run.status == "SUCCEEDED", run.error
+    # Waiting for the approval ends the first invocation; the second replays everything before it.
+    assert invocations >= 2
+    llm_steps = [
+        r for r in run.report.rows if r.name == "plan" or r.name == "answer" or "summarize" in r.name
+    ]
+    llm_steps = [r for r in llm_steps if r.type == "STEP"]
+    # plan, one chunk summary (the notes fit in one chunk), answer
+    assert inference.calls == len(llm_steps) == 3, inference.prompts
+    assert all(r.attempts == 1 for r in run.report.rows if r.type == "STEP")
+    _within_budget(run)
+
+
+def test_ten_megabyte_document_stays_out_of_the_checkpoints(agent: LocalAgent, tmp_path: Path):
+    section = (
+        "Durable functions checkpoint every step result and replay them on resume, so results must stay "
+        "small. Large data belongs in S3, referenced by bucket, key, size and digest.\n"
+    )
+    data = (section * (10 * 1024 * 1024 // len(section) + 1)).encode()[: 10 * 1024 * 1024]
+    uri = _put(agent, "documents/big.txt", data)
+    # A small budget and a large excerpt force the guard to offload: the excerpt (32 KiB) is over the
+    # share of the budget its map item gets, so only its reference may be checkpointed.
+    settings = agent.with_settings(state_budget_bytes=16 * 1024, excerpt_bytes=32 * 1024)
+    run = agent.run(_event(uri, required=False), settings=settings, execution_name="big")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "completed" and run.output["answer"].strip()
+    _within_budget(run)
+    assert run.report.budget_bytes == 16 * 1024
+    assert run.report.total_bytes < 64 * 1024  # 10 MB processed, a few KB of state
+
+    excerpt = next(
+        op
+        for op in run.test_result.get_all_operations()
+        if op.name == "read_excerpt big.txt@0" and op.operation_type.value == "STEP"
+    )
+    ref = json.loads(excerpt.result)[OFFLOADED]
+    stored = agent.deployment.s3.client().get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
+    assert ref["size"] == len(stored) and ref["sha256"] == hashlib.sha256(stored).hexdigest()
+    assert json.loads(stored)["length"] == 32 * 1024
+    assert ref["key"].startswith(f"{agent.settings.artifacts_prefix}runs/")

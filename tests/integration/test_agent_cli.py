@@ -1,0 +1,48 @@
+"""``snapllm local invoke AgentFunction`` as a user runs it: result JSON on stdout, the table on stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _invoke(*flags: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "snapllm.cli", "local", "invoke", "AgentFunction"]
+    return subprocess.run(
+        [*command, "-e", "events/agent/review.json", *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_approve_prints_the_result_and_the_operation_table():
+    done = _invoke("--approve", "--reason", "ship it")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and result["answer"].strip()
+    assert result["approval"]["reason"] == "ship it"
+    assert len(result["findings"]) == 2
+    table = done.stderr[done.stderr.index("operation ") :]
+    for name in ("plan", "run tools", "approval", "request approval", "answer"):
+        assert f"\n{name} " in table
+    assert "largest checkpointed operation:" in table and "(budget 65,536 B, OK)" in table
+
+
+def test_reject_prints_a_cancelled_result():
+    done = _invoke("--reject")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "cancelled"
+    assert result["reason"] == "rejected by cli: rejected with --reject"

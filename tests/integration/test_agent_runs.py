@@ -1,0 +1,135 @@
+"""The agent's HTTP side end to end: Powertools routes -> AgentRuns -> durable executions of the real agent.
+
+The durable service is the SDK's in-process testing runner behind LocalDurableLambda, which answers the
+five Lambda API calls AgentRuns makes with the service's response shapes; the model is the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+from snapllm.agent import routes
+from snapllm.agent.handler import build_handler
+from snapllm.agent.local import LocalAgent, agent_settings
+from snapllm.agent.local_service import LocalDurableLambda
+from snapllm.agent.runs import AgentRuns
+from snapllm.inference_client import LocalInferenceClient
+from snapllm.local.context import LocalContext
+from snapllm.local.session import LocalDeployment
+from snapllm.router.events import http_api_event
+from tests.conftest import TEMPLATE
+
+pytestmark = pytest.mark.slow
+
+AGENT_ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Agent:live"
+NOTES = (
+    b"# Notes\n\nSnapStart restores a snapshot of an initialized function instead of initializing it again.\n"
+)
+
+
+@pytest.fixture(scope="module")
+def api(
+    deployment: LocalDeployment,
+) -> Iterator[tuple[APIGatewayHttpResolver, DurableFunctionTestRunner, str]]:
+    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as environment:
+            agent = LocalAgent(deployment, agent_settings(TEMPLATE), LocalInferenceClient(environment))
+            key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
+            deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
+            deps = agent.dependencies()
+            with DurableFunctionTestRunner(handler=build_handler(lambda: deps), poll_interval=0.1) as runner:
+                routes.configure(
+                    AgentRuns(LocalDurableLambda(runner, function_arn=AGENT_ARN), function_arn=AGENT_ARN)
+                )
+                resolver = APIGatewayHttpResolver()
+                resolver.include_router(routes.router)
+                try:
+                    yield resolver, runner, f"s3://{agent.settings.artifacts_bucket}/{key}"
+                finally:
+                    routes.configure(None)
+
+
+def _call(resolver: APIGatewayHttpResolver, method: str, path: str, body: Any = None, **headers: str):
+    event = http_api_event(
+        method,
+        path,
+        body=b"" if body is None else json.dumps(body).encode(),
+        headers={"content-type": "application/json", **headers},
+    )
+    response = resolver.resolve(event, LocalContext.create("RouterFunction", timeout_s=30, memory_mb=256))
+    return response["statusCode"], json.loads(response["body"] or "null")
+
+
+def _until(resolver: APIGatewayHttpResolver, run_id: str, predicate: Any, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status, body = _call(resolver, "GET", f"/v1/agent/runs/{run_id}")
+        assert status == 200, body
+        if predicate(body):
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} never reached the expected state: {body}")
+
+
+def test_idempotent_start_approval_and_result_over_http(api):
+    resolver, runner, uri = api
+    request = {"task": "Say what SnapStart restores.", "documents": [uri], "approval": {"required": True}}
+
+    status, first = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "review-42"})
+    assert status == 202, first
+    status, again = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "review-42"})
+    assert status == 202 and again["id"] == first["id"] and again["execution_arn"] == first["execution_arn"]
+    # The runner itself holds exactly one execution under that name: the key never started a second run.
+    assert len(runner._executor.list_executions(execution_name=first["id"]).durable_executions) == 1
+
+    status, conflict = _call(
+        resolver,
+        "POST",
+        "/v1/agent/runs",
+        {**request, "task": "Something else."},
+        **{"Idempotency-Key": "review-42"},
+    )
+    assert status == 409 and conflict["error"]["code"] == "idempotency_conflict"
+
+    waiting = _until(resolver, first["id"], lambda run: run["waiting_for_approval"])
+    assert waiting["status"] == "RUNNING" and waiting["result"] is None
+
+    approval = {"approved": True, "approver": "alice", "reason": "fine"}
+    status, answer = _call(resolver, "POST", f"/v1/agent/runs/{first['id']}/approval", approval)
+    assert status == 200 and answer == {"id": first["id"], "approval": "approved"}
+    status, repeated = _call(resolver, "POST", f"/v1/agent/runs/{first['id']}/approval", approval)
+    assert status == 409 and repeated["error"]["code"] == "approval_already_recorded"
+
+    done = _until(resolver, first["id"], lambda run: run["status"] != "RUNNING")
+    assert done["status"] == "SUCCEEDED", done
+    assert done["result"]["status"] == "completed" and done["result"]["answer"].strip()
+    assert done["result"]["approval"]["approver"] == "alice"
+
+
+def test_clear_client_errors(api):
+    resolver, _runner, uri = api
+    status, body = _call(resolver, "GET", "/v1/agent/runs/run-0000000000000000000000000000000000000000")
+    assert status == 404 and body["error"]["code"] == "run_not_found"
+
+    status, body = _call(resolver, "POST", "/v1/agent/runs", {"task": "no key"})
+    assert status == 400 and "Idempotency-Key" in body["error"]["message"]
+    status, body = _call(resolver, "POST", "/v1/agent/runs", {"documents": []}, **{"Idempotency-Key": "k"})
+    assert status == 400 and "task" in body["error"]["message"]
+
+    request = {"task": "Say what SnapStart restores.", "documents": [uri]}
+    status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "no-approval"})
+    assert status == 202
+    _until(resolver, run["id"], lambda r: r["status"] != "RUNNING")
+    status, body = _call(resolver, "POST", f"/v1/agent/runs/{run['id']}/approval", {"approved": True})
+    assert status == 409 and body["error"]["code"] == "run_not_waiting_for_approval"
+    status, body = _call(resolver, "POST", f"/v1/agent/runs/{run['id']}/approval", {"approved": "yes"})
+    assert status == 400

@@ -1,0 +1,157 @@
+"""The official ``openai`` client against ``snapllm local serve``: the real router handler, the restored
+inference environment and the streaming ASGI app, with the packaged model."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.serve_fixture import MODEL, shared_server
+
+pytestmark = pytest.mark.slow
+
+MESSAGES = [{"role": "user", "content": "Say hello in three words."}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    return shared_server()
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=60)
+
+
+def test_models_lists_the_routed_model(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_chat_completion_answers(client):
+    completion = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, seed=1)
+    choice = completion.choices[0]
+    assert completion.object == "chat.completion" and completion.model == MODEL
+    assert choice.message.role == "assistant" and choice.message.content.strip()
+    assert choice.finish_reason in {"stop", "length"}
+    assert 0 < completion.usage.completion_tokens <= 8
+    assert (
+        completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+    )
+
+
+def test_text_completion_answers(client):
+    completion = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=6)
+    assert completion.object == "text_completion"
+    assert completion.choices[0].text.strip()
+    assert completion.usage.completion_tokens <= 6
+
+
+def test_chat_completion_streams_token_by_token(client):
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=8, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) >= 2, "tokens should arrive as separate events"
+    finished = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finished) == 1 and finished[0].choices[0].finish_reason in {"stop", "length"}
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage.completion_tokens == len(pieces) <= 8
+
+
+def test_text_completion_streams(client):
+    stream = client.completions.create(model=MODEL, prompt="One, two, three,", max_tokens=6, stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks).strip()
+    assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
+
+
+def test_stream_ends_with_done(server):
+    body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", f"{server.base_url}/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.iter_lines() if line]
+    assert events[-1] == "data: [DONE]"
+    assert all(line.startswith("data: ") for line in events)
+
+
+# --- Errors: the openai client raises its typed errors, with the OpenAI error body ------------------------
+
+CHAT_ERRORS = [
+    ({"model": "no-such-model"}, openai.NotFoundError, "model", "model_not_found"),
+    ({"n": 2}, openai.BadRequestError, "n", "unsupported_parameter"),
+    ({"temperature": 5}, openai.BadRequestError, "temperature", None),
+    ({"max_tokens": 17}, openai.BadRequestError, "max_tokens", None),
+    ({"max_tokens": 0}, openai.BadRequestError, "max_tokens", None),
+    ({"logprobs": True}, openai.BadRequestError, "logprobs", "unsupported_parameter"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, openai.BadRequestError, "tools", None),
+    ({"extra_body": {"max_token": 3}}, openai.BadRequestError, "max_token", None),
+    ({"messages": [{"role": "user", "content": "x" * 2001}]}, openai.BadRequestError, "messages", None),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "stream"])
+@pytest.mark.parametrize(("overrides", "error", "param", "code"), CHAT_ERRORS, ids=lambda v: str(v)[:30])
+def test_bad_chat_requests_get_openai_errors(client, stream, overrides, error, param, code):
+    kwargs = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "stream": stream, **overrides}
+    with pytest.raises(error) as raised:
+        client.chat.completions.create(**kwargs)
+    body = raised.value.body
+    assert set(body) == {"message", "type", "param", "code"}, body
+    assert body["param"] == param and body["message"]
+    if code:
+        assert body["code"] == code
+
+
+def test_oversized_body_gets_413(client):
+    with pytest.raises(openai.APIStatusError) as raised:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * 70_000}])
+    assert raised.value.status_code == 413
+    assert raised.value.body["code"] == "payload_too_large"
+
+
+RAW_ERRORS = [
+    ("POST", "/chat/completions", b'{"model": "x", "messages": [', "application/json", 400),
+    ("POST", "/chat/completions", b"[1, 2]", "application/json", 400),
+    ("POST", "/chat/completions", b'{"messages": "hello"}', "application/json", 400),
+    (
+        "POST",
+        "/chat/completions",
+        b'{"messages": [{"role": "robot", "content": "x"}]}',
+        "application/json",
+        400,
+    ),
+    ("POST", "/chat/completions", b'{"prompt": "x"}', "application/json", 400),
+    ("POST", "/completions", b'{"prompt": "x", "echo": true}', "application/json", 400),
+    ("POST", "/completions", b'{"prompt": "\\ud800"}', "application/json", 400),
+    ("POST", "/completions", b"prompt=x", "text/plain", 415),
+    ("POST", "/completions", b'{"prompt": "x", "stream": true, "best_of": 3}', "application/json", 400),
+    ("GET", "/nowhere", b"", "", 404),
+    ("DELETE", "/models", b"", "", 404),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "content_type", "status"), RAW_ERRORS)
+def test_malformed_requests_get_4xx_and_the_server_keeps_serving(
+    server, client, method, path, body, content_type, status
+):
+    headers = {"content-type": content_type} if content_type else {}
+    response = httpx.request(method, f"{server.base_url}{path}", content=body, headers=headers, timeout=30)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    json.dumps(error)
+    assert client.models.list().data
+
+
+def test_server_still_answers_after_errors(client):
+    completion = client.completions.create(model=MODEL, prompt="Hello", max_tokens=2)
+    assert completion.usage.completion_tokens >= 1

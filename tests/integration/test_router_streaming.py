@@ -1,0 +1,114 @@
+"""The streaming function's ASGI app in-process (Starlette's test client), on a runtime initialized the
+real way (local S3 -> memfd -> llama.cpp), and ``Engine.stream`` itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from starlette.testclient import TestClient
+
+from snapllm.config import InferenceSettings
+from snapllm.contract import parse_request
+from snapllm.engine import TokenDelta
+from snapllm.runtime import InferenceRuntime
+from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, create_app
+
+pytestmark = pytest.mark.slow
+
+CHAT = {"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 8, "seed": 3}
+
+
+@pytest.fixture(scope="module")
+def runtime(deployment) -> InferenceRuntime:
+    with pytest.MonkeyPatch.context() as patch:
+        env = deployment.environment(SNAPLLM_MAX_TOKENS="16", SNAPLLM_THREADS="1")
+        for name, value in env.items():
+            patch.setenv(name, value)
+        return InferenceRuntime.initialize(InferenceSettings.from_env())
+
+
+@pytest.fixture(scope="module")
+def client(runtime) -> TestClient:
+    return TestClient(create_app(runtime, max_body_bytes=8192, max_prompt_chars=500))
+
+
+def _events(response) -> list[str]:
+    return [line.removeprefix("data: ") for line in response.iter_lines() if line]
+
+
+def test_lwa_hooks_run_the_runtimes_snapstart_work(client, runtime):
+    before = runtime.environment_id
+    assert client.post(BEFORE_CHECKPOINT_PATH).status_code == 200
+    restored = client.post(AFTER_RESTORE_PATH)
+    assert restored.status_code == 200 and restored.json()["environment_id"] != before
+    assert runtime.restores >= 1
+
+
+@pytest.mark.parametrize("header", ["x-amzn-request-context", "x-amzn-lambda-context"])
+@pytest.mark.parametrize("path", [BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH])
+def test_hooks_refuse_requests_that_came_through_an_invoke(client, path, header):
+    assert client.post(path, headers={header: "{}"}).status_code == 403
+
+
+def test_chat_streams_chunks_then_done(client):
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = _events(response)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[-1]["choices"][0]["finish_reason"] in {"stop", "length"}
+    assert chunks[-1]["timings"]["time_to_first_token_ms"] > 0
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    buffered = client.post("/v1/chat/completions", json=CHAT).json()
+    assert text == buffered["choices"][0]["message"]["content"], "same seed, same text, streamed or not"
+
+
+def test_deadline_from_lwas_context_header_stops_generation(client):
+    # LWA passes the invoke's deadline (epoch ms); one already past leaves no time for more than a token.
+    headers = {"x-amzn-lambda-context": json.dumps({"deadline": 0})}
+    body = {"prompt": "Once upon a time", "max_tokens": 16, "stream": True}
+    with client.stream("POST", "/v1/completions", json=body, headers=headers) as response:
+        chunks = [json.loads(e) for e in _events(response)[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["deadline_reached"]
+    assert len(chunks) <= 3
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({**CHAT, "model": "other"}, 404, "model"),
+        ({**CHAT, "max_tokens": 17}, 400, "max_tokens"),
+        ({**CHAT, "n": 2}, 400, "n"),
+        ({"prompt": "x" * 501}, 400, "prompt"),
+        ({"prompt": "x" * 9000}, 413, None),
+        ({"prompt": ""}, 400, "prompt"),
+    ],
+)
+def test_errors_come_before_the_stream_starts(client, body, status, param):
+    response = client.post(
+        "/v1/completions" if "prompt" in body else "/v1/chat/completions", json={**body, "stream": True}
+    )
+    assert response.status_code == status and response.json()["error"]["param"] == param
+
+
+def test_a_consumer_that_stops_early_releases_the_engine(runtime):
+    engine = runtime.engine
+    request = parse_request({"prompt": "The alphabet: a, b, c,", "max_tokens": 16})
+    items = engine.stream(request)
+    assert isinstance(next(items), TokenDelta)
+    assert engine._lock.locked()
+    items.close()
+    assert not engine._lock.locked()
+    generation = engine.generate(parse_request({"prompt": "Hi", "max_tokens": 2}))
+    assert generation.completion_tokens >= 1
+
+
+def test_stream_ends_with_a_generation_matching_the_deltas(runtime):
+    items = list(runtime.engine.stream(parse_request({"prompt": "Hello", "max_tokens": 6, "seed": 5})))
+    *deltas, final = items
+    assert all(isinstance(d, TokenDelta) for d in deltas)
+    assert final.text == "".join(d.text for d in deltas)
+    assert final.completion_tokens == len(deltas) and final.prompt_tokens > 0

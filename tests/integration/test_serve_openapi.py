@@ -1,0 +1,62 @@
+"""schemathesis against ``/openapi.json`` of ``snapllm local serve``: generated requests, valid and invalid,
+never get a 5xx and every answer matches the document (status, content type, body schema).
+
+Each operation's hypothesis strategy is driven directly (schemathesis' pytest plugin does not load under
+this project's pytest version).
+"""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from schemathesis.generation import GenerationMode
+
+from tests.integration.serve_fixture import shared_server
+
+pytestmark = pytest.mark.slow
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+OPERATIONS = [
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("GET", "/v1/models"),
+    ("GET", "/health"),
+]
+
+
+@pytest.fixture(scope="module")
+def openapi_schema():
+    server = shared_server()
+    return schemathesis.openapi.from_url(f"{server.url}/openapi.json"), server.url
+
+
+def test_the_document_lists_every_route(openapi_schema):
+    schema, _ = openapi_schema
+    listed = {(op.ok().method.upper(), op.ok().path) for op in schema.get_all_operations()}
+    assert listed == set(OPERATIONS)
+
+
+# Negative cases need something to break: the GET routes take no input.
+CASES = [(method, path, GenerationMode.POSITIVE) for method, path in OPERATIONS] + [
+    (method, path, GenerationMode.NEGATIVE) for method, path in OPERATIONS if method == "POST"
+]
+
+
+@pytest.mark.parametrize(("method", "path", "mode"), CASES, ids=lambda v: getattr(v, "value", v))
+def test_api_conforms_to_its_openapi_document(openapi_schema, method, path, mode):
+    schema, base_url = openapi_schema
+    operation = schema[path][method]
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    def conforms(case):
+        case.call_and_validate(base_url=base_url, checks=CHECKS, timeout=60)
+
+    conforms()

@@ -1,0 +1,427 @@
+"""Preflight rules against small real builds: real ELF files from zig, a real template, real directory trees.
+
+Each negative test builds a build directory that is correct except for one deploy-time failure and asserts
+that `snapllm preflight` reports exactly that failure and exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from snapllm.preflight.cli import main
+from snapllm.preflight.elf import is_elf, read_elf
+from snapllm.preflight.package import scan_package
+
+ROOT = Path(__file__).resolve().parents[2]
+
+C_SOURCE = """
+#include <string.h>
+size_t snapllm_len(const char *s) { return strlen(s); }
+"""
+# strlcpy first appeared in glibc 2.38: linking it against 2.38 gives a real GLIBC_2.38 version need.
+C_SOURCE_NEW_GLIBC = """
+#include <string.h>
+size_t snapllm_copy(char *d, const char *s, size_t n) { return strlcpy(d, s, n); }
+"""
+
+
+def _zig() -> Path:
+    """The zig compiler from the `ziglang` package in the project's tools venv (`make tools` installs it)."""
+    python = ROOT / ".tools" / "bin" / "python"
+    result = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"zig not found in {python}: run 'make tools' (requirements/tools.txt has ziglang)")
+    return Path(result.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory) -> dict[str, Path]:
+    """Real shared objects: good aarch64, x86_64, aarch64 needing GLIBC_2.38, aarch64 needing libgomp."""
+    out = tmp_path_factory.mktemp("libs")
+    zig = _zig()
+    (out / "ok.c").write_text(C_SOURCE)
+    (out / "new.c").write_text(C_SOURCE_NEW_GLIBC)
+    (out / "gomp.c").write_text("int omp_get_max_threads(void) { return 1; }\n")
+    (out / "uses.c").write_text(
+        "int omp_get_max_threads(void);\nint threads(void) { return omp_get_max_threads(); }\n"
+    )
+    jobs = {
+        "arm64": ["-target", "aarch64-linux-gnu.2.34", "ok.c"],
+        "x86_64": ["-target", "x86_64-linux-gnu.2.34", "ok.c"],
+        "glibc238": ["-target", "aarch64-linux-gnu.2.38", "new.c"],
+        "libgomp.so.1": ["-target", "aarch64-linux-gnu.2.34", "-Wl,-soname,libgomp.so.1", "gomp.c"],
+    }
+    env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": os.environ.get("ZIG_GLOBAL_CACHE_DIR", str(_zig_cache()))}
+
+    def compile_all(names: list[str]) -> None:
+        procs = {
+            name: subprocess.Popen(
+                [str(zig), "cc", "-shared", "-fPIC", "-O2", "-o", name, *jobs[name]],
+                cwd=out,
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in names
+        }
+        for name, proc in procs.items():
+            _, err = proc.communicate()
+            assert proc.returncode == 0, f"zig cc {name} failed: {err}"
+
+    compile_all(["arm64", "x86_64", "glibc238", "libgomp.so.1"])
+    # A library that links the stub above: DT_NEEDED libgomp.so.1, as an OpenMP build of ggml would have.
+    jobs["needs_gomp"] = ["-target", "aarch64-linux-gnu.2.34", "uses.c", "libgomp.so.1"]
+    compile_all(["needs_gomp"])
+    return {name: out / name for name in jobs}
+
+
+def _zig_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zig"
+
+
+TEMPLATE = """\
+AWSTemplateFormatVersion: "2010-09-09"
+Transform: AWS::Serverless-2016-10-31
+Parameters:
+  Architecture:
+    Type: String
+    Default: arm64
+Globals:
+  Function:
+    Runtime: {runtime}
+    Architectures:
+      - !Ref Architecture
+Resources:
+{layers}
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: Fn
+      Handler: app.handler
+      MemorySize: 2048
+{props}
+      Layers:
+{layer_refs}
+"""
+GOOD_PROPS = """\
+      AutoPublishAlias: live
+      SnapStart:
+        ApplyOn: PublishedVersions
+      EphemeralStorage:
+        Size: 512"""
+
+
+def make_build(
+    root: Path,
+    *,
+    runtime: str = "python3.13",
+    props: str = GOOD_PROPS,
+    layers: dict[str, dict[str, bytes | Path | int]] | None = None,
+    code: dict[str, bytes | Path | int] | None = None,
+) -> Path:
+    """Writes a build directory like `sam build`'s: template.yaml plus one folder per function and layer.
+
+    File values: bytes (content), a Path (copied) or an int (a sparse file of that many bytes).
+    """
+    layers = {"Lib": {"python/lib_ok.py": b"X = 1\n"}} if layers is None else layers
+    code = {"app.py": b"def handler(event, context):\n    return event\n"} if code is None else code
+    layer_yaml = "".join(
+        f"  {name}:\n    Type: AWS::Serverless::LayerVersion\n    Properties:\n      ContentUri: {name}\n"
+        for name in layers
+    )
+    refs = "".join(f"        - !Ref {name}\n" for name in layers) or "        []\n"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "template.yaml").write_text(
+        TEMPLATE.format(runtime=runtime, layers=layer_yaml, props=props, layer_refs=refs.rstrip("\n"))
+    )
+    for folder, files in {"Fn": code, **layers}.items():
+        for rel, value in files.items():
+            path = root / folder / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(value, Path):
+                path.write_bytes(value.read_bytes())
+            elif isinstance(value, int):
+                with path.open("wb") as handle:
+                    handle.truncate(value)
+            else:
+                path.write_bytes(value)
+        (root / folder).mkdir(exist_ok=True)
+    return root
+
+
+def run_preflight(build: Path, capsys, *extra: str) -> tuple[int, list[str]]:
+    code = main([str(build), "--no-zip", *extra])
+    out = capsys.readouterr()
+    lines = (out.out + out.err).splitlines()
+    return code, [line for line in lines if line.startswith("ERROR")]
+
+
+def test_good_build_passes_and_prints_the_summary(tmp_path, capsys, libs):
+    build = make_build(tmp_path, layers={"Lib": {"python/pkg/lib/libok.so": libs["arm64"]}})
+    code = main([str(build)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ERROR" not in out
+    row = next(line for line in out.splitlines() if line.startswith("Fn "))
+    assert row.split()[:4] == ["Fn", "arm64", "2048", "MB"]
+    assert "yes" in row
+    assert out.rstrip().endswith("preflight: OK")
+
+
+def test_wrong_architecture_so_is_caught(tmp_path, capsys, libs):
+    build = make_build(tmp_path, layers={"Lib": {"python/pkg/lib/libx.so": libs["x86_64"]}})
+    code, errors = run_preflight(build, capsys)
+    assert code == 1
+    assert errors == ["ERROR Fn: Lib/python/pkg/lib/libx.so is x86_64, function is arm64 (aarch64)"]
+
+
+def test_architecture_comes_from_parameter_overrides(tmp_path, capsys, libs):
+    build = make_build(
+        tmp_path, layers={"Lib": {"python/libx.so": libs["x86_64"], "python/liba.so": libs["arm64"]}}
+    )
+    code, errors = run_preflight(build, capsys, "--parameter-overrides", "Architecture=x86_64")
+    assert code == 1
+    assert errors == ["ERROR Fn: Lib/python/liba.so is aarch64, function is x86_64 (x86_64)"]
+
+
+def test_too_new_glibc_symbol_is_caught(tmp_path, capsys, libs):
+    build = make_build(tmp_path, code={"app.py": b"", "native/libnew.so": libs["glibc238"]})
+    code, errors = run_preflight(build, capsys)
+    assert code == 1
+    assert errors == ["ERROR Fn: Fn/native/libnew.so needs GLIBC_2.38, the runtime's glibc has GLIBC_2.34"]
+
+
+def test_library_the_runtime_lacks_is_caught_unless_the_loader_finds_it(tmp_path, capsys, libs):
+    build = make_build(tmp_path, layers={"Lib": {"python/libuses.so": libs["needs_gomp"]}})
+    message = "ERROR Fn: Lib/python/libuses.so needs libgomp.so.1, which is not in the runtime or on the "
+    message += "loader's path"
+    assert run_preflight(build, capsys) == (1, [message])
+
+    # Shipped beside it is not enough without a RUNPATH: the loader searches LD_LIBRARY_PATH (/opt/lib).
+    beside = {"python/libuses.so": libs["needs_gomp"], "python/libgomp.so.1": libs["libgomp.so.1"]}
+    assert run_preflight(make_build(tmp_path / "beside", layers={"Lib": beside}), capsys) == (1, [message])
+    in_opt_lib = {"python/libuses.so": libs["needs_gomp"], "lib/libgomp.so.1": libs["libgomp.so.1"]}
+    assert run_preflight(make_build(tmp_path / "opt_lib", layers={"Lib": in_opt_lib}), capsys) == (0, [])
+
+
+def test_oversized_layer_is_caught(tmp_path, capsys):
+    # A sparse file: 251 MB apparent size, as Lambda counts it, without writing 251 MB.
+    build = make_build(tmp_path, layers={"Big": {"python/blob.dat": 251 * 1024 * 1024}})
+    code, errors = run_preflight(build, capsys)
+    assert code == 1
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        "ERROR Fn: unzipped size 251.0 MB exceeds Lambda's 250.0 MB (Fn 0.0 MB, Big 251.0 MB)"
+    )
+
+
+def test_more_than_five_layers_is_caught(tmp_path, capsys):
+    layers = {f"L{i}": {f"python/m{i}.py": b""} for i in range(6)}
+    code, errors = run_preflight(make_build(tmp_path, layers=layers), capsys)
+    assert code == 1
+    assert errors == ["ERROR Fn: 6 layers, Lambda allows 5"]
+
+
+def test_external_layer_counts_as_a_layer_and_is_noted(tmp_path, capsys):
+    build = make_build(tmp_path, layers={f"L{i}": {f"python/m{i}.py": b""} for i in range(5)})
+    template = (build / "template.yaml").read_text()
+    arn = "arn:${AWS::Partition}:lambda:${AWS::Region}:753240598075:layer:LambdaAdapterLayerArm64:25"
+    (build / "template.yaml").write_text(template + f"        - !Sub '{arn}'\n")
+    code = main([str(build), "--no-zip"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "ERROR Fn: 6 layers, Lambda allows 5" in out
+    assert f"NOTE Fn: layer {arn} is not built here: its size is not counted" in out
+
+
+def test_layer_without_python_prefix_is_caught(tmp_path, capsys):
+    build = make_build(tmp_path, layers={"Flat": {"mymodule.py": b""}})
+    code, errors = run_preflight(build, capsys)
+    assert code == 1
+    assert errors == ["ERROR Fn: layer Flat has no python/ folder: Python will not import from it"]
+
+
+def test_snapstart_on_python311_is_caught(tmp_path, capsys):
+    code, errors = run_preflight(make_build(tmp_path, runtime="python3.11"), capsys)
+    assert code == 1
+    assert errors == ["ERROR Fn: SnapStart needs python3.12 or later, runtime is python3.11"]
+
+
+def test_snapstart_configuration_rules(tmp_path, capsys):
+    props = """\
+      SnapStart:
+        ApplyOn: PublishedVersions
+      EphemeralStorage:
+        Size: 1024
+      ProvisionedConcurrencyConfig:
+        ProvisionedConcurrentExecutions: 1
+      FileSystemConfigs:
+        - Arn: arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/fsap-1
+          LocalMountPath: /mnt/efs"""
+    code, errors = run_preflight(make_build(tmp_path, props=props), capsys)
+    assert code == 1
+    assert errors == [
+        "ERROR Fn: SnapStart needs EphemeralStorage 512 MB, it is 1024 MB",
+        "ERROR Fn: SnapStart cannot be used with EFS (FileSystemConfigs)",
+        "ERROR Fn: SnapStart cannot be used with provisioned concurrency",
+        "ERROR Fn: SnapStart applies to published versions only: set AutoPublishAlias, invoke the alias",
+    ]
+
+
+def test_durable_rules(tmp_path, capsys):
+    props = """\
+      AutoPublishAlias: live
+      DurableConfig:
+        ExecutionTimeout: 31622401
+        RetentionPeriodInDays: 91"""
+    code, errors = run_preflight(make_build(tmp_path, runtime="python3.12", props=props), capsys)
+    assert code == 1
+    assert errors == [
+        "ERROR Fn: durable functions need python3.13 or later, runtime is python3.12",
+        "ERROR Fn: DurableConfig.ExecutionTimeout is 31622401, allowed 1..31622400",
+        "ERROR Fn: DurableConfig.RetentionPeriodInDays is 91, allowed 1..90",
+    ]
+
+    ok = make_build(tmp_path / "ok", props=props.replace("31622401", "900").replace("91", "14"))
+    assert run_preflight(ok, capsys) == (0, [])
+
+
+def test_web_adapter_settings_that_fail_silently(tmp_path, capsys):
+    props = (
+        GOOD_PROPS
+        + """
+      Environment:
+        Variables:
+          AWS_LAMBDA_EXEC_WRAPPER: /opt/bootstrap
+          AWS_LWA_INVOKE_MODE: response-stream"""
+    )
+    code = main([str(make_build(tmp_path, props=props)), "--no-zip"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "ERROR Fn: AWS_LWA_INVOKE_MODE 'response-stream' is not buffered or response_stream" in out
+    assert "NOTE Fn: SnapStart under Lambda Web Adapter: snapshot_restore_py hooks never run" in out
+
+    fixed = make_build(tmp_path / "ok", props=props.replace("response-stream", "response_stream"))
+    assert run_preflight(fixed, capsys) == (0, [])
+
+
+def test_model_weights_in_a_package_are_caught(tmp_path, capsys):
+    build = make_build(
+        tmp_path,
+        code={"app.py": b"", "model.gguf": b"GGUF\x03\x00\x00\x00"},
+        # Renamed weights are still caught by their magic bytes.
+        layers={"Lib": {"python/data/blob": b"GGUF\x03\x00\x00\x00" + b"\x00" * 64}},
+    )
+    code, errors = run_preflight(build, capsys)
+    assert code == 1
+    assert errors == [
+        "ERROR Fn: Fn/model.gguf looks like model weights: load the model from S3 instead",
+        "ERROR Fn: Lib/python/data/blob looks like model weights: load the model from S3 instead",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tag", "problem"),
+    [
+        ("cp313-cp313-manylinux_2_17_aarch64", None),
+        ("py3-none-any", None),
+        ("py2-none-any\nTag: py3-none-any", None),
+        ("cp313-cp313-manylinux_2_17_x86_64\nTag: cp313-cp313-manylinux_2_17_aarch64", None),
+        ("cp39-abi3-manylinux_2_28_aarch64", None),
+        ("cp313-cp313-manylinux_2_17_x86_64", "for manylinux_2_17_x86_64"),
+        ("cp313-cp313-manylinux_2_35_aarch64", "for manylinux_2_35_aarch64"),
+        ("cp313-cp313-musllinux_1_2_aarch64", "for musllinux_1_2_aarch64"),
+        ("cp312-cp312-manylinux_2_17_aarch64", "for cp312, the runtime is Python 3.13"),
+    ],
+)
+def test_wheel_tags_are_checked(tmp_path, capsys, tag, problem):
+    wheel = f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
+    build = make_build(tmp_path, layers={"Lib": {"python/dep-1.0.dist-info/WHEEL": wheel}})
+    code, errors = run_preflight(build, capsys)
+    if problem is None:
+        assert (code, errors) == (0, [])
+    else:
+        assert code == 1
+        assert len(errors) == 1
+        assert errors[0].startswith(f"ERROR Fn: Lib: wheel dep-1.0 is {problem}")
+
+
+def test_overridden_files_are_listed_without_failing(tmp_path, capsys):
+    build = make_build(
+        tmp_path,
+        layers={
+            "First": {"python/typing_extensions.py": b"A = 1\n", "python/only_first.py": b""},
+            "Second": {"python/typing_extensions.py": b"A = 2\n"},
+        },
+        code={"app.py": b"", "only_first.py": b""},
+    )
+    code = main([str(build), "--no-zip"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "NOTE Fn: layer Second overrides typing_extensions from First (1 files, 1 differ)" in out
+    assert "NOTE Fn: function code shadows only_first from First (1 files, identical)" in out
+
+
+def test_missing_build_directory_fails_with_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "nope")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ERROR preflight: ") and "run 'make build'" in err
+
+
+def test_elf_reader_on_real_libraries(libs):
+    info = read_elf(libs["glibc238"])
+    assert info.machine == "aarch64"
+    assert "libc.so.6" in info.needed
+    assert "GLIBC_2.38" in info.versions["libc.so.6"]
+    assert info.max_version("GLIBC") == (2, 38)
+    assert read_elf(libs["x86_64"]).machine == "x86_64"
+    assert read_elf(libs["needs_gomp"]).needed[0] == "libgomp.so.1"
+    assert is_elf(libs["arm64"]) and not is_elf(Path(__file__))
+
+
+def test_zip_size_matches_a_real_zip(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "python").mkdir(parents=True)
+    (root / "python" / "text.py").write_text("x = 1\n" * 50_000)
+    (root / "python" / "random.bin").write_bytes(os.urandom(100_000))
+    package = scan_package(root)
+    real = tmp_path / "real.zip"
+    with zipfile.ZipFile(real, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for rel in sorted(package.files):
+            archive.write(root / rel, rel)
+    # The counting sink writes data descriptors (it cannot seek), 16 bytes per file more than a seekable zip.
+    assert package.zipped_bytes() == real.stat().st_size + 16 * len(package.files)
+    assert package.zipped_bytes() < package.unzipped_bytes
+
+
+def test_unreadable_template_fails_with_one_line(tmp_path, capsys):
+    (tmp_path / "template.yaml").write_text("Resources: [unclosed\n")
+    assert main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ERROR preflight: cannot read")
+
+
+def test_registers_as_a_snapllm_subcommand(tmp_path, capsys):
+    import argparse
+
+    from snapllm.preflight.cli import add_parser
+
+    parser = argparse.ArgumentParser(prog="snapllm")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["preflight", str(make_build(tmp_path, runtime="python3.11")), "--no-zip"])
+    assert args.func(args) == 1
+    assert "ERROR Fn: SnapStart needs python3.12 or later" in capsys.readouterr().out

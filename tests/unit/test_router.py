@@ -1,0 +1,410 @@
+"""The router handler with API Gateway events, calling a stand-in Lambda service over real HTTP.
+
+The Lambda service itself cannot run here, so a small HTTP server on 127.0.0.1 answers the Invoke API
+(``POST /2015-03-31/functions/{name}/invocations``) the way Lambda does: a payload, a function error
+(``X-Amz-Function-Error``), a throttle (429 ``TooManyRequestsException``) or nothing in time. Everything
+else is real: boto3 and ``LambdaInferenceClient`` (retries, timeouts), Powertools' resolver, validation,
+Logger and Metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import boto3
+import pytest
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventV2Model
+from botocore.config import Config
+
+from snapllm.errors import ConfigurationError
+from snapllm.inference_client import LambdaInferenceClient
+from snapllm.local.context import LocalContext
+from snapllm.router.app import RouterApp
+from snapllm.router.config import RouterSettings
+from snapllm.router.events import http_api_event
+
+EVENTS = Path(__file__).resolve().parents[2] / "events" / "router"
+MODEL = "smollm2-135m-instruct"
+ALIAS = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Inference:live"
+COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": MODEL,
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Red."},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22},
+    "timings": {"time_to_first_token_ms": 12.5, "tokens_per_second": 110.0},
+    "seed": 1,
+}
+
+
+class FakeLambda(ThreadingHTTPServer):
+    """Answers Lambda Invoke calls from a script of replies: ("ok", body), ("error", body), ("throttle",),
+    ("slow", seconds)."""
+
+    daemon_threads = True
+    block_on_close = False  # a "slow" reply may still be sleeping when the test ends
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.replies: list[tuple] = []
+        self.requests: list[dict] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeLambda
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path, "payload": payload})
+        reply = self.server.replies.pop(0) if self.server.replies else ("ok", COMPLETION)
+        kind = reply[0]
+        if kind == "slow":
+            time.sleep(reply[1])
+            kind, reply = "ok", ("ok", COMPLETION)
+        if kind == "throttle":
+            self._send(
+                429,
+                {"Type": "User", "message": "Rate Exceeded."},
+                {"x-amzn-ErrorType": "TooManyRequestsException"},
+            )
+        elif kind == "error":
+            self._send(200, reply[1], {"X-Amz-Function-Error": "Unhandled"})
+        else:
+            self._send(200, reply[1], {})
+
+    def _send(self, status: int, body: dict, headers: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+            self.wfile.write(data)
+
+
+@pytest.fixture
+def fake_lambda():
+    server = FakeLambda()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def make_router(
+    fake_lambda: FakeLambda, *, logs: io.StringIO | None = None, routers=(), **settings
+) -> RouterApp:
+    options = {"routes": {MODEL: ALIAS}, "max_body_bytes": 4096, "max_prompt_chars": 200, "max_tokens": 64}
+    settings = RouterSettings(**{**options, **settings})
+    client = boto3.client(
+        "lambda",
+        region_name="us-east-1",
+        endpoint_url=fake_lambda.url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(
+            connect_timeout=1,
+            read_timeout=settings.invoke_timeout_s,
+            retries={"mode": "standard", "total_max_attempts": 1},  # as RouterApp.from_env
+        ),
+    )
+    inference = LambdaInferenceClient(ALIAS, lambda_client=client, backoff_base_s=0.01)
+    # Powertools configures a logger once per service name; a fresh name gives this router its own stream.
+    logger = Logger(service=f"router-test-{uuid.uuid4().hex}", stream=logs) if logs is not None else None
+    return RouterApp(settings, {MODEL: inference}, logger=logger, routers=routers)
+
+
+def call(router: RouterApp, method: str, path: str, body=None, **headers) -> tuple[int, dict, dict]:
+    raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
+    headers = {"content-type": "application/json", **headers} if raw else headers
+    event = http_api_event(method, path, body=raw, headers=headers)
+    result = router.handler(event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256))
+    return result["statusCode"], result.get("headers") or {}, json.loads(result["body"])
+
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8}
+
+
+# --- Events ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(EVENTS.glob("*.json")), ids=lambda p: p.name)
+def test_router_events_parse_with_powertools_models(path):
+    event = json.loads(path.read_text())
+    model = APIGatewayProxyEventV2Model.model_validate(event)
+    assert model.version == "2.0" and model.requestContext.http.path.startswith("/")
+    assert APIGatewayProxyEventV2(event).path == model.rawPath
+
+
+def test_events_answer_as_documented(fake_lambda):
+    router = make_router(fake_lambda, max_prompt_chars=32_000)
+    expected = {
+        "chat.json": 200,
+        "completion.json": 200,
+        "models.json": 200,
+        "health.json": 200,
+        "openapi.json": 200,
+        "unknown-model.json": 404,
+        "unsupported-n.json": 400,
+        "stream-on-http-api.json": 400,
+        "malformed-json.json": 400,
+    }
+    fake_lambda.replies = [
+        ("ok", COMPLETION),
+        ("ok", {**COMPLETION, "object": "text_completion", "choices": []}),
+    ]
+    for name, status in expected.items():
+        event = json.loads((EVENTS / name).read_text())
+        result = router.handler(event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256))
+        assert result["statusCode"] == status, (name, result["body"])
+
+
+# --- Routing and limits -------------------------------------------------------------------------------------
+
+
+def test_chat_is_routed_to_the_alias_without_the_model_field(fake_lambda):
+    status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert status == 200 and body["choices"][0]["message"]["content"] == "Red."
+    [request] = fake_lambda.requests
+    assert request["path"] == f"/2015-03-31/functions/{ALIAS.replace(':', '%3A')}/invocations"
+    assert "model" not in request["payload"] and request["payload"]["max_tokens"] == 8
+
+
+def test_a_request_without_model_goes_to_the_default(fake_lambda):
+    status, _, body = call(
+        make_router(fake_lambda), "POST", "/v1/chat/completions", {"messages": CHAT["messages"]}
+    )
+    assert status == 200 and body["model"] == MODEL
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({**CHAT, "model": "gpt-4o"}, 404, "model"),
+        ({**CHAT, "max_tokens": 65}, 400, "max_tokens"),
+        ({**CHAT, "messages": [{"role": "user", "content": "x" * 201}]}, 400, "messages"),
+        ({**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}, 413, None),
+        ({**CHAT, "stream": True}, 400, "stream"),
+        ({**CHAT, "n": 2}, 400, "n"),
+        ({**CHAT, "temperature": "hot"}, 400, "temperature"),
+        ({**CHAT, "frequency_penalty": 3}, 400, "frequency_penalty"),
+        ({**CHAT, "max_tokenz": 3}, 400, "max_tokenz"),
+        ({"model": MODEL}, 400, "messages"),
+    ],
+)
+def test_limits_and_validation_are_checked_before_invoking(fake_lambda, body, status, param):
+    got, _, error = call(make_router(fake_lambda), "POST", "/v1/chat/completions", body)
+    assert got == status
+    assert set(error["error"]) == {"message", "type", "param", "code"}
+    assert error["error"]["param"] == param
+    assert fake_lambda.requests == []
+
+
+def test_inference_rejections_pass_through(fake_lambda):
+    error = {"message": "too long", "type": "invalid_request_error", "param": "messages", "code": "x"}
+    rejection = {"statusCode": 400, "error": error}
+    fake_lambda.replies = [("ok", rejection)]
+    status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert status == 400 and body == {"error": rejection["error"]}
+
+
+# --- Invoke failures ---------------------------------------------------------------------------------------
+
+
+def test_throttles_are_retried_then_answered_with_429_and_retry_after(fake_lambda):
+    fake_lambda.replies = [("throttle",)] * 3
+    status, headers, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert status == 429 and headers["Retry-After"] == "1"
+    assert body["error"]["type"] == "rate_limit_error"
+    assert len(fake_lambda.requests) == 3
+
+
+def test_a_throttle_that_clears_is_invisible(fake_lambda):
+    fake_lambda.replies = [("throttle",), ("ok", COMPLETION)]
+    status, _, _ = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert status == 200 and len(fake_lambda.requests) == 2
+
+
+def test_a_function_error_is_a_502(fake_lambda):
+    fake_lambda.replies = [("error", {"errorMessage": "segfault", "errorType": "Runtime.ExitError"})]
+    status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert status == 502 and "segfault" in body["error"]["message"]
+
+
+def test_a_5xx_from_the_function_is_a_502(fake_lambda):
+    fake_lambda.replies = [("ok", {"statusCode": 500, "error": {"message": "boom", "type": "server_error"}})]
+    status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert status == 502 and body["error"]["code"] == "inference_failed"
+
+
+def test_a_slow_function_is_a_504_within_the_deadline(fake_lambda):
+    fake_lambda.replies = [("slow", 3.0)]
+    started = time.monotonic()
+    status, _, body = call(
+        make_router(fake_lambda, invoke_timeout_s=0.5), "POST", "/v1/chat/completions", CHAT
+    )
+    assert status == 504 and body["error"]["code"] == "timeout"
+    assert time.monotonic() - started < 2.5
+
+
+# --- Observability -----------------------------------------------------------------------------------------
+
+
+def _emf(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_metrics_are_emf_with_the_model_dimension(fake_lambda, capsys):
+    from aws_lambda_powertools.metrics.provider import cold_start
+
+    cold_start.is_cold_start = True  # as in a new execution environment
+    router = make_router(fake_lambda)
+    call(router, "POST", "/v1/chat/completions", CHAT)
+    call(router, "POST", "/v1/chat/completions", {**CHAT, "n": 3})
+    blobs = _emf(capsys.readouterr().out)
+    by_name = {
+        m["Name"]: blob for blob in blobs for d in blob["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]
+    }
+    for name in ("RequestCount", "Latency", "TimeToFirstToken", "PromptTokens", "CompletionTokens",
+                 "TokensPerSecond", "ColdStart", "Errors", "RouterOverhead"):  # fmt: skip
+        assert name in by_name, name
+    assert by_name["TimeToFirstToken"]["model"] == MODEL
+    assert by_name["Errors"]["error_type"] == "UnsupportedParameterError"
+    assert by_name["Errors"]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "snapllm"
+
+
+def test_logs_are_json_with_correlation_id_and_no_prompt_by_default(fake_lambda):
+    stream = io.StringIO()
+    call(make_router(fake_lambda, logs=stream), "POST", "/v1/chat/completions", CHAT)
+    logs = [json.loads(line) for line in stream.getvalue().splitlines()]
+    completion = next(log for log in logs if log["message"] == "completion")
+    assert completion["correlation_id"] and completion["model"] == MODEL and "cold_start" in completion
+    assert all("Name a colour" not in json.dumps(log) for log in logs)
+
+
+def test_prompts_are_logged_only_when_enabled(fake_lambda):
+    stream = io.StringIO()
+    call(make_router(fake_lambda, logs=stream, log_prompts=True), "POST", "/v1/chat/completions", CHAT)
+    assert "Name a colour" in stream.getvalue()
+
+
+# --- OpenAPI, other routes ---------------------------------------------------------------------------------
+
+
+def test_openapi_document_is_served(fake_lambda):
+    status, _, document = call(make_router(fake_lambda), "GET", "/openapi.json")
+    assert status == 200 and document["openapi"].startswith("3.")
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(document["paths"])
+    responses = document["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"200", "400", "404", "413", "429", "502", "504"} <= set(responses)
+    assert "ChatCompletionRequest" in json.dumps(
+        document["paths"]["/v1/chat/completions"]["post"]["requestBody"]
+    )
+
+
+def test_another_router_is_included_with_one_argument(fake_lambda):
+    extra = APIGatewayHttpRouter()
+
+    @extra.get("/v1/agent/ping")
+    def ping() -> dict:
+        return {"pong": True}
+
+    router = make_router(fake_lambda, routers=[extra])
+    assert call(router, "GET", "/v1/agent/ping")[:3:2] == (200, {"pong": True})
+    assert call(router, "GET", "/v1/models")[0] == 200
+
+
+def test_unknown_paths_are_openai_404s(fake_lambda):
+    status, _, body = call(make_router(fake_lambda), "GET", "/v2/nothing")
+    assert status == 404 and body["error"]["code"] == "unknown_url"
+
+
+# --- Settings -----------------------------------------------------------------------------------------------
+
+
+def test_settings_read_the_routing_table_and_limits():
+    env = {
+        "SNAPLLM_ROUTES": json.dumps({MODEL: ALIAS}),
+        "SNAPLLM_EXTRA_ROUTES": json.dumps({"gemma3-270m": ALIAS.replace("Inference", "Gemma")}),
+        "SNAPLLM_MAX_BODY_BYTES": "1000",
+        "POWERTOOLS_METRICS_NAMESPACE": "custom",
+    }
+    settings = RouterSettings.from_env(env)
+    assert set(settings.routes) == {MODEL, "gemma3-270m"}
+    assert settings.resolve_model(None) == MODEL and settings.resolve_model("nope") is None
+    assert settings.max_body_bytes == 1000 and settings.metrics_namespace == "custom"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SNAPLLM_ROUTES": "{not json"},
+        {"SNAPLLM_ROUTES": '["a"]'},
+        {"SNAPLLM_ROUTES": '{"a": "arn"}', "SNAPLLM_DEFAULT_MODEL": "b"},
+        {"SNAPLLM_ROUTES": '{"a": "arn"}', "SNAPLLM_INVOKE_TIMEOUT_S": "31"},
+    ],
+)
+def test_bad_settings_are_configuration_errors(env):
+    with pytest.raises(ConfigurationError):
+        RouterSettings.from_env(env)
+
+
+# --- SigV4 for OpenAI clients ----------------------------------------------------------------------------
+
+
+def test_openai_requests_are_sigv4_signed_for_iam_deployments():
+    import httpx
+    import openai
+
+    from snapllm.router.aws_auth import SigV4
+
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        # Stands in for API Gateway, which is not reachable here: captures what the client sends.
+        seen.append(request)
+        return httpx.Response(200, json={"object": "list", "data": []})
+
+    session = boto3.Session(
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="eu-west-1"
+    )
+    auth = SigV4(region="eu-west-1", service="execute-api", session=session)
+    client = openai.OpenAI(
+        base_url="https://abc123.execute-api.eu-west-1.amazonaws.com/v1",
+        api_key="unused",
+        http_client=httpx.Client(auth=auth, transport=httpx.MockTransport(answer)),
+    )
+    client.models.list()
+    [request] = seen
+    authorization = request.headers["authorization"]
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/eu-west-1/execute-api/aws4_request" in authorization
+    assert "x-amz-date" in request.headers and "Bearer" not in authorization

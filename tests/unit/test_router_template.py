@@ -1,0 +1,53 @@
+"""template.yaml: the router, its HTTP API and the streaming function are wired as the code expects."""
+
+from __future__ import annotations
+
+from snapllm.local.template import FunctionSpec, load_template
+from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH
+from tests.conftest import TEMPLATE
+
+
+def resources() -> dict:
+    return load_template(TEMPLATE)["Resources"]
+
+
+def test_stream_function_runs_under_lambda_web_adapter_with_snapstart_hooks():
+    props = resources()["StreamFunction"]["Properties"]
+    env = props["Environment"]["Variables"]
+    assert props["Handler"] == "run.sh" and env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
+    assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"  # a typo silently means buffered
+    assert env["AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH"] == BEFORE_CHECKPOINT_PATH
+    assert env["AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH"] == AFTER_RESTORE_PATH
+    assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/health"
+    assert props["FunctionUrlConfig"] == {"AuthType": "AWS_IAM", "InvokeMode": "RESPONSE_STREAM"}
+    assert props["SnapStart"] == {"ApplyOn": "PublishedVersions"} and props["EphemeralStorage"] == {
+        "Size": 512
+    }
+    adapter = props["Layers"][-1]["Fn::Sub"][0]
+    assert "753240598075:layer:${Layer}:${LambdaAdapterLayerVersion}" in adapter
+    spec = FunctionSpec.from_template(TEMPLATE, "StreamFunction")
+    assert (spec.code_dir / "run.sh").stat().st_mode & 0o111, "run.sh must be executable"
+    assert (spec.code_dir / "app.py").is_file()
+
+
+def test_the_stream_function_loads_the_same_model_as_inference():
+    stream = resources()["StreamFunction"]["Properties"]["Environment"]["Variables"]
+    inference = resources()["InferenceFunction"]["Properties"]["Environment"]["Variables"]
+    assert {k: v for k, v in inference.items() if k in stream} == {k: stream[k] for k in inference}
+
+
+def test_router_may_invoke_only_the_routed_aliases():
+    props = resources()["RouterFunction"]["Properties"]
+    [statement] = props["Policies"][0]["Statement"]
+    assert statement["Action"] == "lambda:InvokeFunction"
+    assert "InferenceFunction.Alias" in str(statement["Resource"])
+    assert "*" not in str(statement["Resource"])
+    assert props["Timeout"] < 30, "API Gateway gives the integration 30 s"
+
+
+def test_http_api_uses_iam_unless_jwt_is_chosen():
+    route = resources()["HttpApiRoute"]["Properties"]
+    assert route["AuthorizationType"] == {"Fn::If": ["UseJwtAuth", "JWT", "AWS_IAM"]}
+    assert load_template(TEMPLATE)["Parameters"]["ApiAuth"]["Default"] == "IAM"
+    integration = resources()["HttpApiIntegration"]["Properties"]
+    assert integration["PayloadFormatVersion"] == "2.0" and integration["TimeoutInMillis"] <= 30000
