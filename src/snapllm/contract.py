@@ -185,6 +185,27 @@ def _from_validation_error(exc: ValidationError) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
+def prompt_text(request: InferenceRequest) -> tuple[str, str]:
+    """The text the model will read and the field it came from (``messages`` or ``prompt``)."""
+    if isinstance(request, ChatCompletionRequest):
+        return "".join(message.text() for message in request.messages), "messages"
+    return request.text, "prompt"
+
+
+def check_encodable(request: InferenceRequest) -> None:
+    """Refuse text with unpaired surrogates (``"\\ud800"``): valid JSON, but not Unicode text, and the
+    tokenizer, which needs UTF-8, would fail on it later."""
+    text, param = prompt_text(request)
+    for value, field in [(text, param), *((stop, "stop") for stop in request.stop or [])]:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError(
+                f"{field} contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode text",
+                param=field,
+            ) from None
+
+
 def parse_request(body: Any) -> InferenceRequest:
     """Validate a request body: ``messages`` makes it a chat completion, ``prompt`` a text completion.
 
@@ -200,9 +221,11 @@ def parse_request(body: Any) -> InferenceRequest:
         )
     model = ChatCompletionRequest if has_messages else CompletionRequest
     try:
-        return model.model_validate(body)
+        request = model.model_validate(body)
     except ValidationError as exc:
         raise _from_validation_error(exc) from None
+    check_encodable(request)
+    return request
 
 
 @dataclass(frozen=True)

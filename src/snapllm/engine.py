@@ -273,17 +273,7 @@ class Engine:
         prepared = self.prepare(request)
         with self._lock:
             progress = _Progress(deadline)
-            result = self._llama.create_completion(
-                prompt=prepared.tokens,
-                max_tokens=prepared.max_tokens,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                presence_penalty=request.presence_penalty,
-                frequency_penalty=request.frequency_penalty,
-                stop=prepared.stop,
-                seed=prepared.seed,
-                stopping_criteria=self._criteria(progress),
-            )
+            result = self._completion(request, prepared, progress, stream=False)
         usage = result["usage"]
         finish: Literal["stop", "length"] = (
             "length" if progress.deadline_reached else result["choices"][0]["finish_reason"]
@@ -324,18 +314,7 @@ class Engine:
         finish: Literal["stop", "length"] = "stop"
         with self._lock:
             progress = _Progress(deadline)
-            chunks = self._llama.create_completion(
-                prompt=prepared.tokens,
-                max_tokens=prepared.max_tokens,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                presence_penalty=request.presence_penalty,
-                frequency_penalty=request.frequency_penalty,
-                stop=prepared.stop,
-                seed=prepared.seed,
-                stopping_criteria=self._criteria(progress),
-                stream=True,
-            )
+            chunks = self._completion(request, prepared, progress, stream=True)
             try:
                 for chunk in chunks:
                     choice = chunk["choices"][0]
@@ -374,8 +353,25 @@ class Engine:
             self._llama.reset()
         return generation
 
-    @staticmethod
-    def _criteria(progress: _Progress) -> Any:
+    def _completion(
+        self, request: InferenceRequest, prepared: PreparedPrompt, progress: _Progress, *, stream: bool
+    ) -> Any:
+        """Start llama.cpp on a prepared request; the caller holds the lock."""
         from llama_cpp import StoppingCriteriaList
 
-        return StoppingCriteriaList([progress])
+        if request.seed is not None:
+            # A cached prompt prefix leaves the last prompt token to be evaluated alone, which can round
+            # differently from evaluating it with the whole prompt; a caller-chosen seed must reproduce.
+            self._llama.reset()
+        return self._llama.create_completion(
+            prompt=prepared.tokens,
+            max_tokens=prepared.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            stop=prepared.stop,
+            seed=prepared.seed,
+            stopping_criteria=StoppingCriteriaList([progress]),
+            stream=stream,
+        )

@@ -23,6 +23,8 @@ from snapllm.agent.runs import AgentRuns
 from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
 from snapllm.local.session import LocalDeployment
+from snapllm.router.app import RouterApp
+from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
 from tests.conftest import TEMPLATE
 
@@ -50,10 +52,15 @@ def api(
                 routes.configure(
                     AgentRuns(LocalDurableLambda(runner, function_arn=AGENT_ARN), function_arn=AGENT_ARN)
                 )
-                resolver = APIGatewayHttpResolver()
-                resolver.include_router(routes.router)
+                # Mounted as the router function mounts it: next to the OpenAI routes, behind the router's
+                # validation and error handlers.
+                router = RouterApp(
+                    RouterSettings.from_env({"SNAPLLM_ROUTES": json.dumps({"smollm2": AGENT_ARN})}),
+                    {"smollm2": LocalInferenceClient(environment)},
+                    routers=[routes.router],
+                )
                 try:
-                    yield resolver, runner, f"s3://{agent.settings.artifacts_bucket}/{key}"
+                    yield router.resolver, runner, f"s3://{agent.settings.artifacts_bucket}/{key}"
                 finally:
                     routes.configure(None)
 

@@ -93,6 +93,21 @@ def test_bad_requests_name_the_field(body, error, param):
     assert "Traceback" not in response["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "caf\ud800"}, "prompt"),
+        ({"messages": [{"role": "user", "content": "\udfff"}]}, "messages"),
+        ({"prompt": "ok", "stop": ["\ud83d"]}, "stop"),
+    ],
+)
+def test_unpaired_surrogates_are_refused(body, param):
+    with pytest.raises(InvalidRequestError, match="unpaired surrogate") as caught:
+        parse_request(body)
+    assert caught.value.param == param
+    assert parse_request({"prompt": "emoji \U0001f600 is fine"}).text.endswith("fine")
+
+
 def test_unknown_field_message_names_it():
     with pytest.raises(RequestError, match="unrecognized request argument: max_token"):
         parse_request({**CHAT, "max_token": 5})

@@ -36,12 +36,26 @@ def test_the_stream_function_loads_the_same_model_as_inference():
     assert {k: v for k, v in inference.items() if k in stream} == {k: stream[k] for k in inference}
 
 
-def test_router_may_invoke_only_the_routed_aliases():
+def test_router_may_invoke_only_the_routed_aliases_and_the_agent():
     props = resources()["RouterFunction"]["Properties"]
-    [statement] = props["Policies"][0]["Statement"]
-    assert statement["Action"] == "lambda:InvokeFunction"
-    assert "InferenceFunction.Alias" in str(statement["Resource"])
-    assert "*" not in str(statement["Resource"])
+    statements = {s["Sid"]: s for s in props["Policies"][0]["Statement"]}
+    assert set(statements) == {
+        "InvokeTheRoutedAliasesOnly",
+        "StartAgentRunsAsynchronously",
+        "ReadAndApproveAgentRuns",
+    }
+    routed = statements["InvokeTheRoutedAliasesOnly"]
+    assert routed["Action"] == "lambda:InvokeFunction"
+    assert "InferenceFunction.Alias" in str(routed["Resource"])
+    assert "*" not in str(routed["Resource"])
+    assert statements["StartAgentRunsAsynchronously"]["Resource"] == {"Ref": "AgentFunction.Alias"}
+    runs = statements["ReadAndApproveAgentRuns"]
+    assert all(action.startswith("lambda:") and "DurableExecution" in action for action in runs["Action"])
+    # Durable executions live under the agent's versions only.
+    assert runs["Resource"] == [
+        {"Fn::GetAtt": ["AgentFunction", "Arn"]},
+        {"Fn::Sub": "${AgentFunction.Arn}:*"},
+    ]
     assert props["Timeout"] < 30, "API Gateway gives the integration 30 s"
 
 

@@ -37,6 +37,7 @@ from aws_durable_execution_sdk_python.serdes import JsonSerDes
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import BatchJsonSerDes, StateBudget, run_id_from_arn
 from snapllm.agent.llm import chat
+from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
 from snapllm.agent.settings import AgentSettings
@@ -45,7 +46,6 @@ from snapllm.inference_client import InferenceClient
 
 JSON = JsonSerDes()
 BATCH_JSON = BatchJsonSerDes()
-APPROVAL_CALLBACK = "approval"
 # Text of earlier results that goes into a prompt: the model's context is small and so are its answers.
 _PROMPT_SNIPPET_CHARS = 300
 

@@ -27,8 +27,9 @@ from typing import Any
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import run_id_from_arn
 from snapllm.agent.errors import AgentError
-from snapllm.agent.flow import APPROVAL_CALLBACK, AgentDependencies
+from snapllm.agent.flow import AgentDependencies
 from snapllm.agent.handler import build_handler
+from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.report import OperationReport
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import ToolRegistry

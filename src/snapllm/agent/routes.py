@@ -51,11 +51,12 @@ def _runs() -> AgentRuns:
     return _service
 
 
-def _json(status: int, body: dict[str, Any]) -> Response:
-    return Response(status_code=status, content_type="application/json", body=json.dumps(body))
+def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:
+    # The resolver serializes the dict; a pre-serialized string would fail its response validation.
+    return Response(status_code=status, content_type="application/json", body=body)
 
 
-def _error(exc: RunError) -> Response:
+def _error(exc: RunError) -> Response[dict[str, Any]]:
     error = {"message": str(exc), "type": "invalid_request_error", "param": None, "code": exc.code}
     return _json(exc.status_code, {"error": error})
 
@@ -68,7 +69,7 @@ def _body() -> Any:
 
 
 @router.post("/v1/agent/runs")
-def start_run() -> Response:
+def start_run() -> Response[dict[str, Any]]:
     try:
         key = router.current_event.headers.get("idempotency-key") or router.current_event.headers.get(
             "Idempotency-Key"
@@ -81,7 +82,7 @@ def start_run() -> Response:
 
 
 @router.get("/v1/agent/runs/<run_id>")
-def get_run(run_id: str) -> Response:
+def get_run(run_id: str) -> Response[dict[str, Any]]:
     try:
         return _json(200, _runs().get(run_id))
     except RunError as exc:
@@ -89,7 +90,7 @@ def get_run(run_id: str) -> Response:
 
 
 @router.post("/v1/agent/runs/<run_id>/approval")
-def answer_approval(run_id: str) -> Response:
+def answer_approval(run_id: str) -> Response[dict[str, Any]]:
     try:
         body = _body()
         if not isinstance(body, dict) or not isinstance(body.get("approved"), bool):

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from snapllm.agent.errors import AgentError, AgentInputError
-from snapllm.agent.flow import APPROVAL_CALLBACK
+from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.request import AgentRequest
 
 MAX_IDEMPOTENCY_KEY_CHARS = 256

@@ -37,8 +37,9 @@ from snapllm.runtime import InferenceRuntime
 REQUEST: dict[str, Any] = {
     "messages": [{"role": "user", "content": "List three uses of a serverless function."}],
     "max_tokens": 48,
+    # Greedy and unseeded on both sides, so both reuse the cached prompt prefix alike (a seeded request
+    # re-evaluates its prompt to be reproducible).
     "temperature": 0.0,
-    "seed": 7,
 }
 
 
@@ -148,7 +149,6 @@ def _measure_invokes(
                 max_tokens=REQUEST["max_tokens"],
                 temperature=REQUEST["temperature"],
                 top_p=0.95,
-                seed=REQUEST["seed"],
             )
         )
         if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:

@@ -337,10 +337,13 @@ class RouterApp:
         if first.get("type") == "json_invalid":
             detail = (first.get("ctx") or {}).get("error", "JSON decode error")
             return InvalidRequestError(f"the request body is not valid JSON: {detail}")
-        # Re-validating with the contract gives the same message a direct invoke would get.
+        # On the completion routes, re-validating with the contract gives the message a direct invoke gets.
+        path = self.resolver.current_event.path
         try:
+            if not path.endswith(("/chat/completions", "/completions")):
+                raise ValueError(path)
             body = self.resolver.current_event.json_body
-            chat = self.resolver.current_event.path.endswith("chat/completions")
+            chat = path.endswith("chat/completions")
             required = "messages" if chat else "prompt"
             if isinstance(body, dict) and required not in body:
                 return InvalidRequestError(f"missing required field: {required}", param=required)
