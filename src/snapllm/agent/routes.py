@@ -57,8 +57,7 @@ def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:
 
 
 def _error(exc: RunError) -> Response[dict[str, Any]]:
-    error = {"message": str(exc), "type": "invalid_request_error", "param": None, "code": exc.code}
-    return _json(exc.status_code, {"error": error})
+    return _json(exc.status_code, exc.to_body())
 
 
 def _body() -> Any:

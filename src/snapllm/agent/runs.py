@@ -21,12 +21,13 @@ from typing import Any
 from snapllm.agent.errors import AgentError, AgentInputError
 from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.request import AgentRequest
+from snapllm.errors import RequestError
 
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 _CLOSED_CALLBACK_EVENTS = {"CallbackSucceeded", "CallbackFailed", "CallbackTimedOut"}
 
 
-class RunError(AgentError):
+class RunError(AgentError, RequestError):
     """A request about a run that cannot be served; ``status_code`` is the HTTP status to answer."""
 
     status_code = 400
