@@ -23,6 +23,10 @@ from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 
 MAX_STOP_SEQUENCES = 4
 MAX_SEED = 2**32 - 1
+# A caller that stops waiting earlier than the function's own timeout (the router, behind API Gateway's
+# 30 s) sends its deadline in the invoke's ClientContext (``custom``), as Unix epoch milliseconds, so the
+# function stops generating when nobody waits for the answer any more.
+CALLER_DEADLINE_KEY = "snapllm-deadline-epoch-ms"
 
 
 class TextPart(BaseModel):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from snapllm.config import EngineSettings
 from snapllm.contract import (
+    CALLER_DEADLINE_KEY,
     ChatCompletionRequest,
     Generation,
     InferenceRequest,
@@ -53,11 +54,19 @@ class Deadline:
 
     @classmethod
     def from_lambda_context(cls, context: Any, *, margin_ms: int) -> Deadline | None:
-        """The invoke's deadline less ``margin_ms`` for serializing the response, or None without one."""
+        """The invoke's deadline, or the caller's if that is earlier, less ``margin_ms`` for the response.
+
+        None when the context has no deadline at all.
+        """
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         if remaining is None:
             return None
-        return cls(time.monotonic() + (remaining() - margin_ms) / 1000.0)
+        remaining_ms = float(remaining())
+        custom = getattr(getattr(context, "client_context", None), "custom", None) or {}
+        caller = custom.get(CALLER_DEADLINE_KEY) if isinstance(custom, dict) else None
+        if isinstance(caller, int | float) and not isinstance(caller, bool):
+            remaining_ms = min(remaining_ms, caller - time.time() * 1000.0)
+        return cls(time.monotonic() + (remaining_ms - margin_ms) / 1000.0)
 
     def expired(self) -> bool:
         return time.monotonic() >= self.at

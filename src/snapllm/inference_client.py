@@ -12,12 +12,14 @@ The router and the agent depend on the :class:`InferenceClient` protocol only::
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import threading
 import time
 from typing import Any, Protocol
 
+from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import (
     InferenceFailedError,
     InferenceThrottledError,
@@ -26,9 +28,19 @@ from snapllm.errors import (
 
 
 class InferenceClient(Protocol):
-    """Anything that can run one direct invoke of the inference function."""
+    """Anything that can run one direct invoke of the inference function.
 
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+    ``deadline`` (Unix epoch seconds) is when the caller stops waiting; the function stops generating by
+    then. Without one, a client uses its own timeout.
+    """
+
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]: ...
+
+
+def client_context(deadline: float) -> str:
+    """The base64 ``ClientContext`` that carries a caller's deadline to the inference function."""
+    custom = {"custom": {CALLER_DEADLINE_KEY: int(deadline * 1000)}}
+    return base64.b64encode(json.dumps(custom).encode()).decode()
 
 
 class LambdaInferenceClient:
@@ -61,18 +73,22 @@ class LambdaInferenceClient:
             )
         self._lambda = lambda_client
         self.function_arn = function_arn
+        self._read_timeout_s = read_timeout_s
         self._max_attempts = max_attempts
         self._backoff_base_s = backoff_base_s
 
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
         from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
 
+        # This client gives up after its read timeout: the function need not generate beyond that.
+        context = client_context(deadline if deadline is not None else time.time() + self._read_timeout_s)
         for attempt in range(self._max_attempts):
             try:
                 response = self._lambda.invoke(
                     FunctionName=self.function_arn,
                     InvocationType="RequestResponse",
                     Payload=json.dumps(payload).encode(),
+                    ClientContext=context,
                 )
             except ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code", "")
@@ -101,9 +117,10 @@ class LocalInferenceClient:
         self._environment = environment
         self._lock = threading.Lock()
 
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
+        custom = {CALLER_DEADLINE_KEY: int(deadline * 1000)} if deadline is not None else None
         with self._lock:
-            result = self._environment.invoke(payload)
+            result = self._environment.invoke(payload, client_context=custom)
         if result.error is not None:
             raise InferenceFailedError(f"the model function failed: {result.error.get('errorMessage')}")
         return _checked(result.response)

@@ -85,13 +85,13 @@ class CountingInference:
         self.throttled = 0
         self.prompts: list[str] = []
 
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
         if self.throttled < self._throttle_first:
             self.throttled += 1
             raise InferenceThrottledError("the model is at its concurrency limit; retry shortly")
         self.calls += 1
         self.prompts.append(payload["messages"][-1]["content"][:60])
-        return self._inner.invoke(payload)
+        return self._inner.invoke(payload, deadline=deadline)
 
 
 def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: str):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from snapllm.config import EngineSettings, InferenceSettings, ModelSource
-from snapllm.contract import parse_request
+from snapllm.contract import CALLER_DEADLINE_KEY, parse_request
 from snapllm.engine import Deadline, Engine
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError
 from snapllm.loader import DownloadStats
@@ -108,6 +108,17 @@ def test_deadline_from_a_lambda_context():
     deadline = Deadline.from_lambda_context(Context(), margin_ms=1500)
     assert 8.4 < deadline.at - time.monotonic() <= 8.5
     assert Deadline.from_lambda_context(object(), margin_ms=0) is None
+
+    def with_caller_deadline(seconds_from_now, value=None):
+        context = Context()
+        value = value if value is not None else int((time.time() + seconds_from_now) * 1000)
+        context.client_context = type("ClientContext", (), {"custom": {CALLER_DEADLINE_KEY: value}})()
+        return Deadline.from_lambda_context(context, margin_ms=0)
+
+    # The earlier of the invoke's and the caller's deadline wins; a malformed value is ignored.
+    assert 2.8 < with_caller_deadline(3).at - time.monotonic() <= 3.0
+    assert 9.8 < with_caller_deadline(60).at - time.monotonic() <= 10.0
+    assert 9.8 < with_caller_deadline(0, value="soon").at - time.monotonic() <= 10.0
 
 
 def test_weights_are_not_repacked_into_a_second_copy(engine):

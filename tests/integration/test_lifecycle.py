@@ -6,9 +6,11 @@ snapshot."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.local.lifecycle import LocalFunctionError
 from snapllm.local.session import LocalDeployment
 from tests.conftest import TEMPLATE, TEST_THREADS
@@ -150,3 +152,16 @@ def test_init_fails_loudly_when_the_model_is_missing(deployment):
         pytest.raises(LocalFunctionError, match=r"ModelNotFoundError.*models/absent\.gguf"),
     ):
         function.init()
+
+
+def test_a_callers_earlier_deadline_stops_generation(environment):
+    # The router gives up after its invoke timeout; the function (120 s here) must stop by then too.
+    caller_deadline_ms = int((time.time() + 2.0) * 1000)
+    result = environment.invoke(
+        {"prompt": "Once upon a time", "max_tokens": 512, "temperature": 0.8},
+        client_context={CALLER_DEADLINE_KEY: caller_deadline_ms},
+    )
+    response = result.response
+    assert response["deadline_reached"] is True
+    assert response["choices"][0]["finish_reason"] == "length"
+    assert result.duration_s < 2.0

@@ -9,6 +9,7 @@ Logger and Metrics.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
@@ -26,6 +27,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventV2Model
 from botocore.config import Config
 
+from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import ConfigurationError
 from snapllm.inference_client import LambdaInferenceClient
 from snapllm.local.context import LocalContext
@@ -80,7 +82,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path, "payload": payload})
+        self.server.requests.append(
+            {
+                "path": self.path,
+                "payload": payload,
+                "client_context": self.headers.get("X-Amz-Client-Context"),
+            }
+        )
         reply = self.server.replies.pop(0) if self.server.replies else ("ok", COMPLETION)
         kind = reply[0]
         if kind == "slow":
@@ -408,3 +416,13 @@ def test_openai_requests_are_sigv4_signed_for_iam_deployments():
     assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
     assert "/eu-west-1/execute-api/aws4_request" in authorization
     assert "x-amz-date" in request.headers and "Bearer" not in authorization
+
+
+def test_the_invoke_carries_the_routers_deadline(fake_lambda):
+    router = make_router(fake_lambda, invoke_timeout_s=5.0)
+    before = time.time()
+    status, _, _ = call(router, "POST", "/v1/chat/completions", CHAT)
+    assert status == 200
+    context = json.loads(base64.b64decode(fake_lambda.requests[-1]["client_context"]))
+    deadline_s = context["custom"][CALLER_DEADLINE_KEY] / 1000
+    assert before + 5.0 - 1 <= deadline_s <= time.time() + 5.0

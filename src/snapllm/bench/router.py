@@ -49,10 +49,10 @@ class _TimedClient:
         self._client = client
         self.last_s = 0.0
 
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            return self._client.invoke(payload)
+            return self._client.invoke(payload, deadline=deadline)
         finally:
             self.last_s = time.perf_counter() - started
 

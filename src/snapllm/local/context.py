@@ -9,6 +9,16 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LocalClientContext:
+    """What Lambda's Python runtime exposes as ``context.client_context`` (its ``custom`` fields)."""
+
+    custom: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    client: Any = None
 
 
 @dataclass
@@ -20,11 +30,16 @@ class LocalContext:
     timeout_s: float
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     function_version: str = "1"
+    client_context: LocalClientContext | None = None
     _deadline: float = 0.0
 
     @classmethod
-    def create(cls, function_name: str, *, timeout_s: float, memory_mb: int) -> LocalContext:
+    def create(
+        cls, function_name: str, *, timeout_s: float, memory_mb: int, custom: dict[str, Any] | None = None
+    ) -> LocalContext:
         context = cls(function_name=function_name, memory_limit_in_mb=memory_mb, timeout_s=timeout_s)
+        if custom is not None:
+            context.client_context = LocalClientContext(custom=custom)
         context._deadline = time.monotonic() + timeout_s
         return context
 

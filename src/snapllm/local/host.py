@@ -100,10 +100,13 @@ class _Host:
                 return
             if command == "exit":
                 return
-            context = LocalContext.create(function_name, timeout_s=timeout_s, memory_mb=memory_mb)
+            event, custom = payload
+            context = LocalContext.create(
+                function_name, timeout_s=timeout_s, memory_mb=memory_mb, custom=custom
+            )
             invoked = time.perf_counter()
             try:
-                response = self.handler(payload, context)
+                response = self.handler(event, context)
                 conn.send({"response": response, "duration_s": time.perf_counter() - invoked})
             except Exception as exc:
                 conn.send({"error": _error(exc), "duration_s": time.perf_counter() - invoked})

@@ -59,10 +59,13 @@ class RestoredEnvironment:
         self.restore_s = restore_s
         self.pid = pid
 
-    def invoke(self, event: Any) -> InvokeResult:
-        """Invoke the handler with ``event``; raises :class:`LocalFunctionError` if the environment died."""
+    def invoke(self, event: Any, *, client_context: dict[str, Any] | None = None) -> InvokeResult:
+        """Invoke the handler with ``event``; raises :class:`LocalFunctionError` if the environment died.
+
+        ``client_context`` becomes ``context.client_context.custom``, as an Invoke's ClientContext does.
+        """
         try:
-            self._conn.send(("invoke", event))
+            self._conn.send(("invoke", (event, client_context)))
             reply = self._conn.recv()
         except (EOFError, OSError) as exc:
             raise LocalFunctionError(

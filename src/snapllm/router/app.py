@@ -292,10 +292,12 @@ class RouterApp:
         if self.settings.log_prompts:
             self.logger.info("prompt", extra={"request": payload})
         invoked = time.perf_counter()
+        # The router stops waiting after its invoke timeout; the model need not generate past it.
+        deadline = time.time() + self.settings.invoke_timeout_s
         try:
             with self.tracer.provider.in_subsegment("## invoke inference") as subsegment:
                 subsegment.put_annotation("model", model)
-                body = self.clients[model].invoke(payload)
+                body = self.clients[model].invoke(payload, deadline=deadline)
         finally:
             state.invoke_s = time.perf_counter() - invoked
         status = body.pop("statusCode", 200)
