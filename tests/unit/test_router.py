@@ -318,6 +318,16 @@ def test_logs_are_json_with_correlation_id_and_no_prompt_by_default(fake_lambda)
     assert all("Name a colour" not in json.dumps(log) for log in logs)
 
 
+def test_request_keys_do_not_leak_into_the_next_requests_logs(fake_lambda):
+    stream = io.StringIO()
+    router = make_router(fake_lambda, logs=stream)
+    call(router, "POST", "/v1/chat/completions", {**CHAT, "model": "no-such-model"})
+    call(router, "POST", "/v1/chat/completions", b"{not json")
+    logs = [json.loads(line) for line in stream.getvalue().splitlines()]
+    rejected = [log for log in logs if log["message"] == "request rejected"]
+    assert [log.get("model") for log in rejected] == ["no-such-model", None]
+
+
 def test_prompts_are_logged_only_when_enabled(fake_lambda):
     stream = io.StringIO()
     call(make_router(fake_lambda, logs=stream, log_prompts=True), "POST", "/v1/chat/completions", CHAT)

@@ -147,9 +147,9 @@ class RouterApp:
     def _instrumented(self, handle: Callable[[dict[str, Any], Any], dict[str, Any]]) -> Callable[..., Any]:
         handle = self.metrics.log_metrics(capture_cold_start_metric=True)(handle)
         handle = self.tracer.capture_lambda_handler(capture_response=False)(handle)
-        return self.logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)(
-            handle
-        )
+        return self.logger.inject_lambda_context(
+            correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True
+        )(handle)
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Answer one API Gateway HTTP API (payload 2.0) event. Use :attr:`handler` on Lambda."""
