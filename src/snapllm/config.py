@@ -109,6 +109,9 @@ class EngineSettings:
     deadline_margin_ms: int = 1500
     warmup_tokens: int = 4
     verbose: bool = False
+    # Off: the memfd already holds the weights, and a repacked copy would double them in RAM and in the
+    # snapshot. On trades that memory for faster Q4_0 / Q4_K matrix products on Graviton.
+    repack_weights: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> EngineSettings:
@@ -121,6 +124,7 @@ class EngineSettings:
             deadline_margin_ms=_int(env, "SNAPLLM_DEADLINE_MARGIN_MS", cls.deadline_margin_ms, minimum=0),
             warmup_tokens=_int(env, "SNAPLLM_WARMUP_TOKENS", cls.warmup_tokens, minimum=0),
             verbose=_bool(env, "SNAPLLM_LLAMA_VERBOSE", cls.verbose),
+            repack_weights=_bool(env, "SNAPLLM_REPACK_WEIGHTS", cls.repack_weights),
         )
 
 

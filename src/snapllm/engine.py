@@ -175,14 +175,12 @@ class Engine:
         self._formatter = self._chat_formatter(llama)
 
     @classmethod
-    def load(
-        cls, model_path: str, settings: EngineSettings, *, model_name: str, repack_weights: bool = False
-    ) -> Engine:
+    def load(cls, model_path: str, settings: EngineSettings, *, model_name: str) -> Engine:
         """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped."""
         from llama_cpp import Llama
 
         threads = settings.threads or available_cpus()
-        with _model_params(use_extra_bufts=repack_weights):
+        with _model_params(use_extra_bufts=settings.repack_weights):
             llama = Llama(
                 model_path=model_path,
                 n_ctx=settings.n_ctx,

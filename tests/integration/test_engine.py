@@ -129,6 +129,12 @@ def test_weights_are_not_repacked_into_a_second_copy(engine):
     assert engine.llama.model_params.use_extra_bufts is False
 
 
+def test_repacking_can_be_chosen(model_path):
+    repacking = Engine.load(str(model_path), EngineSettings(threads=1, repack_weights=True), model_name="r")
+    assert repacking.llama.model_params.use_extra_bufts is True
+    assert repacking.generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
+
+
 def test_warm_up_leaves_no_tokens_behind(engine):
     engine.warm_up()
     assert engine.llama.n_tokens == 0
