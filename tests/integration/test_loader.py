@@ -105,18 +105,11 @@ def test_an_object_too_small_to_be_a_model(local_s3):
 
 
 def client_via(local_s3, proxy):
-    import boto3
     from botocore.config import Config
 
-    env = local_s3.client_environment()
-    return boto3.client(
-        "s3",
-        endpoint_url=proxy.url,
-        region_name=env["AWS_DEFAULT_REGION"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        # Only the loader's own retries count in these tests.
-        config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
+    # Only the loader's own retries count in these tests.
+    return local_s3.client(
+        endpoint_url=proxy.url, config=Config(retries={"mode": "standard", "total_max_attempts": 1})
     )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from snapllm.errors import SnapllmError
+from snapllm.local.processes import stop_process
 from snapllm.local.template import FunctionSpec
 
 
@@ -198,11 +199,8 @@ class LocalFunction:
             self._conn.close()
             self._conn = None
         if self._process is not None:
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            # The host was asked to exit above; it gets the usual time before it is killed.
+            stop_process(self._process, terminate=False)
             self._process = None
         self._listener.close()
         self._tmp.cleanup()

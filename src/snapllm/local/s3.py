@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from snapllm.errors import SnapllmError
+from snapllm.local.processes import stop_process
 
 _LOCAL_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "snapllm-local",
@@ -90,13 +91,7 @@ class LocalS3:
         return self._process.poll() is None
 
     def stop(self) -> None:
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop_process(self._process)
         if self._process.stderr:
             self._process.stderr.close()
 
@@ -110,12 +105,14 @@ class LocalS3:
         """Environment variables that point boto3 (in any process) at this endpoint."""
         return {"AWS_ENDPOINT_URL_S3": self.endpoint_url, **_LOCAL_CREDENTIALS}
 
-    def client(self) -> Any:
+    def client(self, *, endpoint_url: str | None = None, config: Any = None) -> Any:
+        """A boto3 S3 client for this endpoint (or for a proxy in front of it, ``endpoint_url``)."""
         import boto3
 
         return boto3.client(
             "s3",
-            endpoint_url=self.endpoint_url,
+            endpoint_url=endpoint_url or self.endpoint_url,
+            config=config,
             region_name=_LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
             aws_access_key_id=_LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=_LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],

@@ -42,6 +42,7 @@ from snapllm.errors import PayloadTooLargeError, SnapllmError
 from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
 from snapllm.local.lifecycle import LocalFunction, RestoredEnvironment
+from snapllm.local.processes import stop_process
 from snapllm.local.s3 import free_port
 from snapllm.local.session import LocalDeployment
 from snapllm.local.template import FunctionSpec
@@ -130,13 +131,7 @@ class StreamFunctionProcess:
                     raise LocalServeError(f"{STREAM_FUNCTION} hook {path} answered {response.status_code}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 @dataclass
@@ -352,13 +347,7 @@ class ServeProcess:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s=20)
 
     def __enter__(self) -> ServeProcess:
         return self
