@@ -107,6 +107,11 @@ class GenerationParameters(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _encodable(self) -> GenerationParameters:
+        check_encodable(self)  # type: ignore[arg-type]  # only the two request models are instantiated
+        return self
+
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -228,7 +233,6 @@ def parse_request(body: Any) -> InferenceRequest:
         request = model.model_validate(body)
     except ValidationError as exc:
         raise _from_validation_error(exc) from None
-    check_encodable(request)
     return request
 
 
