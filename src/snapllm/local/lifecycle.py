@@ -112,6 +112,11 @@ class LocalFunction:
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
 
+    @property
+    def environment(self) -> dict[str, str]:
+        """The function's variables: the template's values, overridden by the local ones."""
+        return dict(self._environment)
+
     def _start(self) -> None:
         env = {
             **os.environ,
