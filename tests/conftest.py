@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "template.yaml"
 TEST_THREADS = "1"
 
+# Greedy decoding of this prompt counts on for well over 512 tokens without an end-of-sequence token, so a
+# test that needs generation to still be running when a deadline passes does not depend on sampling luck.
+LONG_GENERATION = {"prompt": "Count from one to a thousand: 1, 2, 3, 4, 5,", "temperature": 0.0}
+
 os.environ.setdefault("SNAPLLM_THREADS", TEST_THREADS)
 
 

@@ -13,6 +13,7 @@ from snapllm.engine import Deadline, Engine
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError
 from snapllm.loader import DownloadStats
 from snapllm.runtime import InferenceRuntime
+from tests.conftest import LONG_GENERATION
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
 
@@ -91,7 +92,7 @@ def test_context_window_limits(model_path):
 def test_stops_at_the_deadline_with_what_it_has(engine):
     started = time.monotonic()
     generation = engine.generate(
-        parse_request({**COUNTING, "max_tokens": 256}), deadline=Deadline.after(0.25)
+        parse_request({**LONG_GENERATION, "max_tokens": 256}), deadline=Deadline.after(0.25)
     )
     elapsed = time.monotonic() - started
     assert generation.deadline_reached

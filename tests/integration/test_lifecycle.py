@@ -13,7 +13,7 @@ import pytest
 from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.local.lifecycle import LocalFunctionError
 from snapllm.local.session import LocalDeployment
-from tests.conftest import TEMPLATE, TEST_THREADS
+from tests.conftest import LONG_GENERATION, TEMPLATE, TEST_THREADS
 
 CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12}
 
@@ -121,7 +121,7 @@ def test_generation_stops_before_the_invoke_deadline(snapshotted):
     function, _, _ = snapshotted
     # 3 s timeout less the 1.5 s margin leaves 1.5 s to generate: far less than 512 tokens take here.
     with function.restore(timeout_s=3.0) as short:
-        result = short.invoke({"prompt": "Once upon a time", "max_tokens": 512, "temperature": 0.8})
+        result = short.invoke({**LONG_GENERATION, "max_tokens": 512})
     response = result.response
     assert response["choices"][0]["finish_reason"] == "length"
     assert response["deadline_reached"] is True
@@ -158,7 +158,7 @@ def test_a_callers_earlier_deadline_stops_generation(environment):
     # The router gives up after its invoke timeout; the function (120 s here) must stop by then too.
     caller_deadline_ms = int((time.time() + 2.0) * 1000)
     result = environment.invoke(
-        {"prompt": "Once upon a time", "max_tokens": 512, "temperature": 0.8},
+        {**LONG_GENERATION, "max_tokens": 512},
         client_context={CALLER_DEADLINE_KEY: caller_deadline_ms},
     )
     response = result.response

@@ -13,6 +13,7 @@ from snapllm.contract import parse_request
 from snapllm.engine import TokenDelta
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, create_app
+from tests.conftest import LONG_GENERATION
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,7 @@ def test_chat_streams_chunks_then_done(client):
 def test_deadline_from_lwas_context_header_stops_generation(client):
     # LWA passes the invoke's deadline (epoch ms); one already past leaves no time for more than a token.
     headers = {"x-amzn-lambda-context": json.dumps({"deadline": 0})}
-    body = {"prompt": "Once upon a time", "max_tokens": 16, "stream": True}
+    body = {**LONG_GENERATION, "max_tokens": 16, "stream": True}
     with client.stream("POST", "/v1/completions", json=body, headers=headers) as response:
         chunks = [json.loads(e) for e in _events(response)[:-1]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["deadline_reached"]
