@@ -1,7 +1,7 @@
 """One ``snapllm local serve`` per test session, shared by the OpenAI-client and schemathesis tests.
 
-Limits are set low so every generated request is quick (max_tokens <= 16) and the error paths are easy to
-reach (64 KB bodies, 2,000-character prompts).
+Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too)
+and the error paths are easy to reach (64 KB bodies, 2,000-character prompts).
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ SERVE_ENV = {
     "SNAPLLM_N_CTX": "1024",
     "SNAPLLM_MAX_BODY_BYTES": "65536",
     "SNAPLLM_MAX_PROMPT_CHARS": "2000",
+    # The agent's model calls must fit the server's max_tokens.
+    "SNAPLLM_AGENT_PLAN_MAX_TOKENS": "16",
+    "SNAPLLM_AGENT_SUMMARY_MAX_TOKENS": "16",
+    "SNAPLLM_AGENT_ANSWER_MAX_TOKENS": "16",
 }
 MODEL = "smollm2-135m-instruct"
 

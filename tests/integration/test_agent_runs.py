@@ -12,13 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from snapllm.agent import routes
-from snapllm.agent.handler import build_handler
 from snapllm.agent.local import LocalAgent, agent_settings
-from snapllm.agent.local_service import LocalDurableLambda
 from snapllm.agent.runs import AgentRuns
 from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
@@ -30,7 +27,6 @@ from tests.conftest import TEMPLATE
 
 pytestmark = pytest.mark.slow
 
-AGENT_ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Agent:live"
 NOTES = (
     b"# Notes\n\nSnapStart restores a snapshot of an initialized function instead of initializing it again.\n"
 )
@@ -39,7 +35,7 @@ NOTES = (
 @pytest.fixture(scope="module")
 def api(
     deployment: LocalDeployment,
-) -> Iterator[tuple[APIGatewayHttpResolver, DurableFunctionTestRunner, str]]:
+) -> Iterator[tuple[APIGatewayHttpResolver, Any, str]]:
     with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
         function.init()
         function.snapshot()
@@ -47,20 +43,18 @@ def api(
             agent = LocalAgent(deployment, agent_settings(TEMPLATE), LocalInferenceClient(environment))
             key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
             deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
-            deps = agent.dependencies()
-            with DurableFunctionTestRunner(handler=build_handler(lambda: deps), poll_interval=0.1) as runner:
-                routes.configure(
-                    AgentRuns(LocalDurableLambda(runner, function_arn=AGENT_ARN), function_arn=AGENT_ARN)
-                )
+            with agent.durable_service() as service:
+                routes.configure(AgentRuns(service, function_arn=service.function_arn))
                 # Mounted as the router function mounts it: next to the OpenAI routes, behind the router's
                 # validation and error handlers.
+                routes_table = json.dumps({"smollm2": "local:InferenceFunction"})
                 router = RouterApp(
-                    RouterSettings.from_env({"SNAPLLM_ROUTES": json.dumps({"smollm2": AGENT_ARN})}),
+                    RouterSettings.from_env({"SNAPLLM_ROUTES": routes_table}),
                     {"smollm2": LocalInferenceClient(environment)},
                     routers=[routes.router],
                 )
                 try:
-                    yield router.resolver, runner, f"s3://{agent.settings.artifacts_bucket}/{key}"
+                    yield router.resolver, service.runner, f"s3://{agent.settings.artifacts_bucket}/{key}"
                 finally:
                     routes.configure(None)
 
@@ -128,9 +122,17 @@ def test_clear_client_errors(api):
     assert status == 404 and body["error"]["code"] == "run_not_found"
 
     status, body = _call(resolver, "POST", "/v1/agent/runs", {"task": "no key"})
-    assert status == 400 and "Idempotency-Key" in body["error"]["message"]
+    assert status == 400 and "idempotency-key" in body["error"]["message"].lower()
     status, body = _call(resolver, "POST", "/v1/agent/runs", {"documents": []}, **{"Idempotency-Key": "k"})
-    assert status == 400 and "task" in body["error"]["message"]
+    assert status == 400 and body["error"]["param"] == "task"
+    bad_uri = {"task": "Read it.", "documents": ["https://example.com/a.md"]}
+    status, body = _call(resolver, "POST", "/v1/agent/runs", bad_uri, **{"Idempotency-Key": "k"})
+    assert status == 400 and body["error"]["param"] == "documents.0"
+    twice = {"task": "Read it.", "documents": [uri, uri]}
+    status, body = _call(resolver, "POST", "/v1/agent/runs", twice, **{"Idempotency-Key": "k"})
+    assert status == 400 and "repeat" in body["error"]["message"]
+    status, body = _call(resolver, "POST", "/v1/agent/runs", "not an object", **{"Idempotency-Key": "k"})
+    assert status == 400
 
     request = {"task": "Say what SnapStart restores.", "documents": [uri]}
     status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "no-approval"})
@@ -138,5 +140,6 @@ def test_clear_client_errors(api):
     _until(resolver, run["id"], lambda r: r["status"] != "RUNNING")
     status, body = _call(resolver, "POST", f"/v1/agent/runs/{run['id']}/approval", {"approved": True})
     assert status == 409 and body["error"]["code"] == "run_not_waiting_for_approval"
+    # A decision is a JSON boolean: "yes" is not coerced into an approval.
     status, body = _call(resolver, "POST", f"/v1/agent/runs/{run['id']}/approval", {"approved": "yes"})
-    assert status == 400
+    assert status == 400 and body["error"]["param"] == "approved"

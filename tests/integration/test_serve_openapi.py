@@ -28,7 +28,13 @@ OPERATIONS = [
     ("POST", "/v1/completions"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
+    ("POST", "/v1/agent/runs"),
+    ("GET", "/v1/agent/runs/{run_id}"),
+    ("POST", "/v1/agent/runs/{run_id}/approval"),
 ]
+# Valid starts would each begin a real agent run in the shared server (test_serve_agent covers that path);
+# invalid ones are generated like every other operation's.
+NO_POSITIVE_CASES = {("POST", "/v1/agent/runs")}
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +49,12 @@ def test_the_document_lists_every_route(openapi_schema):
     assert listed == set(OPERATIONS)
 
 
-# Negative cases need something to break: the GET routes take no input.
-CASES = [(method, path, GenerationMode.POSITIVE) for method, path in OPERATIONS] + [
-    (method, path, GenerationMode.NEGATIVE) for method, path in OPERATIONS if method == "POST"
-]
+# Negative cases need something to break: the GET routes take no body, and any string is a run id.
+CASES = [
+    (method, path, GenerationMode.POSITIVE)
+    for method, path in OPERATIONS
+    if (method, path) not in NO_POSITIVE_CASES
+] + [(method, path, GenerationMode.NEGATIVE) for method, path in OPERATIONS if method == "POST"]
 
 
 @pytest.mark.parametrize(("method", "path", "mode"), CASES, ids=lambda v: getattr(v, "value", v))

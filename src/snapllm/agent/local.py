@@ -29,6 +29,7 @@ from snapllm.agent.budget import run_id_from_arn
 from snapllm.agent.errors import AgentError
 from snapllm.agent.flow import AgentDependencies
 from snapllm.agent.handler import build_handler
+from snapllm.agent.local_service import LocalDurableLambda
 from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.report import OperationReport
 from snapllm.agent.settings import AgentSettings
@@ -36,6 +37,9 @@ from snapllm.agent.tools import ToolRegistry
 from snapllm.inference_client import InferenceClient, LocalInferenceClient
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm.local.template import FunctionSpec
+
+# The agent alias local runs answer to, where a deployment would name AgentFunction's `live` alias.
+LOCAL_AGENT_ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-AgentFunction:live"
 
 Decision = dict[str, Any]
 Decider = Callable[[dict[str, Any]], Decision | None]
@@ -139,6 +143,22 @@ class LocalAgent:
             inference=inference or self.inference,
             tools=ToolRegistry.builtin(),
         )
+
+    @contextlib.contextmanager
+    def durable_service(self, *, function_arn: str = LOCAL_AGENT_ARN) -> Iterator[LocalDurableLambda]:
+        """The Lambda durable-execution API over this agent, for :class:`~snapllm.agent.runs.AgentRuns`.
+
+        Executions run in this process on the SDK's testing runner until the context exits::
+
+            with agent.durable_service() as service:
+                runs = AgentRuns(service, function_arn=service.function_arn)
+                runs.start("review-42", {"task": "...", "documents": [...]})
+        """
+        from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+
+        deps = self.dependencies()
+        with DurableFunctionTestRunner(handler=build_handler(lambda: deps), poll_interval=0.1) as runner:
+            yield LocalDurableLambda(runner, function_arn=function_arn)
 
     def with_settings(self, **changes: Any) -> AgentSettings:
         return replace(self.settings, **changes)

@@ -33,6 +33,11 @@ class LocalDurableLambda:
         self._started: dict[str, tuple[str, bytes]] = {}  # name -> (execution ARN, payload)
         self._lock = threading.Lock()
 
+    @property
+    def runner(self) -> Any:
+        """The testing runner that holds the executions (for inspecting them)."""
+        return self._runner
+
     def invoke(
         self, *, FunctionName: str, InvocationType: str, DurableExecutionName: str, Payload: bytes
     ) -> dict[str, Any]:

@@ -10,22 +10,34 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
 
 from snapllm.agent.errors import AgentInputError
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_APPROVAL_TIMEOUT_S = 366 * 86400
+# s3://bucket/key, where the key names an object (not empty, not a "folder").
+S3_OBJECT_URI = r"^s3://[^/]+/(.*[^/])$"
+_TIMEOUT_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": MAX_APPROVAL_TIMEOUT_S},
+        {"type": "string", "pattern": r"^\s*\d+\s*[smhdSMHD]?\s*$"},
+    ],
+    "description": "seconds, or a number with s, m, h or d (e.g. '3d')",
+}
 
 
 class ApprovalPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     required: bool = False
-    timeout_s: int = Field(default=3 * 86400, alias="timeout", ge=1, le=MAX_APPROVAL_TIMEOUT_S)
+    # Documented as what clients may send; validated as seconds once _duration has converted it.
+    timeout_s: Annotated[int, WithJsonSchema(_TIMEOUT_SCHEMA)] = Field(
+        default=3 * 86400, alias="timeout", ge=1, le=MAX_APPROVAL_TIMEOUT_S
+    )
 
     @field_validator("timeout_s", mode="before")
     @classmethod
@@ -42,7 +54,9 @@ class AgentRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str = Field(min_length=1, max_length=4000)
-    documents: list[str] = Field(default_factory=list)
+    documents: list[Annotated[str, Field(pattern=S3_OBJECT_URI, max_length=2048)]] = Field(
+        default_factory=list
+    )
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
 
     @classmethod

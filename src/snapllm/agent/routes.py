@@ -17,18 +17,74 @@ idempotency conflict.
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+from pydantic import BaseModel, ConfigDict, Field
 
-from snapllm.agent.runs import AgentRuns, InvalidRunRequestError, RunError
+from snapllm.agent.request import AgentRequest
+from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns, RunError
 from snapllm.errors import ConfigurationError
+from snapllm.router.openapi import error_doc
 
 router = APIGatewayHttpRouter()
 _service: AgentRuns | None = None
+
+TAGS = ["Agent"]
+
+
+class RunStarted(BaseModel):
+    id: str
+    execution_arn: str | None
+    status: Literal["RUNNING"]
+
+
+class RunFailure(BaseModel):
+    type: str | None
+    message: str | None
+
+
+class RunStatus(BaseModel):
+    """A run as the durable execution reports it; ``approval`` is read from the execution's history."""
+
+    id: str
+    status: Literal["RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "STOPPED"]
+    waiting_for_approval: bool
+    approval: Literal["none", "waiting", "decided"]
+    result: Any = None
+    error: RunFailure | None = None
+
+
+class ApprovalDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Strict: an approval must be a JSON boolean, never a string such as "yes" coerced into one.
+    approved: bool = Field(strict=True)
+    approver: str = Field(default="api", min_length=1, max_length=100)
+    reason: str = Field(default="", max_length=500)
+
+
+class ApprovalRecorded(BaseModel):
+    id: str
+    approval: Literal["approved", "rejected"]
+
+
+def _ok(status: int, model: type[BaseModel], description: str) -> dict[int, dict[str, Any]]:
+    return {status: {"description": description, "content": {"application/json": {"model": model}}}}
+
+
+IdempotencyKey = Annotated[
+    str,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY_CHARS,
+        description="The client's key for this run: the same key never starts a second run.",
+    ),
+]
 
 
 def configure(service: AgentRuns | None) -> None:
@@ -60,27 +116,35 @@ def _error(exc: RunError) -> Response[dict[str, Any]]:
     return _json(exc.status_code, exc.to_body())
 
 
-def _body() -> Any:
+@router.post(
+    "/v1/agent/runs",
+    summary="Start an agent run",
+    tags=TAGS,
+    responses={
+        **_ok(202, RunStarted, "The run (started now, or earlier with this key and this request)."),
+        400: error_doc("Invalid request or Idempotency-Key."),
+        409: error_doc("This Idempotency-Key already started a run with a different request."),
+        500: error_doc("Unexpected router failure."),
+    },
+)
+def start_run(request: AgentRequest, idempotency_key: IdempotencyKey) -> Response[dict[str, Any]]:
     try:
-        return json.loads(router.current_event.body or "null")
-    except json.JSONDecodeError:
-        raise InvalidRunRequestError("the body must be JSON") from None
-
-
-@router.post("/v1/agent/runs")
-def start_run() -> Response[dict[str, Any]]:
-    try:
-        key = router.current_event.headers.get("idempotency-key") or router.current_event.headers.get(
-            "Idempotency-Key"
-        )
-        if not key:
-            raise InvalidRunRequestError("the Idempotency-Key header is required to start a run")
-        return _json(202, _runs().start(key, _body()))
+        # The body as sent (not the parsed model): the service compares it to tell a retry from a reuse.
+        return _json(202, _runs().start(idempotency_key, router.current_event.json_body))
     except RunError as exc:
         return _error(exc)
 
 
-@router.get("/v1/agent/runs/<run_id>")
+@router.get(
+    "/v1/agent/runs/<run_id>",
+    summary="Read an agent run",
+    tags=TAGS,
+    responses={
+        **_ok(200, RunStatus, "The run's status, approval state, and result or error."),
+        404: error_doc("No run with this id."),
+        500: error_doc("Unexpected router failure."),
+    },
+)
 def get_run(run_id: str) -> Response[dict[str, Any]]:
     try:
         return _json(200, _runs().get(run_id))
@@ -88,17 +152,22 @@ def get_run(run_id: str) -> Response[dict[str, Any]]:
         return _error(exc)
 
 
-@router.post("/v1/agent/runs/<run_id>/approval")
-def answer_approval(run_id: str) -> Response[dict[str, Any]]:
+@router.post(
+    "/v1/agent/runs/<run_id>/approval",
+    summary="Approve or reject a waiting agent run",
+    tags=TAGS,
+    responses={
+        **_ok(200, ApprovalRecorded, "The answer was delivered to the waiting run."),
+        400: error_doc("Invalid decision."),
+        404: error_doc("No run with this id."),
+        409: error_doc("The run is not waiting for approval, or already has its answer."),
+        500: error_doc("Unexpected router failure."),
+    },
+)
+def answer_approval(run_id: str, decision: ApprovalDecision) -> Response[dict[str, Any]]:
     try:
-        body = _body()
-        if not isinstance(body, dict) or not isinstance(body.get("approved"), bool):
-            raise InvalidRunRequestError('the body must be {"approved": true|false, "approver", "reason"}')
         answer = _runs().decide(
-            run_id,
-            approved=body["approved"],
-            approver=str(body.get("approver") or "api")[:100],
-            reason=str(body.get("reason") or "")[:500],
+            run_id, approved=decision.approved, approver=decision.approver, reason=decision.reason
         )
         return _json(200, answer)
     except RunError as exc:

@@ -355,9 +355,11 @@ class RouterApp:
         except ValueError:
             pass
         location = [str(p) for p in first.get("loc", ()) if p != "body"]
-        return InvalidRequestError(
-            f"{'.'.join(location) or 'body'}: {first.get('msg', 'invalid')}", param=".".join(location) or None
-        )
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        if location[:1] in (["header"], ["query"], ["path"]):
+            return InvalidRequestError(f"{location[0]} {'.'.join(location[1:])}: {message}")
+        param = ".".join(location) or None
+        return InvalidRequestError(f"{param or 'body'}: {message}", param=param)
 
     def _reject(self, error: RequestError, headers: Mapping[str, str] | None = None) -> Response:
         self._request.error_type = type(error).__name__

@@ -99,7 +99,8 @@ SSE_EVENT = {
 }
 
 
-def _error(description: str) -> dict[str, Any]:
+def error_doc(description: str) -> dict[str, Any]:
+    """A documented error answer in the OpenAI error shape."""
     return {"description": description, "content": {"application/json": {"model": ErrorResponse}}}
 
 
@@ -114,14 +115,14 @@ def completion_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
                 "text/event-stream": {"schema": SSE_EVENT},
             },
         },
-        400: _error("Invalid or unsupported request (the error's param names the field)."),
-        404: _error("Unknown model."),
-        413: _error("The body is larger than the configured limit."),
-        415: _error("The body is not JSON."),
-        429: _error("The model is at its concurrency limit; see Retry-After."),
-        500: _error("Unexpected router failure."),
-        502: _error("The inference function failed."),
-        504: _error("The inference function did not answer in time."),
+        400: error_doc("Invalid or unsupported request (the error's param names the field)."),
+        404: error_doc("Unknown model."),
+        413: error_doc("The body is larger than the configured limit."),
+        415: error_doc("The body is not JSON."),
+        429: error_doc("The model is at its concurrency limit; see Retry-After."),
+        500: error_doc("Unexpected router failure."),
+        502: error_doc("The inference function failed."),
+        504: error_doc("The inference function did not answer in time."),
     }
 
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,10 @@ from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
+from snapllm.agent import routes as agent_routes
+from snapllm.agent.local import LocalAgent, agent_settings
+from snapllm.agent.runs import AgentRuns
 from snapllm.errors import PayloadTooLargeError, SnapllmError
 from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
@@ -54,6 +56,7 @@ from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH
 ROUTER_FUNCTION = "RouterFunction"
 INFERENCE_FUNCTION = "InferenceFunction"
 STREAM_FUNCTION = "StreamFunction"
+AGENT_DOCUMENTS = Path("events/agent/documents")
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 HOOK_PATHS = frozenset({BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH})
 # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs.
@@ -136,7 +139,8 @@ class StreamFunctionProcess:
 
 @dataclass
 class LocalStack:
-    """Local S3 with the model, a restored InferenceFunction environment, StreamFunction and the router."""
+    """Local S3 with the model, a restored InferenceFunction environment, StreamFunction, the router, and
+    durable agent runs (the SDK's testing runner) behind the router's ``/v1/agent/runs``."""
 
     deployment: LocalDeployment
     inference: LocalFunction
@@ -145,36 +149,36 @@ class LocalStack:
     stream: StreamFunctionProcess | None
     model: str
     timings: dict[str, float] = field(default_factory=dict)
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     @classmethod
     def start(cls, template: Path, *, model_path: Path | None = None, streaming: bool = True) -> LocalStack:
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        deployment = LocalDeployment.start(template, model_path=model_path)
-        cleanup: list[Any] = [deployment.stop]
-        try:
-            inference = deployment.function(INFERENCE_FUNCTION)
-            cleanup.append(inference.close)
+        with contextlib.ExitStack() as resources:
+            deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
+            inference = resources.enter_context(deployment.function(INFERENCE_FUNCTION))
             inference.init()
             inference.snapshot()
-            environment = inference.restore()
-            cleanup.append(environment.close)
+            environment = resources.enter_context(inference.restore())
             timings["inference_ready_s"] = time.perf_counter() - started
             model = deployment.environment().get("SNAPLLM_MODEL_NAME") or str(
                 FunctionSpec.from_template(template, INFERENCE_FUNCTION).environment["SNAPLLM_MODEL_NAME"]
             )
-            router = cls._router(template, model, LocalInferenceClient(environment))
+            # One client, so the router's and the agent's requests queue for the one environment.
+            client = LocalInferenceClient(environment)
+            resources.enter_context(_agent_runs(template, deployment, client))
+            router = cls._router(template, model, client)
             stream = None
             if streaming:
                 spec = FunctionSpec.from_template(template, STREAM_FUNCTION)
                 stream = StreamFunctionProcess.start(spec, deployment.environment())
+                resources.callback(stream.stop)
                 timings["stream_ready_s"] = time.perf_counter() - started
-        except BaseException:
-            for close in reversed(cleanup):
-                with contextlib.suppress(Exception):
-                    close()
-            raise
-        return cls(deployment, inference, environment, router, stream, model, timings)
+            # A failing step stops what started before it; once all are up, the stack owns them.
+            owned = resources.pop_all()
+            stack = cls(deployment, inference, environment, router, stream, model, timings, owned)
+        return stack
 
     @staticmethod
     def _router(template: Path, model: str, client: LocalInferenceClient) -> RouterApp:
@@ -186,20 +190,35 @@ class LocalStack:
             # restored environment.
             "SNAPLLM_ROUTES": json.dumps({model: f"local:{INFERENCE_FUNCTION}"}),
         }
-        return RouterApp(RouterSettings.from_env(env), {model: client})
+        return RouterApp(RouterSettings.from_env(env), {model: client}, routers=[agent_routes.router])
 
     def close(self) -> None:
-        if self.stream is not None:
-            self.stream.stop()
-        for close in (self.environment.close, self.inference.close, self.deployment.stop):
-            with contextlib.suppress(Exception):
-                close()
+        self.resources.close()
 
     def __enter__(self) -> LocalStack:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def _agent_runs(template: Path, deployment: LocalDeployment, client: LocalInferenceClient) -> Iterator[None]:
+    """Serve ``/v1/agent/runs`` from durable executions of the agent in this process.
+
+    The documents next to the agent's events are uploaded first, so ``events/agent/review.json`` can be
+    posted as it is.
+    """
+    agent = LocalAgent(deployment, agent_settings(template), client)
+    documents = template.parent / AGENT_DOCUMENTS
+    if documents.is_dir():
+        agent.upload_documents(documents)
+    with agent.durable_service() as service:
+        agent_routes.configure(AgentRuns(service, function_arn=service.function_arn))
+        try:
+            yield
+        finally:
+            agent_routes.configure(None)
 
 
 class LocalGateway:
@@ -214,11 +233,16 @@ class LocalGateway:
         self._http = (
             httpx.AsyncClient(base_url=stream_url, timeout=httpx.Timeout(None)) if stream_url else None
         )
-        methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-        self.app = Starlette(routes=[Route("/{path:path}", self.endpoint, methods=methods)])
+        self.app = Starlette()  # lifespan only: every HTTP request goes to endpoint()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.app(scope, receive, send)
+        # No Starlette routing: a route pattern would answer some paths (e.g. with an encoded newline)
+        # itself, in plain text, where API Gateway passes every path to the router.
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        response = await self.endpoint(Request(scope, receive))
+        await response(scope, receive, send)
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:
         context = LocalContext.create(ROUTER_FUNCTION, timeout_s=30, memory_mb=self.memory_mb)
