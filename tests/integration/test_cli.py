@@ -51,6 +51,26 @@ def test_local_invoke_reports_unusable_arguments_without_a_traceback(tmp_path):
     assert "InferenceFunction" in run.stderr and "Traceback" not in run.stderr
 
 
+def test_local_invoke_router_answers_api_gateway_events_from_the_repository():
+    run = snapllm("local", "invoke", "RouterFunction", "-e", "events/router/chat.json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)  # stdout holds the response alone; logs and metrics go to stderr
+    assert result["statusCode"] == 200
+    completion = json.loads(result["body"])
+    assert completion["object"] == "chat.completion" and completion["choices"][0]["message"]["content"]
+    assert '"service":"snapllm-router"' in run.stderr  # the router's own JSON logs
+
+    run = snapllm("local", "invoke", "RouterFunction", "-e", "events/router/unknown-model.json")
+    result = json.loads(run.stdout)
+    assert result["statusCode"] == 404
+    assert json.loads(result["body"])["error"]["code"] == "model_not_found"
+
+    run = snapllm("local", "invoke", "RouterFunction", "-e", "events/inference/chat.json")
+    assert run.returncode == 0
+    refused = json.loads(run.stdout)  # a direct-invoke event is not an HTTP request: 400, not a crash
+    assert refused["statusCode"] == 400 and "HTTP API" in json.loads(refused["body"])["error"]["message"]
+
+
 def test_bench_coldstart_reports_ratios_as_json():
     run = snapllm("bench", "coldstart", "--rounds", "1", "--invokes", "1", "--json", timeout=600)
     assert run.returncode == 0, run.stderr

@@ -365,6 +365,19 @@ def test_unknown_paths_are_openai_404s(fake_lambda):
     assert status == 404 and body["error"]["code"] == "unknown_url"
 
 
+@pytest.mark.parametrize(
+    "event",
+    [json.loads((EVENTS.parent / "inference" / "chat.json").read_text()), {}, [1, 2], "text"],
+    ids=["inference-event", "empty", "list", "string"],
+)
+def test_an_event_that_is_not_an_http_request_is_a_400(fake_lambda, event):
+    router = make_router(fake_lambda)
+    result = router.handler(event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256))
+    assert result["statusCode"] == 400
+    assert "HTTP API" in json.loads(result["body"])["error"]["message"]
+    assert fake_lambda.requests == [], "nothing was invoked"
+
+
 # --- Settings -----------------------------------------------------------------------------------------------
 
 

@@ -60,6 +60,12 @@ def _invoke(args: argparse.Namespace) -> int:
         return 2
     try:
         event = _read_event(args.event)
+        from snapllm.router.serve import ROUTER_FUNCTION
+
+        if args.function == ROUTER_FUNCTION:
+            from snapllm.router.cli import invoke_router
+
+            return invoke_router(args, event)
         overrides = dict(item.split("=", 1) for item in args.env)
         with (
             LocalDeployment.start(args.template, model_path=args.model) as deployment,

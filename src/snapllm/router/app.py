@@ -154,19 +154,30 @@ class RouterApp:
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Answer one API Gateway HTTP API (payload 2.0) event. Use :attr:`handler` on Lambda."""
         self._request = _Request()
-        too_large = self._oversized(event)
-        if too_large is not None:
-            self._request.error_type = type(too_large).__name__
+        refused = self._not_routable(event)
+        if refused is not None:
+            self._request.error_type = type(refused).__name__
             result = {
-                "statusCode": too_large.status_code,
+                "statusCode": refused.status_code,
                 "headers": {"Content-Type": JSON},
-                "body": json.dumps(too_large.to_body()),
+                "body": json.dumps(refused.to_body()),
                 "isBase64Encoded": False,
             }
         else:
             result = self.resolver.resolve(event, context)
         self._record(result.get("statusCode", 500))
         return result
+
+    def _not_routable(self, event: Any) -> RequestError | None:
+        """Events refused before Powertools sees them: not an HTTP API event, or a body over the limit."""
+        http = event.get("requestContext", {}).get("http") if isinstance(event, dict) else None
+        if not isinstance(http, dict) or not isinstance(http.get("method"), str):
+            # A direct invoke (e.g. an inference event sent here by mistake) has no request to route.
+            return InvalidRequestError(
+                "RouterFunction answers API Gateway HTTP API (payload format 2.0) events; "
+                "invoke InferenceFunction directly for a completion event"
+            )
+        return self._oversized(event)
 
     def _oversized(self, event: dict[str, Any]) -> PayloadTooLargeError | None:
         # Checked before Powertools parses the body: a huge body is refused without being decoded.

@@ -1,13 +1,16 @@
-"""``snapllm local serve``: the OpenAI-compatible API on 127.0.0.1 (see :mod:`snapllm.router.serve`).
+"""``snapllm local serve``: the OpenAI-compatible API on 127.0.0.1 (see :mod:`snapllm.router.serve`), and
+``snapllm local invoke RouterFunction``: one API Gateway event through the same local stack.
 
 snapllm local serve --port 3000
 # then: OpenAI(base_url="http://127.0.0.1:3000/v1", api_key="local")
+snapllm local invoke RouterFunction -e events/router/chat.json
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -47,3 +50,29 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+def invoke_router(args: argparse.Namespace, event: object) -> int:
+    """Entry point from ``snapllm local invoke RouterFunction``: the handler's API Gateway response on stdout.
+
+    The router's routing table names deployed aliases, so it runs on the local stack (as in ``serve``),
+    routed to a restored local inference environment; its logs and metrics go to stderr.
+    """
+    from snapllm.router.serve import LocalGateway, LocalStack
+
+    if not isinstance(event, dict):
+        print("snapllm local invoke: the router takes an API Gateway HTTP API event", file=sys.stderr)
+        return 2
+    os.environ.update(dict(item.split("=", 1) for item in args.env))
+    try:
+        # The router's Logger binds its stream when the stack builds it: keep stdout for the response.
+        with (
+            contextlib.redirect_stdout(sys.stderr),
+            LocalStack.start(args.template, model_path=args.model, streaming=False) as stack,
+        ):
+            result = LocalGateway(stack.router, stream_url=None).invoke_router(event)
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm local invoke: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0

@@ -246,7 +246,9 @@ class LocalGateway:
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:
         context = LocalContext.create(ROUTER_FUNCTION, timeout_s=30, memory_mb=self.memory_mb)
-        context.aws_request_id = event["requestContext"]["requestId"]
+        request_id = (event.get("requestContext") or {}).get("requestId")
+        if isinstance(request_id, str) and request_id:
+            context.aws_request_id = request_id  # as on Lambda, the log's request id is API Gateway's
         with self._lock:
             return self.router.handler(event, context)
 
