@@ -95,6 +95,28 @@ def test_errors_come_before_the_stream_starts(client, body, status, param):
     assert response.status_code == status and response.json()["error"]["param"] == param
 
 
+def _emf(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_each_completion_publishes_the_routers_metrics(client, runtime, capsys):
+    capsys.readouterr()
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+        _events(response)
+    assert client.post("/v1/completions", json={"prompt": "Hi", "model": "gpt-4o"}).status_code == 404
+    blobs = _emf(capsys.readouterr().out)
+    generated = [b for b in blobs if "TimeToFirstToken" in b]
+    assert len(generated) == 1, blobs
+    streamed = generated[0]
+    assert streamed["model"] == runtime.engine.model_name and streamed["service"] == "snapllm-stream"
+    assert streamed["RequestCount"] == [1.0] and 0 < streamed["CompletionTokens"][0] <= 8
+    assert streamed["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "snapllm"
+    errors = [b for b in blobs if "Errors" in b]
+    assert [(e["model"], e["error_type"], e["status"]) for e in errors] == [
+        ("unknown", "UnknownModelError", "404")
+    ]
+
+
 def test_a_consumer_that_stops_early_releases_the_engine(runtime):
     engine = runtime.engine
     request = parse_request({"prompt": "The alphabet: a, b, c,", "max_tokens": 16})

@@ -31,7 +31,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 from aws_lambda_powertools.event_handler.router import Router
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import MetricUnit
 
 from snapllm.contract import ChatCompletionRequest, CompletionRequest, InferenceRequest, parse_request
 from snapllm.errors import (
@@ -49,6 +49,7 @@ from snapllm.inference_client import InferenceClient, LambdaInferenceClient
 from snapllm.router import openapi
 from snapllm.router.config import RouterSettings
 from snapllm.router.limits import check_request_text
+from snapllm.router.metrics import add_completion_metrics, record_error
 
 JSON = "application/json"
 # Requests that invoke nothing (health, models, OpenAPI) publish no metric; Powertools would warn each time.
@@ -411,27 +412,17 @@ class RouterApp:
         elapsed_ms = (time.perf_counter() - state.started) * 1000.0
         metrics = self.metrics
         metrics.add_dimension("model", model)
-        metrics.add_metric("RequestCount", MetricUnit.Count, 1)
-        metrics.add_metric("Latency", MetricUnit.Milliseconds, elapsed_ms)
+        response = state.response or {}
+        add_completion_metrics(
+            metrics, latency_ms=elapsed_ms, usage=response.get("usage"), timings=response.get("timings")
+        )
         if state.invoke_s:
             metrics.add_metric("RouterOverhead", MetricUnit.Milliseconds, elapsed_ms - state.invoke_s * 1000)
-        response = state.response
-        if response is not None:
-            usage, timings = response.get("usage") or {}, response.get("timings") or {}
-            metrics.add_metric("PromptTokens", MetricUnit.Count, usage.get("prompt_tokens", 0))
-            metrics.add_metric("CompletionTokens", MetricUnit.Count, usage.get("completion_tokens", 0))
-            if "time_to_first_token_ms" in timings:
-                ttft_ms, rate = timings["time_to_first_token_ms"], timings["tokens_per_second"]
-                metrics.add_metric("TimeToFirstToken", MetricUnit.Milliseconds, ttft_ms)
-                metrics.add_metric("TokensPerSecond", MetricUnit.CountPerSecond, rate)
         if state.error_type is not None:
-            # A metric of its own so errors can be broken down by type without multiplying the others.
-            with single_metric(
-                name="Errors",
-                unit=MetricUnit.Count,
-                value=1,
+            record_error(
                 namespace=self.settings.metrics_namespace,
-                default_dimensions={"service": self.settings.service, "model": model},
-            ) as metric:
-                metric.add_dimension("error_type", state.error_type)
-                metric.add_dimension("status", str(status))
+                service=self.settings.service,
+                model=model,
+                error_type=state.error_type,
+                status=status,
+            )

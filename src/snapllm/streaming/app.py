@@ -15,7 +15,8 @@ Both answer 403 to anything that came through an invoke (LWA adds ``x-amzn-reque
 and itself refuses outside requests to the configured hook paths).
 
 With ``stream: true`` the completion routes answer with server-sent events in OpenAI's chunk format,
-ending with ``data: [DONE]``; without it, with the same JSON body as the router.
+ending with ``data: [DONE]``; without it, with the same JSON body as the router. Each completion request
+publishes the router's EMF metrics (:mod:`snapllm.router.metrics`) when its response ends.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+from aws_lambda_powertools.metrics import EphemeralMetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from snapllm.contract import InferenceRequest, parse_request, render_response
+from snapllm.contract import Generation, InferenceRequest, parse_request, render_response
 from snapllm.engine import Deadline, StreamItem, TokenDelta
 from snapllm.errors import (
     InvalidRequestError,
@@ -44,6 +46,7 @@ from snapllm.errors import (
     UnsupportedMediaTypeError,
 )
 from snapllm.router.limits import check_request_text
+from snapllm.router.metrics import add_completion_metrics, record_error
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.sse import ChunkEncoder
 
@@ -57,6 +60,8 @@ DEFAULT_MAX_BODY_BYTES = 256 * 1024
 DEFAULT_MAX_PROMPT_CHARS = 32_000
 # Without LWA's context header (local runs) generation is bounded by this, like the function timeout.
 DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_SERVICE = "snapllm-stream"
+DEFAULT_METRICS_NAMESPACE = "snapllm"
 
 
 def _error(error: RequestError) -> JSONResponse:
@@ -76,7 +81,44 @@ def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> 
     return Deadline.after(timeout_s - margin_s)
 
 
-async def _events(items: Iterator[StreamItem], encoder: ChunkEncoder) -> AsyncIterator[bytes]:
+class CompletionMetrics:
+    """EMF metrics of one completion request, published once when its response ends."""
+
+    def __init__(self, *, namespace: str, service: str, model: str) -> None:
+        self.namespace = namespace
+        self.service = service
+        self.model = model
+        self.started = time.perf_counter()
+
+    def succeeded(self, generation: Generation) -> None:
+        metrics = EphemeralMetrics(namespace=self.namespace, service=self.service)
+        metrics.add_dimension("model", self.model)
+        add_completion_metrics(
+            metrics,
+            latency_ms=(time.perf_counter() - self.started) * 1000.0,
+            usage=generation.usage(),
+            timings=generation.timings.as_dict(),
+        )
+        metrics.flush_metrics()
+
+    def failed(self, error: RequestError, *, status: int | None = None) -> None:
+        """``status`` is what the client saw: a stream that already started was a 200."""
+        metrics = EphemeralMetrics(namespace=self.namespace, service=self.service)
+        metrics.add_dimension("model", self.model)
+        add_completion_metrics(metrics, latency_ms=(time.perf_counter() - self.started) * 1000.0)
+        metrics.flush_metrics()
+        record_error(
+            namespace=self.namespace,
+            service=self.service,
+            model=self.model,
+            error_type=type(error).__name__,
+            status=error.status_code if status is None else status,
+        )
+
+
+async def _events(
+    items: Iterator[StreamItem], encoder: ChunkEncoder, metrics: CompletionMetrics
+) -> AsyncIterator[bytes]:
     """Pull tokens from the engine on a worker thread, one at a time, and encode them as SSE events.
 
     When the client goes away Starlette cancels this generator; the token being generated finishes,
@@ -92,12 +134,16 @@ async def _events(items: Iterator[StreamItem], encoder: ChunkEncoder) -> AsyncIt
             if isinstance(item, TokenDelta):
                 yield encoder.delta(item.text)
             else:
+                metrics.succeeded(item)
                 yield encoder.finish(item)
     except RequestError as exc:
+        metrics.failed(exc, status=200)
         yield encoder.error(exc)
     except Exception:
         logger.exception("streaming generation failed")
-        yield encoder.error(ServerError("generation failed; see the function's logs"))
+        error = ServerError("generation failed; see the function's logs")
+        metrics.failed(error, status=200)
+        yield encoder.error(error)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(items.close)  # type: ignore[attr-defined]
@@ -113,11 +159,15 @@ class StreamingApp:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        service: str = DEFAULT_SERVICE,
+        metrics_namespace: str = DEFAULT_METRICS_NAMESPACE,
     ) -> None:
         self.runtime = runtime
         self.max_body_bytes = max_body_bytes
         self.max_prompt_chars = max_prompt_chars
         self.timeout_s = timeout_s
+        self.service = service
+        self.metrics_namespace = metrics_namespace
         self.hooks_run: list[str] = []
 
     def routes(self) -> list[Route]:
@@ -148,26 +198,33 @@ class StreamingApp:
         return JSONResponse({"status": "ok", "models": [self.runtime.engine.model_name]})
 
     async def _complete(self, request: Request, *, required: str) -> Response:
+        engine = self.runtime.engine
+        # The model dimension is "unknown" until the request is known to name this function's model.
+        metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
         try:
             parsed = await self._parse(request, required)
-            engine = self.runtime.engine
+            metrics.model = engine.model_name
             deadline = _deadline(request, self.runtime, self.timeout_s)
             if not parsed.stream:
                 generation = await anyio.to_thread.run_sync(
                     lambda: engine.generate(parsed, deadline=deadline)
                 )
+                metrics.succeeded(generation)
                 return JSONResponse(render_response(parsed, generation, model=engine.model_name))
             # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
             items = await anyio.to_thread.run_sync(lambda: engine.stream(parsed, deadline=deadline))
         except RequestError as exc:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
+            metrics.failed(exc)
             return _error(exc)
         except Exception:
             logger.exception("generation failed")
-            return _error(ServerError("generation failed; see the function's logs"))
+            error = ServerError("generation failed; see the function's logs")
+            metrics.failed(error)
+            return _error(error)
         encoder = ChunkEncoder.for_request(parsed, model=engine.model_name)
         return StreamingResponse(
-            _events(items, encoder),
+            _events(items, encoder, metrics),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -226,6 +283,10 @@ def create_app(runtime: InferenceRuntime, **options: Any) -> Starlette:
         "max_prompt_chars", int(os.environ.get("SNAPLLM_MAX_PROMPT_CHARS") or DEFAULT_MAX_PROMPT_CHARS)
     )
     options.setdefault("timeout_s", float(os.environ.get("SNAPLLM_STREAM_TIMEOUT_S") or DEFAULT_TIMEOUT_S))
+    options.setdefault("service", os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE)
+    options.setdefault(
+        "metrics_namespace", os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE
+    )
     streaming = StreamingApp(runtime, **options)
     app = Starlette(routes=streaming.routes())
     app.state.streaming = streaming
