@@ -11,8 +11,9 @@ Mounting (``snapllm.router.app``)::
     router = RouterApp.from_env(routers=[agent_routes.router])
 
 The service comes from ``SNAPLLM_AGENT_FUNCTION_ARN`` (the agent alias) unless :func:`configure` set one.
-Errors are OpenAI-style bodies: 400 bad input, 404 unknown run, 409 not waiting / already answered /
-idempotency conflict.
+Errors are :class:`~snapllm.agent.runs.RunError` request errors, which the router renders (and logs and
+counts) like its own: 400 bad input, 404 unknown run, 409 not waiting / already answered / idempotency
+conflict.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from snapllm.agent.request import AgentRequest
-from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns, RunError
+from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns
 from snapllm.errors import ConfigurationError
 from snapllm.router.openapi import error_doc
 
@@ -72,8 +73,14 @@ class ApprovalRecorded(BaseModel):
     approval: Literal["approved", "rejected"]
 
 
-def _ok(status: int, model: type[BaseModel], description: str) -> dict[int, dict[str, Any]]:
-    return {status: {"description": description, "content": {"application/json": {"model": model}}}}
+def _responses(
+    status: int, model: type[BaseModel], description: str, errors: dict[int, str]
+) -> dict[int, dict[str, Any]]:
+    """The OpenAPI answers of a route: its success, its errors, and the router's own failure."""
+    documented = {status: {"description": description, "content": {"application/json": {"model": model}}}}
+    for code, meaning in {**errors, 500: "Unexpected router failure."}.items():
+        documented[code] = error_doc(meaning)
+    return documented
 
 
 IdempotencyKey = Annotated[
@@ -112,63 +119,54 @@ def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:
     return Response(status_code=status, content_type="application/json", body=body)
 
 
-def _error(exc: RunError) -> Response[dict[str, Any]]:
-    return _json(exc.status_code, exc.to_body())
-
-
 @router.post(
     "/v1/agent/runs",
     summary="Start an agent run",
     tags=TAGS,
-    responses={
-        **_ok(202, RunStarted, "The run (started now, or earlier with this key and this request)."),
-        400: error_doc("Invalid request or Idempotency-Key."),
-        409: error_doc("This Idempotency-Key already started a run with a different request."),
-        500: error_doc("Unexpected router failure."),
-    },
+    responses=_responses(
+        202,
+        RunStarted,
+        "The run (started now, or earlier with this key and this request).",
+        {
+            400: "Invalid request or Idempotency-Key.",
+            409: "This Idempotency-Key already started a run with a different request.",
+        },
+    ),
 )
 def start_run(request: AgentRequest, idempotency_key: IdempotencyKey) -> Response[dict[str, Any]]:
-    try:
-        # The body as sent (not the parsed model): the service compares it to tell a retry from a reuse.
-        return _json(202, _runs().start(idempotency_key, router.current_event.json_body))
-    except RunError as exc:
-        return _error(exc)
+    # The body as sent (not the parsed model): the service compares it to tell a retry from a reuse.
+    return _json(202, _runs().start(idempotency_key, router.current_event.json_body))
 
 
 @router.get(
     "/v1/agent/runs/<run_id>",
     summary="Read an agent run",
     tags=TAGS,
-    responses={
-        **_ok(200, RunStatus, "The run's status, approval state, and result or error."),
-        404: error_doc("No run with this id."),
-        500: error_doc("Unexpected router failure."),
-    },
+    responses=_responses(
+        200, RunStatus, "The run's status, approval state, and result.", {404: "No run with this id."}
+    ),
 )
 def get_run(run_id: str) -> Response[dict[str, Any]]:
-    try:
-        return _json(200, _runs().get(run_id))
-    except RunError as exc:
-        return _error(exc)
+    return _json(200, _runs().get(run_id))
 
 
 @router.post(
     "/v1/agent/runs/<run_id>/approval",
     summary="Approve or reject a waiting agent run",
     tags=TAGS,
-    responses={
-        **_ok(200, ApprovalRecorded, "The answer was delivered to the waiting run."),
-        400: error_doc("Invalid decision."),
-        404: error_doc("No run with this id."),
-        409: error_doc("The run is not waiting for approval, or already has its answer."),
-        500: error_doc("Unexpected router failure."),
-    },
+    responses=_responses(
+        200,
+        ApprovalRecorded,
+        "The answer was delivered to the waiting run.",
+        {
+            400: "Invalid decision.",
+            404: "No run with this id.",
+            409: "The run is not waiting for approval, or already has its answer.",
+        },
+    ),
 )
 def answer_approval(run_id: str, decision: ApprovalDecision) -> Response[dict[str, Any]]:
-    try:
-        answer = _runs().decide(
-            run_id, approved=decision.approved, approver=decision.approver, reason=decision.reason
-        )
-        return _json(200, answer)
-    except RunError as exc:
-        return _error(exc)
+    answer = _runs().decide(
+        run_id, approved=decision.approved, approver=decision.approver, reason=decision.reason
+    )
+    return _json(200, answer)
