@@ -367,8 +367,14 @@ def test_unknown_paths_are_openai_404s(fake_lambda):
 
 @pytest.mark.parametrize(
     "event",
-    [json.loads((EVENTS.parent / "inference" / "chat.json").read_text()), {}, [1, 2], "text"],
-    ids=["inference-event", "empty", "list", "string"],
+    [
+        json.loads((EVENTS.parent / "inference" / "chat.json").read_text()),
+        {},
+        {"requestContext": "not an object", "rawPath": "/health"},
+        [1, 2],
+        "text",
+    ],
+    ids=["inference-event", "empty", "odd-request-context", "list", "string"],
 )
 def test_an_event_that_is_not_an_http_request_is_a_400(fake_lambda, event):
     router = make_router(fake_lambda)

@@ -171,7 +171,8 @@ class RouterApp:
 
     def _not_routable(self, event: Any) -> RequestError | None:
         """Events refused before Powertools sees them: not an HTTP API event, or a body over the limit."""
-        http = event.get("requestContext", {}).get("http") if isinstance(event, dict) else None
+        request = event.get("requestContext") if isinstance(event, dict) else None
+        http = request.get("http") if isinstance(request, dict) else None
         if not isinstance(http, dict) or not isinstance(http.get("method"), str):
             # A direct invoke (e.g. an inference event sent here by mistake) has no request to route.
             return InvalidRequestError(

@@ -1,20 +1,24 @@
 """CloudWatch metrics (EMF) of completions, shared by the router and the streaming function, so both
-publish the same names and dimensions::
+publish the same names and dimensions.
 
-    metrics = EphemeralMetrics(namespace="snapllm", service="snapllm-stream")
-    metrics.add_dimension("model", "smollm2-135m-instruct")
-    add_completion_metrics(metrics, latency_ms=812.0, usage=usage, timings=timings)
-    metrics.flush_metrics()
-    record_error(namespace="snapllm", service="snapllm-stream", model="unknown",
-                 error_type="InvalidRequestError", status=400)
+The router adds them to its Powertools ``Metrics`` (flushed by ``log_metrics``); the streaming function,
+which has no Lambda handler to flush them, publishes each request's on its own::
+
+    metrics = CompletionMetrics(namespace="snapllm", service="snapllm-stream", model="smollm2")
+    ...
+    metrics.succeeded(generation)          # or metrics.failed(error)
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit, single_metric
+
+from snapllm.contract import Generation
+from snapllm.errors import RequestError
 
 
 class MetricSink(Protocol):
@@ -51,3 +55,36 @@ def record_error(*, namespace: str, service: str, model: str, error_type: str, s
     ) as metric:
         metric.add_dimension("error_type", error_type)
         metric.add_dimension("status", str(status))
+
+
+class CompletionMetrics:
+    """The metrics of one completion request, published once when its response ends."""
+
+    def __init__(self, *, namespace: str, service: str, model: str) -> None:
+        self.namespace = namespace
+        self.service = service
+        self.model = model
+        self.started = time.perf_counter()
+
+    def succeeded(self, generation: Generation) -> None:
+        self._publish(usage=generation.usage(), timings=generation.timings.as_dict())
+
+    def failed(self, error: RequestError, *, status: int | None = None) -> None:
+        """``status`` is what the client saw: for a stream that had already started, a 200."""
+        self._publish()
+        record_error(
+            namespace=self.namespace,
+            service=self.service,
+            model=self.model,
+            error_type=type(error).__name__,
+            status=error.status_code if status is None else status,
+        )
+
+    def _publish(
+        self, *, usage: Mapping[str, Any] | None = None, timings: Mapping[str, Any] | None = None
+    ) -> None:
+        metrics = EphemeralMetrics(namespace=self.namespace, service=self.service)
+        metrics.add_dimension("model", self.model)
+        latency_ms = (time.perf_counter() - self.started) * 1000.0
+        add_completion_metrics(metrics, latency_ms=latency_ms, usage=usage, timings=timings)
+        metrics.flush_metrics()

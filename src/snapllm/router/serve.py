@@ -246,7 +246,8 @@ class LocalGateway:
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:
         context = LocalContext.create(ROUTER_FUNCTION, timeout_s=30, memory_mb=self.memory_mb)
-        request_id = (event.get("requestContext") or {}).get("requestId")
+        request = event.get("requestContext")
+        request_id = request.get("requestId") if isinstance(request, dict) else None
         if isinstance(request_id, str) and request_id:
             context.aws_request_id = request_id  # as on Lambda, the log's request id is API Gateway's
         with self._lock:

@@ -29,13 +29,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
-from aws_lambda_powertools.metrics import EphemeralMetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from snapllm.contract import Generation, InferenceRequest, parse_request, render_response
+from snapllm.contract import InferenceRequest, parse_request, render_response
 from snapllm.engine import Deadline, StreamItem, TokenDelta
 from snapllm.errors import (
     InvalidRequestError,
@@ -46,7 +45,7 @@ from snapllm.errors import (
     UnsupportedMediaTypeError,
 )
 from snapllm.router.limits import check_request_text
-from snapllm.router.metrics import add_completion_metrics, record_error
+from snapllm.router.metrics import CompletionMetrics
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.sse import ChunkEncoder
 
@@ -79,41 +78,6 @@ def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> 
         except (ValueError, KeyError, TypeError):
             logger.warning("unreadable x-amzn-lambda-context header; using the configured timeout")
     return Deadline.after(timeout_s - margin_s)
-
-
-class CompletionMetrics:
-    """EMF metrics of one completion request, published once when its response ends."""
-
-    def __init__(self, *, namespace: str, service: str, model: str) -> None:
-        self.namespace = namespace
-        self.service = service
-        self.model = model
-        self.started = time.perf_counter()
-
-    def succeeded(self, generation: Generation) -> None:
-        metrics = EphemeralMetrics(namespace=self.namespace, service=self.service)
-        metrics.add_dimension("model", self.model)
-        add_completion_metrics(
-            metrics,
-            latency_ms=(time.perf_counter() - self.started) * 1000.0,
-            usage=generation.usage(),
-            timings=generation.timings.as_dict(),
-        )
-        metrics.flush_metrics()
-
-    def failed(self, error: RequestError, *, status: int | None = None) -> None:
-        """``status`` is what the client saw: a stream that already started was a 200."""
-        metrics = EphemeralMetrics(namespace=self.namespace, service=self.service)
-        metrics.add_dimension("model", self.model)
-        add_completion_metrics(metrics, latency_ms=(time.perf_counter() - self.started) * 1000.0)
-        metrics.flush_metrics()
-        record_error(
-            namespace=self.namespace,
-            service=self.service,
-            model=self.model,
-            error_type=type(error).__name__,
-            status=error.status_code if status is None else status,
-        )
 
 
 async def _events(
