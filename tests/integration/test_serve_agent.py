@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def api() -> httpx.Client:
+def api() -> Iterator[httpx.Client]:
     with httpx.Client(base_url=shared_server().url, timeout=60) as client:
         yield client
 
