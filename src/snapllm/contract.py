@@ -215,13 +215,16 @@ def check_encodable(request: InferenceRequest) -> None:
             ) from None
 
 
-def parse_request(body: Any) -> InferenceRequest:
+def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None = None) -> InferenceRequest:
     """Validate a request body: ``messages`` makes it a chat completion, ``prompt`` a text completion.
 
+    An HTTP route serves one of the two and names its field in ``required``; a direct invoke takes either.
     Raises :class:`~snapllm.errors.RequestError` subclasses with ``param`` set to the offending field.
     """
     if not isinstance(body, dict):
         raise InvalidRequestError(f"the request must be a JSON object, got {type(body).__name__}")
+    if required is not None and required not in body:
+        raise InvalidRequestError(f"missing required field: {required}", param=required)
     has_messages, has_prompt = "messages" in body, "prompt" in body
     if has_messages == has_prompt:
         raise InvalidRequestError(

@@ -28,7 +28,12 @@ from snapllm.contract import (
     InferenceRequest,
     Timings,
 )
-from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
+from snapllm.errors import (
+    ContextLengthExceededError,
+    InvalidRequestError,
+    UnknownModelError,
+    UnsupportedParameterError,
+)
 from snapllm.system import available_cpus
 
 if TYPE_CHECKING:
@@ -195,6 +200,13 @@ class Engine:
     @property
     def llama(self) -> Llama:
         return self._llama
+
+    def check_model(self, requested: str | None) -> None:
+        """Refuse a request that names a model other than the loaded one (no name means this one)."""
+        if requested is not None and requested != self.model_name:
+            raise UnknownModelError(
+                f"the model {requested!r} does not exist; available: {self.model_name}", param="model"
+            )
 
     @property
     def threads(self) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 from snapllm.config import InferenceSettings
 from snapllm.contract import parse_request, render_response
 from snapllm.engine import Deadline, Engine
-from snapllm.errors import RequestError, ServerError, UnknownModelError, UnsupportedParameterError
+from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.loader import DownloadStats, S3ModelLoader
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
@@ -116,10 +116,7 @@ class InferenceRuntime:
                     "the whole completion",
                     param="stream",
                 )
-            if request.model is not None and request.model != self.engine.model_name:
-                raise UnknownModelError(
-                    f"this function serves {self.engine.model_name!r}, not {request.model!r}", param="model"
-                )
+            self.engine.check_model(request.model)
             deadline = Deadline.from_lambda_context(
                 context, margin_ms=self.settings.engine.deadline_margin_ms
             )

@@ -358,11 +358,7 @@ class RouterApp:
             if not path.endswith(("/chat/completions", "/completions")):
                 raise ValueError(path)
             body = self.resolver.current_event.json_body
-            chat = path.endswith("chat/completions")
-            required = "messages" if chat else "prompt"
-            if isinstance(body, dict) and required not in body:
-                return InvalidRequestError(f"missing required field: {required}", param=required)
-            parse_request(body)
+            parse_request(body, required="messages" if path.endswith("chat/completions") else "prompt")
         except RequestError as error:
             return error
         except ValueError:

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from starlette.applications import Starlette
@@ -41,7 +41,6 @@ from snapllm.errors import (
     PayloadTooLargeError,
     RequestError,
     ServerError,
-    UnknownModelError,
     UnsupportedMediaTypeError,
 )
 from snapllm.router.limits import check_request_text
@@ -161,7 +160,7 @@ class StreamingApp:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "models": [self.runtime.engine.model_name]})
 
-    async def _complete(self, request: Request, *, required: str) -> Response:
+    async def _complete(self, request: Request, *, required: Literal["messages", "prompt"]) -> Response:
         engine = self.runtime.engine
         # The model dimension is "unknown" until the request is known to name this function's model.
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
@@ -193,7 +192,7 @@ class StreamingApp:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def _parse(self, request: Request, required: str) -> InferenceRequest:
+    async def _parse(self, request: Request, required: Literal["messages", "prompt"]) -> InferenceRequest:
         content_type = request.headers.get("content-type", "")
         if content_type and not content_type.split(";")[0].strip().lower().endswith("json"):
             raise UnsupportedMediaTypeError(f"the body must be application/json, not {content_type!r}")
@@ -206,15 +205,9 @@ class StreamingApp:
             body: Any = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
-        if isinstance(body, dict) and required not in body:
-            raise InvalidRequestError(f"missing required field: {required}", param=required)
-        parsed = parse_request(body)
+        parsed = parse_request(body, required=required)
         check_request_text(parsed, max_prompt_chars=self.max_prompt_chars)
-        name = self.runtime.engine.model_name
-        if parsed.model is not None and parsed.model != name:
-            raise UnknownModelError(
-                f"the model {parsed.model!r} does not exist; available: {name}", param="model"
-            )
+        self.runtime.engine.check_model(parsed.model)
         return parsed
 
     # --- SnapStart hooks (called by LWA) ------------------------------------------------------------------
