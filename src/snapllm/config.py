@@ -37,6 +37,19 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -
     return value
 
 
+def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.001) -> float:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
+    if not value >= minimum:  # also refuses nan
+        raise ConfigurationError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = _get(env, name)
     if raw is None:
@@ -81,13 +94,47 @@ class LoaderSettings:
     """How the model is fetched: ranged GETs of ``part_size`` bytes, ``concurrency`` at a time.
 
     S3 serves one connection at tens of MB/s, so on AWS many parts in flight are what make a large model
-    arrive quickly; ``snapllm bench download`` measures the trade-off against any endpoint.
+    arrive quickly; ``snapllm bench coldstart`` measures the trade-off against any endpoint.
+
+    **How long a failing load takes.** The HEAD and each part get ``max_attempts`` attempts (A). An
+    attempt that moves no byte ends within ``connect_timeout_s + read_timeout_s`` (C + R): a refused or
+    reset connection or an error status ends it at once, a connection that stalls (no byte for R seconds,
+    before or after the response headers) ends it when the read times out, and a connection that cannot
+    be opened ends it after C. Retry k (k = 1 .. A-1) first sleeps a random fraction of
+    ``backoff_base_s * 2**k`` (b). So one part (or the HEAD) gives up within
+    :attr:`part_failure_bound_s`, ``A * (C + R) + b * (2**A - 2)``, plus the time the bytes its attempts
+    did receive took to arrive (each resumes where the last broke off).
+
+    Parts run ``concurrency`` at a time and the first part that gives up fails the load: the parts still
+    in flight are told to stop, and each stops within one more attempt's time (C + R; one sleeping
+    between attempts wakes at once). So a load that fails for good raises within
+    :attr:`failure_bound_s`, ``part_failure_bound_s + C + R``, after the healthy bytes before the failing
+    part have arrived. The defaults give 181 s and 216 s. A connection that keeps sending, however
+    slowly, is not a failure and has no bound here: the function timeout is the limit for it.
     """
 
     part_size: int = 16 * MiB
     concurrency: int = 8
     max_attempts: int = 5
     backoff_base_s: float = 0.2
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+
+    @property
+    def attempt_bound_s(self) -> float:
+        """Longest one attempt that moves no byte can take: connect, then a read that times out."""
+        return self.connect_timeout_s + self.read_timeout_s
+
+    @property
+    def part_failure_bound_s(self) -> float:
+        """Longest a part (or the HEAD) retries a fault that lets no byte through before giving up."""
+        backoff = self.backoff_base_s * (2**self.max_attempts - 2)
+        return self.max_attempts * self.attempt_bound_s + backoff
+
+    @property
+    def failure_bound_s(self) -> float:
+        """Longest a load that fails for good takes, after the healthy bytes before the failing part."""
+        return self.part_failure_bound_s + self.attempt_bound_s
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> LoaderSettings:
@@ -95,6 +142,8 @@ class LoaderSettings:
             part_size=_int(env, "SNAPLLM_S3_PART_SIZE_MB", cls.part_size // MiB) * MiB,
             concurrency=_int(env, "SNAPLLM_S3_CONCURRENCY", cls.concurrency),
             max_attempts=_int(env, "SNAPLLM_S3_MAX_ATTEMPTS", cls.max_attempts),
+            connect_timeout_s=_float(env, "SNAPLLM_S3_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+            read_timeout_s=_float(env, "SNAPLLM_S3_READ_TIMEOUT_S", cls.read_timeout_s),
         )
 
 

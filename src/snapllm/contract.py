@@ -7,18 +7,23 @@ bodies, so both reject bad input with the same messages::
     isinstance(request, ChatCompletionRequest)  # True
 
 Unknown fields are refused (a typo such as ``max_token`` would otherwise be silently ignored); fields
-that OpenAI clients commonly send but that change nothing here are accepted.
+that OpenAI clients commonly send but that change nothing here are accepted. Types are strict, as OpenAI's
+are: ``"max_tokens": "10"`` or ``true`` is a 400, not a silent conversion. Every top-level request model
+first runs :func:`snapllm.edge.check_json_value` on its raw input (nesting depth, unpaired surrogates in
+any field), so a direct invoke is held to the same rules as an HTTP body.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from snapllm.edge import check_json_value
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 
 MAX_STOP_SEQUENCES = 4
@@ -29,10 +34,26 @@ MAX_SEED = 2**32 - 1
 CALLER_DEADLINE_KEY = "snapllm-deadline-epoch-ms"
 
 
+# Strict: JSON types are never converted ("10" is not an integer, true is not 1); an int is still a float.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class RequestBody(BaseModel):
+    """A top-level request: its raw input passes the edge checks before any field is validated."""
+
+    model_config = STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _edge(cls, data: Any) -> Any:
+        check_json_value(data)
+        return data
+
+
 class TextPart(BaseModel):
     """One part of a multi-part message; only text parts are supported by text-only models."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     type: Literal["text"]
     text: str
 
@@ -40,7 +61,7 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     """A chat turn. ``content`` is a string or a list of text parts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart]
     name: str | None = None
@@ -52,10 +73,8 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class GenerationParameters(BaseModel):
+class GenerationParameters(RequestBody):
     """Sampling and limits shared by chat and text completions."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -105,11 +124,6 @@ class GenerationParameters(BaseModel):
             raise InvalidRequestError(
                 "max_tokens and max_completion_tokens disagree; send one of them", param="max_tokens"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _encodable(self) -> GenerationParameters:
-        check_encodable(self)  # type: ignore[arg-type]  # only the two request models are instantiated
         return self
 
     @property
@@ -177,18 +191,23 @@ def _param(location: tuple[int | str, ...]) -> str | None:
     return ".".join(parts) or None
 
 
-def _from_validation_error(exc: ValidationError) -> InvalidRequestError:
-    """Turn pydantic's error list into one clear message; ``param`` names the first offending field."""
-    errors = exc.errors(include_url=False)
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError:
+    """Turn pydantic's error list into one clear message; ``param`` names the first offending field.
+
+    Takes the errors of a ``ValidationError`` or of a framework that validated with these models (the
+    router's Powertools resolver, whose locations start with ``body``).
+    """
     first = errors[0]
-    param = _param(first["loc"])
+    location = tuple(first["loc"])
+    param = _param(location[1:] if location[:1] == ("body",) else location)
     kind = first["type"]
     if kind == "extra_forbidden":
         message = f"unrecognized request argument: {param}"
     elif kind == "missing":
         message = f"missing required field: {param}"
     else:
-        message = f"{param}: {first['msg']}" if param else first["msg"]
+        detail = str(first["msg"]).removeprefix("Value error, ")
+        message = f"{param}: {detail}" if param else detail
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return InvalidRequestError(message, param=param)
@@ -199,20 +218,6 @@ def prompt_text(request: InferenceRequest) -> tuple[str, str]:
     if isinstance(request, ChatCompletionRequest):
         return "".join(message.text() for message in request.messages), "messages"
     return request.text, "prompt"
-
-
-def check_encodable(request: InferenceRequest) -> None:
-    """Refuse text with unpaired surrogates (``"\\ud800"``): valid JSON, but not Unicode text, and the
-    tokenizer, which needs UTF-8, would fail on it later."""
-    text, param = prompt_text(request)
-    for value, field in [(text, param), *((stop, "stop") for stop in request.stop or [])]:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidRequestError(
-                f"{field} contains an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode text",
-                param=field,
-            ) from None
 
 
 def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None = None) -> InferenceRequest:
@@ -235,7 +240,7 @@ def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None =
     try:
         request = model.model_validate(body)
     except ValidationError as exc:
-        raise _from_validation_error(exc) from None
+        raise validation_error(exc.errors(include_url=False)) from None
     return request
 
 

@@ -31,6 +31,7 @@ from snapllm.contract import (
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
+    ModelLoadError,
     UnknownModelError,
     UnsupportedParameterError,
 )
@@ -180,21 +181,34 @@ class Engine:
         self._formatter = self._chat_formatter(llama)
 
     @classmethod
-    def load(cls, model_path: str, settings: EngineSettings, *, model_name: str) -> Engine:
-        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped."""
+    def load(
+        cls, model_path: str, settings: EngineSettings, *, model_name: str, source: str | None = None
+    ) -> Engine:
+        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped.
+
+        ``source`` names where the bytes came from (``s3://...``) in the :class:`ModelLoadError` raised
+        when llama.cpp refuses them: a memfd's path alone says nothing about which model it was.
+        """
         from llama_cpp import Llama
 
         threads = settings.threads or available_cpus()
-        with _model_params(use_extra_bufts=settings.repack_weights):
-            llama = Llama(
-                model_path=model_path,
-                n_ctx=settings.n_ctx,
-                n_batch=settings.n_batch,
-                n_threads=threads,
-                n_threads_batch=threads,
-                use_mmap=True,
-                verbose=settings.verbose,
-            )
+        try:
+            with _model_params(use_extra_bufts=settings.repack_weights):
+                llama = Llama(
+                    model_path=model_path,
+                    n_ctx=settings.n_ctx,
+                    n_batch=settings.n_batch,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    use_mmap=True,
+                    verbose=settings.verbose,
+                )
+        except ValueError as exc:
+            # llama-cpp-python reports every refusal (architecture, tensor type, layout) as a ValueError.
+            raise ModelLoadError(
+                f"llama.cpp could not load the model {model_name!r} from {source or model_path}: {exc} "
+                "(set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
+            ) from exc
         return cls(llama, settings, model_name=model_name)
 
     @property

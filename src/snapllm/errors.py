@@ -11,6 +11,7 @@ inference function and the router render them the same way::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -94,6 +95,11 @@ class RequestError(SnapllmError):
         """The direct-invoke error response: the error body plus a 4xx-style ``statusCode``."""
         return {"statusCode": self.status_code, **self.to_body()}
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers that belong with this error's status (``Allow`` with a 405, for example)."""
+        return {}
+
 
 class InvalidRequestError(RequestError):
     """A field is missing, has the wrong type or is out of range."""
@@ -124,6 +130,35 @@ class UnknownModelError(RequestError):
 
     status_code = 404
     code = "model_not_found"
+
+
+class RouteNotFoundError(RequestError):
+    """No route serves this path."""
+
+    status_code = 404
+    code = "unknown_url"
+
+
+class MethodNotAllowedError(RequestError):
+    """The path exists, but not with this method; ``allow`` lists the methods it has."""
+
+    status_code = 405
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, *, allow: Iterable[str]) -> None:
+        super().__init__(message)
+        self.allow = sorted(allow)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Allow": ", ".join(self.allow)}
+
+
+class HeadersTooLargeError(RequestError):
+    """The request's headers are larger than the front door accepts."""
+
+    status_code = 431
+    code = "request_header_fields_too_large"
 
 
 class PayloadTooLargeError(RequestError):

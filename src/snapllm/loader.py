@@ -11,6 +11,13 @@ of adding a second pass over the bytes::
 
 The memfd lives in RAM (and so in a SnapStart snapshot). After llama.cpp has mapped it, closing the fd
 keeps the mapping, so the bytes are resident exactly once.
+
+A part that breaks off (reset, early end, a read that stalls past ``read_timeout_s``, a 5xx or throttling
+answer) is retried from the byte where it stopped, so a transient fault costs a resumed GET and leaves
+the digest unchanged. A fault that persists fails the load with a named error (``ModelDownloadError``,
+or ``ModelSizeMismatchError`` when every attempt's body ended early) within the bound that
+:class:`~snapllm.config.LoaderSettings` derives. Whatever happens, ``load`` returns or raises with the
+mapping closed, the memfd closed on failure, and no thread of its own left running.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
 
 from snapllm import gguf
 from snapllm.config import LoaderSettings, ModelSource
@@ -112,8 +121,8 @@ class InMemoryModel:
         self.close()
 
 
-class _TransientPartError(Exception):
-    """A part failed in a way that another attempt may fix."""
+class _TransientError(Exception):
+    """An attempt (the HEAD, or a part's GET) failed in a way that another attempt may fix."""
 
     def __init__(self, message: str, *, truncated: bool = False) -> None:
         super().__init__(message)
@@ -141,7 +150,7 @@ def _classify(exc: ClientError, source: ModelSource) -> Exception:
     if code in _CHANGED or status == 412:
         return ModelChangedError(f"model object {source.uri} changed during the download; retry the init")
     if status >= 500 or status in (408, 429) or code in {"SlowDown", "RequestTimeout", "Throttling"}:
-        return _TransientPartError(f"S3 answered {code or status}")
+        return _TransientError(f"S3 answered {code or status}")
     return ModelLoadError(f"S3 refused {source.uri}: {code or status}: {exc}")
 
 
@@ -159,6 +168,21 @@ class S3ModelLoader:
         self._s3 = s3_client
         self._settings = settings or LoaderSettings()
 
+    @staticmethod
+    def client_config(settings: LoaderSettings) -> Config:
+        """The botocore configuration the loader's bounds assume: the settings' timeouts, no SDK retries.
+
+        The loader retries by itself, resuming a part where it broke off; SDK retries on top would multiply
+        the attempts (and the time a failing load takes) without resuming anything.
+        """
+        return Config(
+            max_pool_connections=max(10, settings.concurrency),
+            retries={"mode": "standard", "total_max_attempts": 1},
+            connect_timeout=settings.connect_timeout_s,
+            read_timeout=settings.read_timeout_s,
+            tcp_keepalive=True,
+        )
+
     @classmethod
     def from_env(cls, settings: LoaderSettings | None = None) -> S3ModelLoader:
         """A loader with a boto3 client sized for the configured concurrency.
@@ -166,20 +190,9 @@ class S3ModelLoader:
         The endpoint comes from boto3's own configuration (``AWS_ENDPOINT_URL_S3`` points it at a local S3).
         """
         import boto3
-        from botocore.config import Config
 
         settings = settings or LoaderSettings.from_env()
-        client = boto3.client(
-            "s3",
-            config=Config(
-                max_pool_connections=max(10, settings.concurrency),
-                retries={"mode": "standard", "total_max_attempts": 3},
-                connect_timeout=5,
-                read_timeout=30,
-                tcp_keepalive=True,
-            ),
-        )
-        return cls(client, settings)
+        return cls(boto3.client("s3", config=cls.client_config(settings)), settings)
 
     @property
     def settings(self) -> LoaderSettings:
@@ -223,15 +236,22 @@ class S3ModelLoader:
         return InMemoryModel(fd=fd, size=size, source=source, stats=stats, sha256=digest)
 
     def _head(self, source: ModelSource) -> tuple[int, str, str | None]:
-        try:
-            head = self._s3.head_object(Bucket=source.bucket, Key=source.key)
-        except ClientError as exc:
-            error = _classify(exc, source)
-            if isinstance(error, _TransientPartError):
-                raise ModelDownloadError(f"HEAD {source.uri} failed: {error}") from exc
-            raise error from exc
-        except BotoCoreError as exc:
-            raise ModelDownloadError(f"cannot reach S3 for {source.uri}: {exc}") from exc
+        last: _TransientError | None = None
+        for _ in _attempts(self._settings, _sleep):
+            try:
+                head = self._s3.head_object(Bucket=source.bucket, Key=source.key)
+                break
+            except ClientError as exc:
+                error = _classify(exc, source)
+                if not isinstance(error, _TransientError):
+                    raise error from exc
+                last = error
+            except BotoCoreError as exc:
+                last = _TransientError(f"cannot reach S3: {type(exc).__name__}: {exc}")
+        else:
+            raise ModelDownloadError(
+                f"HEAD {source.uri} failed after {self._settings.max_attempts} attempts: {last}"
+            )
         published = (head.get("Metadata") or {}).get("sha256")
         published = published.strip().lower() if published else None
         return int(head["ContentLength"]), head["ETag"], published
@@ -260,18 +280,14 @@ class S3ModelLoader:
             concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="snapllm-s3") as pool,
         ):
             futures = [
-                pool.submit(self._fetch_part, bytes_view, source, etag, index, offset, length, size, progress)
+                pool.submit(self._run_part, bytes_view, source, etag, index, offset, length, size, progress)
                 for index, (offset, length) in enumerate(parts)
             ]
-            for future in futures:
-                future.add_done_callback(progress.wake)
             try:
                 while True:
+                    # Raises the first part's failure, however its timing falls against this loop's.
                     prefix, finished = progress.wait_for_more(seen + _HASH_STEP)
                     seen = prefix
-                    for future in futures:
-                        if future.done() and future.exception() is not None:
-                            raise future.exception()  # type: ignore[misc]
                     if not header_checked and prefix >= gguf.HEADER_SIZE:
                         gguf.check_header(bytes(bytes_view[: gguf.HEADER_SIZE]), source=source.uri)
                         header_checked = True
@@ -292,6 +308,26 @@ class S3ModelLoader:
                 raise
         return progress.retries, hasher.hexdigest() if hasher is not None else None, hash_tail
 
+    def _run_part(
+        self,
+        target: memoryview,
+        source: ModelSource,
+        etag: str,
+        index: int,
+        offset: int,
+        length: int,
+        size: int,
+        progress: _Progress,
+    ) -> None:
+        """A download thread's task: fetch one part, or hand its failure to the thread that waits."""
+        try:
+            self._fetch_part(target, source, etag, index, offset, length, size, progress)
+        except BaseException as exc:
+            # The frames of a traceback keep their locals, and some are views of the mapping: while any
+            # lives, the mapping cannot be closed. The failure goes on with its trace, without the locals.
+            _drop_locals(exc)
+            progress.fail(exc)
+
     def _fetch_part(
         self,
         target: memoryview,
@@ -304,17 +340,17 @@ class S3ModelLoader:
         progress: _Progress,
     ) -> None:
         attempts = self._settings.max_attempts
-        last: _TransientPartError | None = None
-        for attempt in range(attempts):
+        last: _TransientError | None = None
+        for attempt in _attempts(self._settings, progress.pause):
             if attempt:
                 progress.add_retry()
-                # Full jitter: parts that failed together do not retry together.
-                time.sleep(random.uniform(0, self._settings.backoff_base_s * 2**attempt))
             try:
                 self._fetch_part_once(target, source, etag, index, offset, length, size, progress)
                 return
-            except _TransientPartError as exc:
+            except _TransientError as exc:
                 last = exc
+        if progress.aborted:
+            return
         assert last is not None
         where = f"bytes {offset}-{offset + length - 1} of {source.uri}"
         if last.truncated:
@@ -345,7 +381,7 @@ class S3ModelLoader:
         except ClientError as exc:
             raise _classify(exc, source) from exc
         except BotoCoreError as exc:
-            raise _TransientPartError(f"{type(exc).__name__}: {exc}") from exc
+            raise _TransientError(f"{type(exc).__name__}: {exc}") from exc
 
         wanted = end - start + 1
         announced = int(response.get("ContentLength", -1))
@@ -356,19 +392,54 @@ class S3ModelLoader:
             )
         body = response["Body"]
         position = start
+        broke_off: _TransientError | None = None
         try:
             for received in _receive(body, target, start, end, progress):
                 position += received
                 progress.advance(index, received)
-        except (BotoCoreError, ConnectionError, http.client.HTTPException) as exc:
-            # A body shorter than its Content-Length, or a reset socket: resume from `position`.
-            raise _TransientPartError(
-                f"body of bytes {start}-{end} broke off: {exc}", truncated=True
-            ) from exc
+        except (BotoCoreError, OSError, http.client.HTTPException) as exc:
+            # A reset socket, a read that stalled past the read timeout (TimeoutError) or a body cut short:
+            # resume from `position`. Only the message is kept: the traceback's frames hold views of the
+            # mapping (see _run_part).
+            broke_off = _TransientError(
+                f"body of bytes {start}-{end} broke off at byte {position}: {type(exc).__name__}: {exc}",
+                truncated=isinstance(exc, http.client.IncompleteRead | IncompleteReadError),
+            )
         finally:
             body.close()
+        if broke_off is not None:
+            raise broke_off
         if position <= end and not progress.aborted:
-            raise _TransientPartError(f"got {position - start} of {wanted} bytes", truncated=True)
+            raise _TransientError(f"got {position - start} of {wanted} bytes", truncated=True)
+
+
+def _attempts(settings: LoaderSettings, pause: Callable[[float], bool]) -> Iterator[int]:
+    """Attempt numbers ``0 .. max_attempts - 1``; before each retry, ``pause`` for a backoff.
+
+    Full jitter: parts that failed together do not retry together. ``pause`` returns False to stop early.
+    """
+    for attempt in range(settings.max_attempts):
+        if attempt and not pause(random.uniform(0, settings.backoff_base_s * 2**attempt)):
+            return
+        yield attempt
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return True
+
+
+def _drop_locals(exc: BaseException) -> None:
+    """Clear the local variables of every frame in ``exc``'s traceback and in those of its causes."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
 
 
 _ALLOCATE_STEP = 8 * 1024 * 1024
@@ -403,13 +474,15 @@ def _receive(body: Any, target: memoryview, start: int, end: int, progress: _Pro
 
     Where botocore exposes the underlying ``http.client`` response, the socket receives straight into the
     target (``recv_into`` releases the GIL, so the hashing thread runs meanwhile); otherwise the body is
-    read in chunks and copied.
+    read in chunks and copied. Each window onto the target is released as soon as its read returns or
+    fails: a view left alive would keep the mapping from being closed.
     """
     raw = getattr(getattr(body, "_raw_stream", None), "_fp", None)
     position = start
     if isinstance(raw, http.client.HTTPResponse):
         while position <= end and not progress.aborted:
-            received = raw.readinto(target[position : min(position + _READ_CHUNK, end + 1)])
+            with target[position : min(position + _READ_CHUNK, end + 1)] as window:
+                received = raw.readinto(window)
             if not received:
                 return
             position += received
@@ -425,13 +498,18 @@ def _receive(body: Any, target: memoryview, start: int, end: int, progress: _Pro
 
 
 class _Progress:
-    """Bytes written per part, shared by the download threads and the thread that hashes."""
+    """Bytes written per part and the first failure, shared by the download threads and the hashing thread.
+
+    A failure is sticky: once a part has failed, every wait returns at once and raises it, so the hashing
+    thread cannot miss it whenever it happens (while the thread waits, hashes or checks the header).
+    """
 
     def __init__(self, parts: list[tuple[int, int]]) -> None:
         self._parts = parts
+        self._total = sum(length for _, length in parts)
         self._written = [0] * len(parts)
         self._cond = threading.Condition()
-        self._wakes = 0
+        self._failure: BaseException | None = None
         self.retries = 0
         self.aborted = False
         self.finished = False
@@ -449,15 +527,24 @@ class _Progress:
         with self._cond:
             self.retries += 1
 
-    def wake(self, _future: object = None) -> None:
+    def fail(self, failure: BaseException) -> None:
+        """Record a part's failure (the first one wins) and stop every other part."""
         with self._cond:
-            self._wakes += 1
+            if self._failure is None:
+                self._failure = failure
+            self.aborted = True
             self._cond.notify_all()
 
     def abort(self) -> None:
         with self._cond:
             self.aborted = True
             self._cond.notify_all()
+
+    def pause(self, seconds: float) -> bool:
+        """Sleep between attempts; returns False at once if the download is aborted meanwhile."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.aborted, timeout=seconds)
+            return not self.aborted
 
     def _prefix(self) -> int:
         prefix = 0
@@ -468,15 +555,14 @@ class _Progress:
         return prefix
 
     def wait_for_more(self, at_least: int) -> tuple[int, bool]:
-        """Block until ``at_least`` contiguous bytes are written, every byte is, or a part finished or failed.
+        """Block until ``at_least`` contiguous bytes are written or every byte is; raise a part's failure.
 
         Returns the contiguous prefix length and whether every byte is written.
         """
-        total = sum(length for _, length in self._parts)
         with self._cond:
-            wakes = self._wakes
-            while self._prefix() < min(at_least, total) and self._wakes == wakes and not self.aborted:
-                self._cond.wait()
+            self._cond.wait_for(lambda: self.aborted or self._prefix() >= min(at_least, self._total))
+            if self._failure is not None:
+                raise self._failure
             prefix = self._prefix()
-            self.finished = prefix == total
+            self.finished = prefix == self._total
             return prefix, self.finished

@@ -15,7 +15,6 @@ environment keeps serving.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import random
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 from snapllm.config import InferenceSettings
 from snapllm.contract import parse_request, render_response
+from snapllm.edge import decode_json
 from snapllm.engine import Deadline, Engine
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.loader import DownloadStats, S3ModelLoader
@@ -57,7 +57,9 @@ class InferenceRuntime:
                 model = loader.load(settings.model)
             with model, phases.measure("model_load"):
                 # llama.cpp maps the memfd; the mapping outlives the fd, so the weights stay resident once.
-                engine = Engine.load(model.path, settings.engine, model_name=settings.model.name)
+                engine = Engine.load(
+                    model.path, settings.engine, model_name=settings.model.name, source=settings.model.uri
+                )
         runtime = cls(engine, settings, download=model.stats)
         logger.info(
             "model ready",
@@ -108,7 +110,7 @@ class InferenceRuntime:
         self._first_invoke_pending = False
         request_id = getattr(context, "aws_request_id", None)
         try:
-            body = json.loads(event) if isinstance(event, str | bytes) else event
+            body = decode_json(event) if isinstance(event, str | bytes) else event
             request = parse_request(body)
             if request.stream:
                 raise UnsupportedParameterError(
@@ -121,8 +123,6 @@ class InferenceRuntime:
                 context, margin_ms=self.settings.engine.deadline_margin_ms
             )
             generation = self.engine.generate(request, deadline=deadline)
-        except json.JSONDecodeError as exc:
-            return self._reject(RequestError(f"the event is not valid JSON: {exc.msg}"), request_id)
         except RequestError as exc:
             return self._reject(exc, request_id)
         except Exception:

@@ -156,6 +156,8 @@ def test_missing_document_fails_permanently_without_retries(agent: LocalAgent):
 
     assert run.status == "FAILED"
     assert run.error["ErrorMessage"] == f"{missing} does not exist"
+    # The run fails with the agent's own error, not the map item's wrapper (ChildContextError).
+    assert run.error["ErrorType"] == "snapllm.agent.errors.DocumentNotFoundError"
     assert _ops(run)["head missing.md"].attempts == 1  # a missing object is not worth a retry
     assert inference.calls == 0
     _within_budget(run)

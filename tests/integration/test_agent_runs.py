@@ -143,3 +143,16 @@ def test_clear_client_errors(api):
     # A decision is a JSON boolean: "yes" is not coerced into an approval.
     status, body = _call(resolver, "POST", f"/v1/agent/runs/{run['id']}/approval", {"approved": "yes"})
     assert status == 400 and body["error"]["param"] == "approved"
+
+
+def test_a_failed_run_reports_a_public_error_type(api):
+    resolver, _runner, uri = api
+    missing = uri.rsplit("/", 1)[0] + "/no-such-document.md"
+    request = {"task": "Read it.", "documents": [missing]}
+    status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "missing-doc"})
+    assert status == 202, run
+
+    failed = _until(resolver, run["id"], lambda r: r["status"] != "RUNNING")
+    assert failed["status"] == "FAILED"
+    # Not the SDK's wrapper (ChildContextError) nor any Python class name: the agent error's public code.
+    assert failed["error"] == {"type": "document_not_found", "message": f"{missing} does not exist"}

@@ -79,3 +79,19 @@ def test_bench_coldstart_reports_ratios_as_json():
     assert all(value > 0 for value in result["ratios"].values())
     assert result["lifecycle"]["s3_to_memfd_s"] > 0
     assert result["memory"]["peak_rss_bytes"] > result["model_bytes"]
+
+
+def test_local_invoke_of_deeply_nested_events(tmp_path):
+    # Too deep for any JSON decoder: refused with a message, no traceback.
+    too_deep = tmp_path / "too-deep.json"
+    too_deep.write_text("[" * 100_000 + "]" * 100_000)
+    run = snapllm("local", "invoke", "InferenceFunction", "-e", str(too_deep))
+    assert run.returncode == 2
+    assert "nests too deeply" in run.stderr and "Traceback" not in run.stderr
+    # Decodable, but deeper than any request: the function answers a structured 400.
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"prompt": "Hi", "metadata": ' + "[" * 5000 + "]" * 5000 + "}")
+    run = snapllm("local", "invoke", "InferenceFunction", "-e", str(deep))
+    assert run.returncode == 0, run.stderr
+    body = json.loads(run.stdout)
+    assert body["statusCode"] == 400 and "nests deeper than" in body["error"]["message"]

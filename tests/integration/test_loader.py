@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 
 import pytest
 
-from snapllm.config import LoaderSettings, MiB, ModelSource
+from snapllm.config import EngineSettings, InferenceSettings, LoaderSettings, MiB, ModelSource
 from snapllm.errors import (
     ChecksumMismatchError,
     ModelAccessDeniedError,
     ModelChangedError,
     ModelDownloadError,
+    ModelLoadError,
     ModelNotFoundError,
     ModelSizeMismatchError,
     NotAGGUFError,
 )
 from snapllm.loader import S3ModelLoader
-from tests.support.fault_proxy import Fault, FaultProxy
+from snapllm.local.faults import Fault, FaultProxy, StreamFault
+from snapllm.runtime import InferenceRuntime
 
 BUCKET = "snapllm-loader-tests"
 KEY = "models/smollm2.gguf"
@@ -104,19 +107,40 @@ def test_an_object_too_small_to_be_a_model(local_s3):
         loader_for(client).load(ModelSource(bucket=BUCKET, key="models/empty.gguf"))
 
 
-def client_via(local_s3, proxy):
-    from botocore.config import Config
-
-    # Only the loader's own retries count in these tests.
-    return local_s3.client(
-        endpoint_url=proxy.url, config=Config(retries={"mode": "standard", "total_max_attempts": 1})
+def test_a_verified_file_llama_cpp_cannot_load_is_a_named_error_naming_the_object(local_s3, tmp_path):
+    # A GGUF header with no metadata and no tensors: the header check and the SHA-256 pass, llama.cpp
+    # refuses it. The error must say which S3 object it was, not only /proc/self/fd/N.
+    path = tmp_path / "hollow.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 0) + bytes(1 * MiB))
+    local_s3.put_model(path, bucket=BUCKET, key="models/hollow.gguf")
+    settings = InferenceSettings(
+        model=ModelSource(bucket=BUCKET, key="models/hollow.gguf"),
+        loader=LoaderSettings(backoff_base_s=0.01),
+        engine=EngineSettings(n_ctx=64),
     )
+    loader = S3ModelLoader(local_s3.client(), settings.loader)
+    with pytest.raises(ModelLoadError, match=f"s3://{BUCKET}/models/hollow.gguf") as caught:
+        InferenceRuntime.initialize(settings, loader)
+    assert type(caught.value) is ModelLoadError
+    assert not [fd for fd in os.listdir("/proc/self/fd") if "memfd:snapllm:hollow" in fd_target(fd)]
+
+
+def fd_target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except FileNotFoundError:  # the listing's own fd
+        return ""
+
+
+def client_via(local_s3, proxy):
+    # The loader's own client configuration: no SDK retries, so only the loader's own retries count.
+    return local_s3.client(endpoint_url=proxy.url, config=S3ModelLoader.client_config(LoaderSettings()))
 
 
 def test_access_denied(local_s3, published):
     rule = lambda r: Fault(status=403, code="AccessDenied")  # noqa: E731
     with (
-        FaultProxy(local_s3.endpoint_url, rule) as proxy,
+        FaultProxy(local_s3.endpoint_url, rule=rule) as proxy,
         pytest.raises(ModelAccessDeniedError, match="s3:GetObject"),
     ):
         loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY))
@@ -130,7 +154,7 @@ def test_transient_errors_retry_only_the_failed_part(local_s3, published):
             return Fault(status=503, code="SlowDown")
         return None
 
-    with FaultProxy(local_s3.endpoint_url, rule) as proxy:
+    with FaultProxy(local_s3.endpoint_url, rule=rule) as proxy:
         loader = loader_for(client_via(local_s3, proxy), part_size=8 * MiB, concurrency=4)
         with loader.load(ModelSource(bucket=BUCKET, key=KEY)) as model:
             assert model.sha256 == published
@@ -146,10 +170,10 @@ def test_a_truncated_body_resumes_where_it_broke_off(local_s3, published):
             and request.count == 1
             and request.headers.get("Range", "").startswith("bytes=0-")
         ):
-            return Fault(truncate_after=3 * MiB)
+            return Fault(stream=StreamFault.CLOSE, after=3 * MiB)
         return None
 
-    with FaultProxy(local_s3.endpoint_url, rule) as proxy:
+    with FaultProxy(local_s3.endpoint_url, rule=rule) as proxy:
         loader = loader_for(client_via(local_s3, proxy), part_size=16 * MiB, concurrency=2)
         with loader.load(ModelSource(bucket=BUCKET, key=KEY)) as model:
             assert model.sha256 == published
@@ -159,8 +183,8 @@ def test_a_truncated_body_resumes_where_it_broke_off(local_s3, published):
 
 
 def test_a_body_that_keeps_breaking_off_is_a_size_mismatch(local_s3, published):
-    rule = lambda r: Fault(truncate_after=1000) if r.method == "GET" else None  # noqa: E731
-    with FaultProxy(local_s3.endpoint_url, rule) as proxy:
+    rule = lambda r: Fault(stream=StreamFault.CLOSE, after=1000) if r.method == "GET" else None  # noqa: E731
+    with FaultProxy(local_s3.endpoint_url, rule=rule) as proxy:
         loader = loader_for(client_via(local_s3, proxy), max_attempts=2)
         with pytest.raises(ModelSizeMismatchError, match="truncated body"):
             loader.load(ModelSource(bucket=BUCKET, key=KEY))
@@ -169,7 +193,7 @@ def test_a_body_that_keeps_breaking_off_is_a_size_mismatch(local_s3, published):
 def test_persistent_server_errors_give_up_with_a_download_error(local_s3, published):
     rule = lambda r: Fault(status=500) if r.method == "GET" else None  # noqa: E731
     with (
-        FaultProxy(local_s3.endpoint_url, rule) as proxy,
+        FaultProxy(local_s3.endpoint_url, rule=rule) as proxy,
         pytest.raises(ModelDownloadError, match="after 3 attempts"),
     ):
         loader_for(client_via(local_s3, proxy), max_attempts=3).load(ModelSource(bucket=BUCKET, key=KEY))
@@ -179,7 +203,21 @@ def test_an_object_replaced_during_the_download(local_s3, published):
     # HEAD reports an ETag that no longer matches, so S3 (moto) refuses the conditional GETs with 412.
     rule = lambda r: Fault(etag='"0123456789abcdef0123456789abcdef"') if r.method == "HEAD" else None  # noqa: E731
     with (
-        FaultProxy(local_s3.endpoint_url, rule) as proxy,
+        FaultProxy(local_s3.endpoint_url, rule=rule) as proxy,
         pytest.raises(ModelChangedError, match="changed during"),
     ):
         loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY))
+
+
+def test_the_head_is_retried_like_a_part(local_s3, published):
+    throttle_first = lambda r: Fault(status=503) if r.method == "HEAD" and r.number == 1 else None  # noqa: E731
+    with FaultProxy(local_s3.endpoint_url, rule=throttle_first) as proxy:
+        with loader_for(client_via(local_s3, proxy)).load(ModelSource(bucket=BUCKET, key=KEY)) as model:
+            assert model.sha256 == published
+        assert proxy.fired == ["status=503:SlowDown"]
+    always = lambda r: Fault(status=500) if r.method == "HEAD" else None  # noqa: E731
+    with (
+        FaultProxy(local_s3.endpoint_url, rule=always) as proxy,
+        pytest.raises(ModelDownloadError, match=r"HEAD s3://\S+ failed after 2 attempts"),
+    ):
+        loader_for(client_via(local_s3, proxy), max_attempts=2).load(ModelSource(bucket=BUCKET, key=KEY))

@@ -135,7 +135,7 @@ RAW_ERRORS = [
     ("POST", "/completions", b"prompt=x", "text/plain", 415),
     ("POST", "/completions", b'{"prompt": "x", "stream": true, "best_of": 3}', "application/json", 400),
     ("GET", "/nowhere", b"", "", 404),
-    ("DELETE", "/models", b"", "", 404),
+    ("DELETE", "/models", b"", "", 405),  # a known path: 405 with Allow
 ]
 
 

@@ -58,3 +58,18 @@ def test_invalid_settings_are_named(env, message):
 
 def test_model_source_uri():
     assert ModelSource(bucket="b", key="k.gguf").uri == "s3://b/k.gguf"
+
+
+def test_loader_timeouts_and_the_failure_bound_they_give():
+    loader = InferenceSettings.from_env(
+        {**BASE, "SNAPLLM_S3_READ_TIMEOUT_S": "1.5", "SNAPLLM_S3_CONNECT_TIMEOUT_S": "2"}
+    ).loader
+    assert (loader.read_timeout_s, loader.connect_timeout_s) == (1.5, 2.0)
+    # A x (C + R) + b x (2^A - 2) per part; one more attempt's time for the parts still in flight.
+    defaults = LoaderSettings()
+    assert defaults.part_failure_bound_s == pytest.approx(5 * (5 + 30) + 0.2 * 30)
+    assert defaults.failure_bound_s == pytest.approx(181 + 35)
+    with pytest.raises(ConfigurationError, match="SNAPLLM_S3_READ_TIMEOUT_S must be a number"):
+        LoaderSettings.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "soon"})
+    with pytest.raises(ConfigurationError, match="at least"):
+        LoaderSettings.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "0"})

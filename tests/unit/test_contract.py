@@ -97,8 +97,13 @@ def test_bad_requests_name_the_field(body, error, param):
     ("body", "param"),
     [
         ({"prompt": "caf\ud800"}, "prompt"),
-        ({"messages": [{"role": "user", "content": "\udfff"}]}, "messages"),
-        ({"prompt": "ok", "stop": ["\ud83d"]}, "stop"),
+        ({"messages": [{"role": "user", "content": "\udfff"}]}, "messages.0.content"),
+        ({"prompt": "ok", "stop": ["\ud83d"]}, "stop.0"),
+        # Every field, not only the prompt: these once passed and broke logging further on.
+        ({"messages": [{"role": "user", "content": "hi", "name": "\ud800"}]}, "messages.0.name"),
+        ({"prompt": "ok", "user": "\ud800"}, "user"),
+        ({"prompt": "ok", "model": "\ud800"}, "model"),
+        ({"prompt": "ok", "metadata": {"\ud800": "x"}}, "metadata"),
     ],
 )
 def test_unpaired_surrogates_are_refused(body, param):

@@ -328,6 +328,45 @@ def test_request_keys_do_not_leak_into_the_next_requests_logs(fake_lambda):
     assert [log.get("model") for log in rejected] == ["no-such-model", None]
 
 
+@pytest.mark.parametrize("field", ["model", "user"])
+def test_a_rejected_surrogate_is_logged_like_any_rejection(fake_lambda, field):
+    # A UTF-8 stream, as Lambda's stdout is: text that is not Unicode would fail to encode there.
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    status, _, body = call(make_router(fake_lambda, logs=stream), "POST", "/v1/chat/completions",
+                           {**CHAT, field: "\ud800"})  # fmt: skip
+    assert status == 400 and body["error"]["param"] == field
+    logs = [json.loads(line) for line in raw.getvalue().decode().splitlines()]
+    rejected = [log for log in logs if log["message"] == "request rejected"]
+    assert len(rejected) == 1 and rejected[0]["param"] == field
+    assert fake_lambda.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "allow"),
+    [
+        ("GET", "/v1/chat/completions", 405, "POST"),
+        ("DELETE", "/v1/models", 405, "GET"),
+        ("POST", "/v1/chat/completions\n", 404, None),
+        ("POST", "/v1/chat/completions\ud800", 404, None),
+        ("GET", "/v1/chat", 404, None),
+    ],
+)
+def test_unknown_paths_and_methods(fake_lambda, method, path, status, allow):
+    code, headers, body = call(make_router(fake_lambda), method, path, CHAT if method == "POST" else None)
+    assert code == status and body["error"]["code"] in {"unknown_url", "method_not_allowed"}
+    assert headers.get("Allow") == allow
+
+
+def test_openapi_documents_only_answers_the_api_gives(fake_lambda):
+    _, _, document = call(make_router(fake_lambda), "GET", "/openapi.json")
+    operations = [op for item in document["paths"].values() for op in item.values()]
+    assert all("422" not in op["responses"] for op in operations)
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    posts = [op for item in document["paths"].values() for method, op in item.items() if method == "post"]
+    assert posts and all({"413", "415"} <= set(op["responses"]) for op in posts)
+
+
 def test_prompts_are_logged_only_when_enabled(fake_lambda):
     stream = io.StringIO()
     call(make_router(fake_lambda, logs=stream, log_prompts=True), "POST", "/v1/chat/completions", CHAT)

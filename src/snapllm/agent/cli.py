@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from snapllm.agent.local import Decider, LocalAgent, agent_settings, approve, reject
-from snapllm.errors import SnapllmError
+from snapllm.edge import decode_json
+from snapllm.errors import RequestError, SnapllmError
 
 
 def _read_event(path: Path | None) -> dict[str, Any]:
     if path is None:
         raise SnapllmError("an agent run needs an event: -e events/agent/review.json")
     try:
-        event = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        event = decode_json(sys.stdin.read() if str(path) == "-" else path.read_text())
+    except (OSError, RequestError) as exc:
         raise SnapllmError(f"cannot read the event {path}: {exc}") from exc
     if not isinstance(event, dict):
         raise SnapllmError(f"{path} must hold a JSON object")

@@ -12,7 +12,9 @@ from snapllm.errors import SnapllmError
 
 
 class AgentError(SnapllmError):
-    """Base class of the agent's errors."""
+    """Base class of the agent's errors. ``code`` is what a failed run reports as its error type."""
+
+    code = "agent_failed"
 
 
 class PermanentAgentError(AgentError):
@@ -22,26 +24,60 @@ class PermanentAgentError(AgentError):
 class AgentInputError(PermanentAgentError):
     """The run's input is malformed (missing task, bad URI, too many documents...)."""
 
+    code = "invalid_input"
+
 
 class DocumentNotFoundError(PermanentAgentError):
     """A document URI names an object that does not exist."""
+
+    code = "document_not_found"
 
 
 class DocumentAccessDeniedError(PermanentAgentError):
     """A document lies outside the agent's S3 prefix, or its role may not read it."""
 
+    code = "document_access_denied"
+
 
 class InferenceRejectedError(PermanentAgentError):
     """The model answered the request with a 4xx error (e.g. context length exceeded)."""
+
+    code = "model_rejected_request"
 
 
 class StateBudgetExceededError(PermanentAgentError):
     """A value that must stay in the checkpoint (it cannot be offloaded) is over the state budget."""
 
+    code = "state_budget_exceeded"
+
 
 class UnknownToolError(PermanentAgentError):
     """A tool call names a tool that is not registered."""
 
+    code = "unknown_tool"
+
 
 class ArtifactStoreError(AgentError):
     """Writing or reading an artifact failed for a reason that may pass (network, throttling)."""
+
+    code = "artifact_store_error"
+
+
+def agent_error_class(error_type: str | None) -> type[AgentError] | None:
+    """The agent error class a failure's type names (``snapllm.agent.errors.DocumentNotFoundError``, as
+    the durable SDK records it), or None when it is not one of the agent's errors."""
+    if not error_type:
+        return None
+    pending: list[type[AgentError]] = [AgentError]
+    while pending:
+        cls = pending.pop()
+        if error_type in (cls.__qualname__, f"{cls.__module__}.{cls.__qualname__}"):
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None
+
+
+def failure_code(error_type: str | None) -> str:
+    """The public error type of a failed run: the agent error's code, else ``agent_failed``."""
+    cls = agent_error_class(error_type)
+    return cls.code if cls is not None else AgentError.code

@@ -32,10 +32,12 @@ from aws_durable_execution_sdk_python.config import (
     MapConfig,
     StepConfig,
 )
+from aws_durable_execution_sdk_python.exceptions import DurableOperationError, StepError
 from aws_durable_execution_sdk_python.serdes import JsonSerDes
 
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import BatchJsonSerDes, StateBudget, run_id_from_arn
+from snapllm.agent.errors import AgentError, agent_error_class
 from snapllm.agent.llm import chat
 from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.request import AgentRequest
@@ -72,11 +74,26 @@ def _step(
     retry: RetryStrategy,
     budget: StateBudget,
 ) -> Any:
-    return context.step(
-        lambda step_context: budget.fit(name, body(step_context)),
-        name=name,
-        config=StepConfig(retry_strategy=retry, serdes=JSON),
-    )
+    try:
+        return context.step(
+            lambda step_context: budget.fit(name, body(step_context)),
+            name=name,
+            config=StepConfig(retry_strategy=retry, serdes=JSON),
+        )
+    except StepError as exc:
+        # Re-raised as the agent's own error, so a map item or the run that fails with it records its
+        # type. The StepError is rebuilt from the checkpoint, so a replay raises the same error.
+        raise agent_failure(exc) or exc from None
+
+
+def agent_failure(exc: BaseException | None) -> AgentError | None:
+    """The agent error inside a chain of durable operation errors, rebuilt from its type and message."""
+    while isinstance(exc, DurableOperationError):
+        failure = agent_error_class(exc.error_type)
+        if failure is not None:
+            return failure(exc.message or failure.code)
+        exc = exc.__cause__
+    return None
 
 
 def _doc_name(uri: str) -> str:

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
+from aws_durable_execution_sdk_python.exceptions import DurableOperationError
 
 from snapllm.agent.artifacts import ArtifactStore
-from snapllm.agent.flow import AgentDependencies, run_agent
+from snapllm.agent.flow import AgentDependencies, agent_failure, run_agent
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import ToolRegistry
 from snapllm.errors import ConfigurationError
@@ -56,6 +57,15 @@ def build_handler(
 
     @durable_execution
     def handler(event: Any, context: DurableContext) -> dict[str, Any]:
-        return run_agent(event, context, deps())
+        try:
+            return run_agent(event, context, deps())
+        except DurableOperationError as exc:
+            # A failure inside a step or a map item reaches here wrapped in the operations' errors
+            # (ChildContextError around StepError around it); the run fails with the agent's own error
+            # instead, so its type says what went wrong, not where.
+            failure = agent_failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
 
     return handler

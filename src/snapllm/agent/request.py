@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
+from pydantic import BaseModel, Field, ValidationError, WithJsonSchema, field_validator
 
 from snapllm.agent.errors import AgentInputError
+from snapllm.contract import STRICT, RequestBody
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -31,7 +32,7 @@ _TIMEOUT_SCHEMA = {
 
 
 class ApprovalPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     required: bool = False
     # Documented as what clients may send; validated as seconds once _duration has converted it.
@@ -50,9 +51,7 @@ class ApprovalPolicy(BaseModel):
         return value
 
 
-class AgentRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AgentRequest(RequestBody):
     task: str = Field(min_length=1, max_length=4000)
     documents: list[Annotated[str, Field(pattern=S3_OBJECT_URI, max_length=2048)]] = Field(
         default_factory=list

@@ -24,12 +24,13 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns
+from snapllm.contract import RequestBody
 from snapllm.errors import ConfigurationError
-from snapllm.router.openapi import error_doc
+from snapllm.router.openapi import BODY_ERRORS, error_doc
 
 router = APIGatewayHttpRouter()
 _service: AgentRuns | None = None
@@ -44,7 +45,10 @@ class RunStarted(BaseModel):
 
 
 class RunFailure(BaseModel):
-    type: str | None
+    """Why a run failed. ``type`` is a stable code (``document_not_found``, ``invalid_input``,
+    ``model_rejected_request``, ``state_budget_exceeded``, ``artifact_store_error``, ``agent_failed``...)."""
+
+    type: str
     message: str | None
 
 
@@ -59,11 +63,9 @@ class RunStatus(BaseModel):
     error: RunFailure | None = None
 
 
-class ApprovalDecision(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    # Strict: an approval must be a JSON boolean, never a string such as "yes" coerced into one.
-    approved: bool = Field(strict=True)
+class ApprovalDecision(RequestBody):
+    # Strict, as every request model: an approval is a JSON boolean, never a string such as "yes".
+    approved: bool
     approver: str = Field(default="api", min_length=1, max_length=100)
     reason: str = Field(default="", max_length=500)
 
@@ -74,13 +76,14 @@ class ApprovalRecorded(BaseModel):
 
 
 def _responses(
-    status: int, model: type[BaseModel], description: str, errors: dict[int, str]
+    status: int, model: type[BaseModel], description: str, errors: dict[int, str], *, body: bool = False
 ) -> dict[int, dict[str, Any]]:
-    """The OpenAPI answers of a route: its success, its errors, and the router's own failure."""
+    """The OpenAPI answers of a route: its success, its errors (with a JSON ``body``, the body's own), and
+    the router's own failure."""
     documented = {status: {"description": description, "content": {"application/json": {"model": model}}}}
     for code, meaning in {**errors, 500: "Unexpected router failure."}.items():
         documented[code] = error_doc(meaning)
-    return documented
+    return {**documented, **(BODY_ERRORS if body else {})}
 
 
 IdempotencyKey = Annotated[
@@ -131,6 +134,7 @@ def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:
             400: "Invalid request or Idempotency-Key.",
             409: "This Idempotency-Key already started a run with a different request.",
         },
+        body=True,
     ),
 )
 def start_run(request: AgentRequest, idempotency_key: IdempotencyKey) -> Response[dict[str, Any]]:
@@ -163,6 +167,7 @@ def get_run(run_id: str) -> Response[dict[str, Any]]:
             404: "No run with this id.",
             409: "The run is not waiting for approval, or already has its answer.",
         },
+        body=True,
     ),
 )
 def answer_approval(run_id: str, decision: ApprovalDecision) -> Response[dict[str, Any]]:

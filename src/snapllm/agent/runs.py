@@ -18,7 +18,7 @@ import hashlib
 import json
 from typing import Any
 
-from snapllm.agent.errors import AgentError, AgentInputError
+from snapllm.agent.errors import AgentError, AgentInputError, failure_code
 from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.request import AgentRequest
 from snapllm.errors import RequestError
@@ -128,7 +128,7 @@ class AgentRuns:
             "waiting_for_approval": approval["state"] == "waiting",
             "approval": approval["state"],
             "result": json.loads(result) if result else None,
-            "error": {"type": error.get("ErrorType"), "message": error.get("ErrorMessage")}
+            "error": {"type": failure_code(error.get("ErrorType")), "message": error.get("ErrorMessage")}
             if error
             else None,
         }

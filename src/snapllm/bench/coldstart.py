@@ -11,6 +11,9 @@ then the warm invoke of the real handler (``InferenceRuntime.handle``) against b
 ``create_chat_completion`` with identical parameters and request, and the full SnapStart lifecycle in a
 separate process (import, S3 -> memfd, load, warm-up, restore, first token, warm invoke). Ratios are
 medians over rounds; absolute times are shown only to read the ratios against.
+
+``--faults`` measures instead the S3 -> memfd load under transient network faults against a clean load
+(:mod:`snapllm.bench.loadfaults`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snapllm.bench import loadfaults
 from snapllm.config import InferenceSettings, ModelSource
 from snapllm.engine import Engine
 from snapllm.loader import S3ModelLoader
@@ -52,6 +56,11 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="load rounds per path (median reported)")
     parser.add_argument("--invokes", type=int, default=7, help="warm invokes per side (median reported)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.add_argument(
+        "--faults",
+        action="store_true",
+        help="instead: the S3 -> memfd load, clean vs each transient fault (reset, close, 503, stall)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -199,6 +208,8 @@ def kv_cache_bytes(engine: Engine) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.faults:
+        return loadfaults.run(args)
     samples = Samples()
     with LocalDeployment.start(args.template, model_path=args.model) as deployment:
         lifecycle, environment_variables = _measure_lifecycle(deployment)

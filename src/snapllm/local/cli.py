@@ -1,17 +1,22 @@
 """``snapllm local invoke``: mirrors ``sam local invoke`` without Docker, with the SnapStart lifecycle.
 
 The response JSON goes to stdout; the function's logs and the phase-timing table go to stderr.
+``--s3-fault SPEC`` (repeatable) puts the fault proxy (:mod:`snapllm.local.faults`) between the function
+and the local S3 endpoint, so its init downloads the model through real resets, stalls and 503s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from snapllm.errors import SnapllmError
+from snapllm.local.faults import FaultProxy, FaultSpec, FaultSpecError, parse_fault
 from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
 from snapllm.local.report import megabytes, seconds, table
 from snapllm.local.session import LocalDeployment
@@ -28,6 +33,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     invoke.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
     invoke.add_argument("--timeout", type=float, help="invoke timeout in seconds (default: the template's)")
     invoke.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra variable")
+    invoke.add_argument(
+        "--s3-fault",
+        action="append",
+        default=[],
+        type=_fault_spec,
+        metavar="SPEC",
+        help="inject a fault into the model download at init (repeatable): reset@30MB, reset@1MB:always, "
+        "close@10MB, stall@10MB, slow@1MB/s, status=503:SlowDown:every=3 (see snapllm.local.faults)",
+    )
     # Durable functions (DurableConfig in the template) run through the durable runner of their package.
     decision = invoke.add_mutually_exclusive_group()
     decision.add_argument("--approve", action="store_true", help="durable agent: approve when asked")
@@ -39,49 +53,86 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_serve_parser(verbs)
 
 
-def _read_event(path: Path | None) -> Any:
+def _fault_spec(text: str) -> FaultSpec:
+    try:
+        return parse_fault(text)
+    except FaultSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _s3_through_faults(deployment: LocalDeployment, faults: list[FaultSpec]) -> Iterator[FaultProxy | None]:
+    if not faults:
+        yield None
+        return
+    with FaultProxy(deployment.s3.endpoint_url, faults) as proxy:
+        yield proxy
+
+
+def _report_faults(proxy: FaultProxy | None) -> None:
+    if proxy is not None:
+        print(f"S3 faults injected: {', '.join(proxy.fired) or 'none'}", file=sys.stderr)
+
+
+def _read_event(path: Path | None) -> str:
+    """The event file's JSON text, passed on as it is: the function's runtime decodes it, as on Lambda."""
     if path is None:
-        return {}
+        return "{}"
     text = sys.stdin.read() if str(path) == "-" else path.read_text()
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapllmError(f"{path} is not valid JSON: {exc}") from exc
+        json.loads(text)
+    except ValueError as exc:
+        raise SnapllmError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise SnapllmError(f"{path} nests too deeply to be decoded as JSON") from None
+    return text
 
 
 def _invoke(args: argparse.Namespace) -> int:
     try:
         if FunctionSpec.from_template(args.template, args.function).durable:
+            if args.s3_fault:
+                raise SnapllmError("--s3-fault applies to functions that load the model at init")
             from snapllm.agent.cli import invoke_durable
 
             return invoke_durable(args)
     except SnapllmError as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2
+    proxy: FaultProxy | None = None
     try:
         event = _read_event(args.event)
         from snapllm.router.serve import ROUTER_FUNCTION
 
         if args.function == ROUTER_FUNCTION:
+            if args.s3_fault:
+                raise SnapllmError("--s3-fault applies to functions that load the model at init")
             from snapllm.router.cli import invoke_router
 
             return invoke_router(args, event)
         overrides = dict(item.split("=", 1) for item in args.env)
         with (
             LocalDeployment.start(args.template, model_path=args.model) as deployment,
-            deployment.function(args.function, timeout_s=args.timeout, **overrides) as function,
+            _s3_through_faults(deployment, args.s3_fault) as proxy,
+            deployment.function(
+                args.function,
+                timeout_s=args.timeout,
+                **{**({"AWS_ENDPOINT_URL_S3": proxy.url} if proxy else {}), **overrides},
+            ) as function,
         ):
             init = function.init()
             snapshot = function.snapshot()
             with function.restore() as environment:
-                result = environment.invoke(event)
+                result = environment.invoke_json(event)
                 restore_s = environment.restore_s
     except (SnapllmError, OSError, ValueError) as exc:
+        _report_faults(proxy)
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2 if not isinstance(exc, LocalFunctionError) else 1
 
     print(json.dumps(result.error or result.response, indent=2))
     print(_timing_table(init, snapshot, restore_s, result), file=sys.stderr)
+    _report_faults(proxy)
     return 1 if result.error else 0
 
 

@@ -10,6 +10,7 @@ then serves invokes on its own connection.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import signal
@@ -39,6 +40,11 @@ def _error(exc: BaseException) -> dict[str, Any]:
         "errorMessage": str(exc),
         "stackTrace": traceback.format_exception(exc),
     }
+
+
+def _runtime_error(kind: str, exc: BaseException) -> dict[str, Any]:
+    # The runtime's own failures carry no stack trace of the function's code.
+    return {"errorType": kind, "errorMessage": f"{type(exc).__name__}: {exc}", "stackTrace": []}
 
 
 class _Host:
@@ -104,12 +110,24 @@ class _Host:
             context = LocalContext.create(
                 function_name, timeout_s=timeout_s, memory_mb=memory_mb, custom=custom
             )
-            invoked = time.perf_counter()
-            try:
-                response = self.handler(event, context)
-                conn.send({"response": response, "duration_s": time.perf_counter() - invoked})
-            except Exception as exc:
-                conn.send({"error": _error(exc), "duration_s": time.perf_counter() - invoked})
+            conn.send(self._invoke(event, context))
+
+    def _invoke(self, event: str | bytes, context: LocalContext) -> dict[str, Any]:
+        """What Lambda's runtime does with one event: decode the JSON, call the handler, encode the result."""
+        invoked = time.perf_counter()
+        try:
+            decoded = json.loads(event)
+        except (ValueError, RecursionError) as exc:
+            return {"error": _runtime_error("Runtime.UnmarshalError", exc), "duration_s": 0.0}
+        try:
+            response = self.handler(decoded, context)
+        except Exception as exc:
+            return {"error": _error(exc), "duration_s": time.perf_counter() - invoked}
+        duration_s = time.perf_counter() - invoked
+        try:
+            return {"response": json.loads(json.dumps(response)), "duration_s": duration_s}
+        except (TypeError, ValueError, RecursionError) as exc:
+            return {"error": _runtime_error("Runtime.MarshalError", exc), "duration_s": duration_s}
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ variables; its stdout and logs go to this process's stderr, like ``sam local inv
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import socket
@@ -65,8 +66,18 @@ class RestoredEnvironment:
 
         ``client_context`` becomes ``context.client_context.custom``, as an Invoke's ClientContext does.
         """
+        return self.invoke_json(json.dumps(event), client_context=client_context)
+
+    def invoke_json(
+        self, payload: str | bytes, *, client_context: dict[str, Any] | None = None
+    ) -> InvokeResult:
+        """Invoke the handler with the event ``payload`` (JSON text, an event file as it is).
+
+        As with Lambda's runtime API, the environment decodes the JSON itself and answers a payload it
+        cannot decode with ``Runtime.UnmarshalError``.
+        """
         try:
-            self._conn.send(("invoke", (event, client_context)))
+            self._conn.send(("invoke", (payload, client_context)))
             reply = self._conn.recv()
         except (EOFError, OSError) as exc:
             raise LocalFunctionError(

@@ -15,6 +15,7 @@ Every error is an OpenAI error body with a 4xx/5xx status; limits are checked be
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import warnings
@@ -25,24 +26,28 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import (
-    RequestUnsupportedContentType,
-    RequestValidationError,
-)
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.router import Router
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
-from snapllm.contract import ChatCompletionRequest, CompletionRequest, InferenceRequest, parse_request
+from snapllm.contract import ChatCompletionRequest, CompletionRequest, InferenceRequest, validation_error
+from snapllm.edge import (
+    RouteTable,
+    check_body_size,
+    check_content_type,
+    check_headers,
+    check_path,
+    decode_json,
+)
 from snapllm.errors import (
     InferenceInvokeError,
     InferenceThrottledError,
     InvalidRequestError,
-    PayloadTooLargeError,
     RequestError,
+    RouteNotFoundError,
     ServerError,
     UnknownModelError,
-    UnsupportedMediaTypeError,
     UnsupportedParameterError,
 )
 from snapllm.inference_client import InferenceClient, LambdaInferenceClient
@@ -73,12 +78,12 @@ class _Request:
     response: dict[str, Any] | None = None
 
 
-def error_response(error: RequestError, headers: Mapping[str, str] | None = None) -> Response:
+def error_response(error: RequestError) -> Response:
     return Response(
         status_code=error.status_code,
         content_type=JSON,
         body=json.dumps(error.to_body()),
-        headers=dict(headers or {}),
+        headers=error.headers,
     )
 
 
@@ -103,7 +108,8 @@ class RouterApp:
         self.logger = logger or Logger(service=settings.service)
         self.metrics = metrics or Metrics(namespace=settings.metrics_namespace, service=settings.service)
         self.tracer = tracer or Tracer(service=settings.service)
-        self.resolver = APIGatewayHttpResolver(enable_validation=True)
+        # Every JSON body is decoded by the edge's decoder: bounded nesting and numbers, no NaN.
+        self.resolver = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=decode_json)
         self._created = int(time.time())
         self._request = _Request()
         self._register_routes()
@@ -155,12 +161,13 @@ class RouterApp:
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Answer one API Gateway HTTP API (payload 2.0) event. Use :attr:`handler` on Lambda."""
         self._request = _Request()
-        refused = self._not_routable(event)
-        if refused is not None:
+        try:
+            self._check_edge(event)
+        except RequestError as refused:
             self._request.error_type = type(refused).__name__
             result = {
                 "statusCode": refused.status_code,
-                "headers": {"Content-Type": JSON},
+                "headers": {"Content-Type": JSON, **refused.headers},
                 "body": json.dumps(refused.to_body()),
                 "isBase64Encoded": False,
             }
@@ -169,28 +176,31 @@ class RouterApp:
         self._record(result.get("statusCode", 500))
         return result
 
-    def _not_routable(self, event: Any) -> RequestError | None:
-        """Events refused before Powertools sees them: not an HTTP API event, or a body over the limit."""
+    def _check_edge(self, event: Any) -> None:
+        """Refuse, before Powertools sees it, what no route may get: an event that is not an HTTP API
+        request, a path with control characters, oversized headers or body, a body that is not JSON."""
         request = event.get("requestContext") if isinstance(event, dict) else None
         http = request.get("http") if isinstance(request, dict) else None
         if not isinstance(http, dict) or not isinstance(http.get("method"), str):
             # A direct invoke (e.g. an inference event sent here by mistake) has no request to route.
-            return InvalidRequestError(
+            raise InvalidRequestError(
                 "RouterFunction answers API Gateway HTTP API (payload format 2.0) events; "
                 "invoke InferenceFunction directly for a completion event"
             )
-        return self._oversized(event)
-
-    def _oversized(self, event: dict[str, Any]) -> PayloadTooLargeError | None:
+        check_path(str(event.get("rawPath") or http.get("path") or ""))
+        headers = event.get("headers")
+        headers = headers if isinstance(headers, dict) else {}
+        check_headers((str(name), str(value)) for name, value in headers.items())
+        body = event.get("body")
+        if not body or not isinstance(body, str):
+            return
         # Checked before Powertools parses the body: a huge body is refused without being decoded.
-        body = event.get("body") or ""
-        size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
-        if size > self.settings.max_body_bytes:
-            return PayloadTooLargeError(
-                f"the request body is {size} bytes; this deployment accepts at most "
-                f"{self.settings.max_body_bytes}"
-            )
-        return None
+        check_body_size(
+            len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode()),
+            max_bytes=self.settings.max_body_bytes,
+        )
+        # Powertools would read a form-encoded body (what `curl -d` sends by default) as form fields.
+        check_content_type(headers.get("content-type"))
 
     # --- Routes -----------------------------------------------------------------------------------------
 
@@ -230,18 +240,11 @@ class RouterApp:
 
         @app.get("/openapi.json", include_in_schema=False)
         def openapi_document() -> Response[str]:
-            return Response(status_code=200, content_type=JSON, body=self.openapi_json())
+            return Response(status_code=200, content_type=JSON, body=self.openapi_json)
 
         @app.exception_handler(RequestValidationError)
         def invalid(exc: RequestValidationError) -> Response:
             return self._reject(self._validation_error(exc))
-
-        @app.exception_handler(RequestUnsupportedContentType)
-        def not_json(exc: RequestUnsupportedContentType) -> Response:
-            content_type = app.current_event.headers.get("content-type", "")
-            return self._reject(
-                UnsupportedMediaTypeError(f"the body must be application/json, not {content_type!r}")
-            )
 
         @app.exception_handler(UnicodeDecodeError)
         def not_utf8(exc: UnicodeDecodeError) -> Response:
@@ -257,10 +260,11 @@ class RouterApp:
 
         @app.not_found
         def not_found(exc: NotFoundError) -> Response:
-            path = app.current_event.path
-            error = InvalidRequestError(f"no route for {app.current_event.http_method} {path}")
-            error.status_code, error.code = 404, "unknown_url"
-            return self._reject(error)
+            try:
+                self.route_table.match(app.current_event.http_method, app.current_event.path)
+            except RequestError as error:  # 404, or 405 with the path's methods
+                return self._reject(error)
+            return self._reject(RouteNotFoundError(f"no route for {app.current_event.http_method}"))
 
         @app.exception_handler(Exception)
         def unexpected(exc: Exception) -> Response:
@@ -277,12 +281,24 @@ class RouterApp:
             ],
         }
 
+    @functools.cached_property
+    def route_table(self) -> RouteTable:
+        """Every route the resolver serves, read from its OpenAPI document (built on first use: only
+        requests that no route matched need it)."""
+        table = RouteTable.from_openapi(json.loads(self.openapi_json))
+        return RouteTable({**table.routes, "/openapi.json": ["GET"]})
+
+    @functools.cached_property
     def openapi_json(self) -> str:
-        return self.resolver.get_openapi_json_schema(
-            title="snapllm",
-            version="0.1.0",
-            summary="OpenAI-compatible completions from small GGUF models on AWS Lambda",
+        """The OpenAPI document of every route, built on first use."""
+        document = json.loads(
+            self.resolver.get_openapi_json_schema(
+                title="snapllm",
+                version="0.1.0",
+                summary="OpenAI-compatible completions from small GGUF models on AWS Lambda",
+            )
         )
+        return json.dumps(openapi.without_validation_errors(document), indent=2)
 
     # --- Completions ------------------------------------------------------------------------------------
 
@@ -345,38 +361,31 @@ class RouterApp:
 
     # --- Errors -----------------------------------------------------------------------------------------
 
-    def _validation_error(self, exc: RequestValidationError) -> RequestError:
-        """Render Powertools' validation errors with the shared contract's messages."""
+    @staticmethod
+    def _validation_error(exc: RequestValidationError) -> RequestError:
+        """Powertools' validation errors in the shared contract's words (the same as a direct invoke's)."""
         errors = exc.errors()
-        first = errors[0] if errors else {}
+        if not errors:
+            return InvalidRequestError("the request is invalid")
+        first = errors[0]
         if first.get("type") == "json_invalid":
             detail = (first.get("ctx") or {}).get("error", "JSON decode error")
             return InvalidRequestError(f"the request body is not valid JSON: {detail}")
-        # On the completion routes, re-validating with the contract gives the message a direct invoke gets.
-        path = self.resolver.current_event.path
-        try:
-            if not path.endswith(("/chat/completions", "/completions")):
-                raise ValueError(path)
-            body = self.resolver.current_event.json_body
-            parse_request(body, required="messages" if path.endswith("chat/completions") else "prompt")
-        except RequestError as error:
-            return error
-        except ValueError:
-            pass
-        location = [str(p) for p in first.get("loc", ()) if p != "body"]
-        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        location = [str(part) for part in first.get("loc", ())]
         if location[:1] in (["header"], ["query"], ["path"]):
+            message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
             return InvalidRequestError(f"{location[0]} {'.'.join(location[1:])}: {message}")
-        param = ".".join(location) or None
-        return InvalidRequestError(f"{param or 'body'}: {message}", param=param)
+        if location == ["body"] and first.get("type") == "missing":
+            return InvalidRequestError("the request needs a JSON body")
+        return validation_error(errors)
 
-    def _reject(self, error: RequestError, headers: Mapping[str, str] | None = None) -> Response:
+    def _reject(self, error: RequestError) -> Response:
         self._request.error_type = type(error).__name__
         self.logger.warning(
             "request rejected",
             extra={"status": error.status_code, "error_type": type(error).__name__, "param": error.param},
         )
-        return error_response(error, headers)
+        return error_response(error)
 
     def _invoke_failed(self, exc: InferenceInvokeError) -> Response:
         self._request.error_type = type(exc).__name__

@@ -16,7 +16,8 @@ import signal
 import sys
 from pathlib import Path
 
-from snapllm.errors import SnapllmError
+from snapllm.edge import decode_json
+from snapllm.errors import RequestError, SnapllmError
 
 
 def add_serve_parser(verbs: argparse._SubParsersAction) -> None:
@@ -52,7 +53,7 @@ def _exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def invoke_router(args: argparse.Namespace, event: object) -> int:
+def invoke_router(args: argparse.Namespace, event_text: str) -> int:
     """Entry point from ``snapllm local invoke RouterFunction``: the handler's API Gateway response on stdout.
 
     The router's routing table names deployed aliases, so it runs on the local stack (as in ``serve``),
@@ -60,6 +61,11 @@ def invoke_router(args: argparse.Namespace, event: object) -> int:
     """
     from snapllm.router.serve import LocalGateway, LocalStack
 
+    try:
+        event = decode_json(event_text)
+    except RequestError as exc:
+        print(f"snapllm local invoke: the event is not an API Gateway event: {exc}", file=sys.stderr)
+        return 2
     if not isinstance(event, dict):
         print("snapllm local invoke: the router takes an API Gateway HTTP API event", file=sys.stderr)
         return 2

@@ -104,6 +104,13 @@ def error_doc(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"model": ErrorResponse}}}
 
 
+# What every route that takes a JSON body may answer before its own checks (snapllm.edge).
+BODY_ERRORS = {
+    413: error_doc("The body is larger than the configured limit."),
+    415: error_doc("The body is not JSON."),
+}
+
+
 def completion_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
     """The documented answers of a completion route, errors included (in the OpenAI error shape)."""
     return {
@@ -117,8 +124,7 @@ def completion_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
         },
         400: error_doc("Invalid or unsupported request (the error's param names the field)."),
         404: error_doc("Unknown model."),
-        413: error_doc("The body is larger than the configured limit."),
-        415: error_doc("The body is not JSON."),
+        **BODY_ERRORS,
         429: error_doc("The model is at its concurrency limit; see Retry-After."),
         500: error_doc("Unexpected router failure."),
         502: error_doc("The inference function failed."),
@@ -128,3 +134,20 @@ def completion_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
 
 def simple_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
     return {200: {"description": "OK", "content": {"application/json": {"model": model}}}}
+
+
+# Powertools documents a 422 on every validated route; this API answers invalid requests with a 400 in the
+# OpenAI error shape instead, so the 422 and its schemas would only mislead clients generated from it.
+_FRAMEWORK_SCHEMAS = ("HTTPValidationError", "ValidationError")
+
+
+def without_validation_errors(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without the framework's 422 answers and the schemas only they use."""
+    for item in (document.get("paths") or {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict):
+                (operation.get("responses") or {}).pop("422", None)
+    schemas = (document.get("components") or {}).get("schemas") or {}
+    for name in _FRAMEWORK_SCHEMAS:
+        schemas.pop(name, None)
+    return document

@@ -34,13 +34,14 @@ import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from snapllm.agent import routes as agent_routes
 from snapllm.agent.local import LocalAgent, agent_settings
 from snapllm.agent.runs import AgentRuns
-from snapllm.errors import PayloadTooLargeError, SnapllmError
+from snapllm.edge import check_body_size, check_headers, decode_json
+from snapllm.errors import RequestError, SnapllmError
 from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
 from snapllm.local.lifecycle import LocalFunction, RestoredEnvironment
@@ -254,13 +255,18 @@ class LocalGateway:
             return self.router.handler(event, context)
 
     async def endpoint(self, request: Request) -> Response:
-        body = await request.body()
-        if len(body) > API_GATEWAY_MAX_BODY_BYTES:
-            error = PayloadTooLargeError(
-                f"the request body is over API Gateway's {API_GATEWAY_MAX_BODY_BYTES} bytes"
-            )
+        try:
+            # What API Gateway refuses itself, before any function runs.
+            check_headers(request.headers.items())
+            body = await request.body()
+            check_body_size(len(body), max_bytes=API_GATEWAY_MAX_BODY_BYTES)
+        except RequestError as error:
             return JSONResponse(error.to_body(), status_code=error.status_code)
-        path = request.url.path
+        except ClientDisconnect:
+            return Response(status_code=400)  # the client left mid-upload: nobody reads the answer
+        # The path as the client sent it (decoded): request.url.path would drop a decoded "\n" or "\t", as
+        # URL parsing does, and serve "/v1/chat/completions%0A" as if it were "/v1/chat/completions".
+        path = request.scope["path"]
         if path in HOOK_PATHS:
             return Response(status_code=403)  # as LWA: hook paths are not reachable from outside
         if self._http is not None and request.method == "POST" and path in STREAMING_PATHS and _streams(body):
@@ -294,9 +300,9 @@ class LocalGateway:
 
 def _streams(body: bytes) -> bool:
     try:
-        parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return False
+        parsed = decode_json(body)
+    except RequestError:
+        return False  # the router answers what the body is wrong with
     return isinstance(parsed, dict) and parsed.get("stream") is True
 
 
@@ -346,6 +352,7 @@ class ServeProcess:
         env: Mapping[str, str] | None = None,
         timeout_s: float = 180.0,
         stdout: Any = subprocess.DEVNULL,
+        stderr: Any = None,
     ) -> ServeProcess:
         port = free_port()
         command = [
@@ -359,7 +366,7 @@ class ServeProcess:
             "-t",
             str(template),
         ]
-        process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout)
+        process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=stderr)
         server = cls(process, port)
         deadline = time.monotonic() + timeout_s
         while True:

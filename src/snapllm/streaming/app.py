@@ -25,24 +25,18 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Literal
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from snapllm.contract import InferenceRequest, parse_request, render_response
+from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.engine import Deadline, StreamItem, TokenDelta
-from snapllm.errors import (
-    InvalidRequestError,
-    PayloadTooLargeError,
-    RequestError,
-    ServerError,
-    UnsupportedMediaTypeError,
-)
+from snapllm.errors import RequestError, ServerError
 from snapllm.router.limits import check_request_text
 from snapllm.router.metrics import CompletionMetrics
 from snapllm.runtime import InferenceRuntime
@@ -63,7 +57,7 @@ DEFAULT_METRICS_NAMESPACE = "snapllm"
 
 
 def _error(error: RequestError) -> JSONResponse:
-    return JSONResponse(error.to_body(), status_code=error.status_code)
+    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers)
 
 
 def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> Deadline:
@@ -112,8 +106,15 @@ async def _events(
             await anyio.to_thread.run_sync(items.close)  # type: ignore[attr-defined]
 
 
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
 class StreamingApp:
-    """Routes of the streaming function around one :class:`InferenceRuntime`."""
+    """The streaming function's ASGI app around one :class:`InferenceRuntime`.
+
+    Requests are dispatched through a :class:`~snapllm.edge.RouteTable` rather than framework route
+    patterns, so unknown paths and methods get the same 404 / 405 error bodies as the router's.
+    """
 
     def __init__(
         self,
@@ -131,17 +132,35 @@ class StreamingApp:
         self.timeout_s = timeout_s
         self.service = service
         self.metrics_namespace = metrics_namespace
-        self.hooks_run: list[str] = []
+        self._endpoints: dict[tuple[str, str], Endpoint] = {
+            ("POST", "/v1/chat/completions"): self.chat_completions,
+            ("POST", "/v1/completions"): self.completions,
+            ("GET", "/v1/models"): self.models,
+            ("GET", "/health"): self.health,
+            ("POST", BEFORE_CHECKPOINT_PATH): self.before_checkpoint,
+            ("POST", AFTER_RESTORE_PATH): self.after_restore,
+        }
+        routes: dict[str, list[str]] = {}
+        for method, path in self._endpoints:
+            routes.setdefault(path, []).append(method)
+        self.route_table = RouteTable(routes)
+        self._lifespan = Starlette()  # lifespan events only; every HTTP request goes to dispatch()
 
-    def routes(self) -> list[Route]:
-        return [
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/models", self.models, methods=["GET"]),
-            Route("/health", self.health, methods=["GET"]),
-            Route(BEFORE_CHECKPOINT_PATH, self.before_checkpoint, methods=["POST"]),
-            Route(AFTER_RESTORE_PATH, self.after_restore, methods=["POST"]),
-        ]
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._lifespan(scope, receive, send)
+            return
+        response = await self.dispatch(Request(scope, receive))
+        await response(scope, receive, send)
+
+    async def dispatch(self, request: Request) -> Response:
+        try:
+            check_headers(request.headers.items())
+            # scope["path"], not request.url.path: URL parsing drops a decoded "\n" or "\t" from the path.
+            path = self.route_table.match(request.method, request.scope["path"])
+        except RequestError as exc:
+            return _error(exc)
+        return await self._endpoints[(request.method, path)](request)
 
     # --- OpenAI routes ----------------------------------------------------------------------------------
 
@@ -166,6 +185,14 @@ class StreamingApp:
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
         try:
             parsed = await self._parse(request, required)
+        except ClientDisconnect:
+            # The client left while sending its body: nobody is there to read an answer or an error.
+            return Response(status_code=400)
+        except RequestError as exc:
+            logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
+            metrics.failed(exc)
+            return _error(exc)
+        try:
             metrics.model = engine.model_name
             deadline = _deadline(request, self.runtime, self.timeout_s)
             if not parsed.stream:
@@ -193,18 +220,8 @@ class StreamingApp:
         )
 
     async def _parse(self, request: Request, required: Literal["messages", "prompt"]) -> InferenceRequest:
-        content_type = request.headers.get("content-type", "")
-        if content_type and not content_type.split(";")[0].strip().lower().endswith("json"):
-            raise UnsupportedMediaTypeError(f"the body must be application/json, not {content_type!r}")
-        raw = await request.body()
-        if len(raw) > self.max_body_bytes:
-            raise PayloadTooLargeError(
-                f"the request body is {len(raw)} bytes; this deployment accepts at most {self.max_body_bytes}"
-            )
-        try:
-            body: Any = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+        check_content_type(request.headers.get("content-type"))
+        body = decode_json(await request.body(), max_bytes=self.max_body_bytes)
         parsed = parse_request(body, required=required)
         check_request_text(parsed, max_prompt_chars=self.max_prompt_chars)
         self.runtime.engine.check_model(parsed.model)
@@ -220,18 +237,16 @@ class StreamingApp:
         if self._from_outside(request):
             return Response(status_code=403)
         await anyio.to_thread.run_sync(self.runtime.before_snapshot)
-        self.hooks_run.append("before-checkpoint")
         return JSONResponse({"hook": "before-checkpoint", "environment_id": self.runtime.environment_id})
 
     async def after_restore(self, request: Request) -> Response:
         if self._from_outside(request):
             return Response(status_code=403)
         self.runtime.after_restore()
-        self.hooks_run.append("after-restore")
         return JSONResponse({"hook": "after-restore", "environment_id": self.runtime.environment_id})
 
 
-def create_app(runtime: InferenceRuntime, **options: Any) -> Starlette:
+def create_app(runtime: InferenceRuntime, **options: Any) -> StreamingApp:
     """The ASGI app for ``runtime``; ``options`` go to :class:`StreamingApp`. Limits default from env."""
     options.setdefault(
         "max_body_bytes", int(os.environ.get("SNAPLLM_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES)
@@ -244,7 +259,4 @@ def create_app(runtime: InferenceRuntime, **options: Any) -> Starlette:
     options.setdefault(
         "metrics_namespace", os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE
     )
-    streaming = StreamingApp(runtime, **options)
-    app = Starlette(routes=streaming.routes())
-    app.state.streaming = streaming
-    return app
+    return StreamingApp(runtime, **options)

@@ -1,0 +1,357 @@
+"""One table of hostile requests against every entry point a request can reach.
+
+Entry points: the HTTP server (``snapllm local serve``: local gateway, router, streaming process, agent
+routes, over real TCP), the router's Lambda handler with API Gateway events, the streaming function's ASGI
+app under uvicorn (as Lambda Web Adapter reaches it), and the inference function's direct invoke (a
+restored local environment, fed JSON as Lambda's runtime feeds it). Every hostile request must get a 4xx
+in the OpenAI error shape (never a 5xx, never a traceback), and a good request must still succeed on the
+same entry point afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+
+from snapllm.config import InferenceSettings
+from snapllm.inference_client import LocalInferenceClient
+from snapllm.local.context import LocalContext
+from snapllm.local.s3 import free_port
+from snapllm.router.app import RouterApp
+from snapllm.router.config import RouterSettings
+from snapllm.router.events import http_api_event
+from snapllm.router.serve import ServeProcess
+from snapllm.runtime import InferenceRuntime
+from snapllm.streaming.app import create_app
+from tests.integration.serve_fixture import MODEL, SERVE_ENV, shared_server
+
+pytestmark = pytest.mark.slow
+
+CHAT = "/v1/chat/completions"
+JSON = {"content-type": "application/json"}
+GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
+MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def chat_with(**fields: Any) -> bytes:
+    return json.dumps({**GOOD, **fields}).encode()
+
+
+def raw_chat(extra: str) -> bytes:
+    """A chat body with ``extra`` (raw JSON text, possibly not JSON at all) spliced in as one more field."""
+    return b'{"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, ' + extra.encode() + b"}"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    body: bytes = b""
+    status: int = 400
+    method: str = "POST"
+    path: str = CHAT
+    headers: dict[str, str] = field(default_factory=lambda: dict(JSON))
+    # Entry points that cannot receive this request at all: an Invoke payload has no path, method, headers
+    # or content type, and Lambda's Invoke API refuses a payload that is not JSON before any code runs.
+    skip: frozenset[str] = frozenset()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+HTTP_ONLY = frozenset({"invoke"})
+NOT_JSON = frozenset({"invoke"})
+AGENT = frozenset({"router", "stream", "invoke"})  # the agent's routes: the HTTP server mounts them
+
+CASES = [
+    # Nesting, numbers and JSON that Python accepts but JSON does not.
+    Case("nesting-10000", raw_chat(f'"metadata": {nested(10_000)}'), skip=NOT_JSON),
+    Case("nesting-5000", raw_chat(f'"metadata": {nested(5_000)}')),
+    Case("nesting-100-in-an-open-field", chat_with(stream_options={"a": json.loads(nested(100))})),
+    Case("whole-body-nesting-10000", nested(10_000).encode(), skip=NOT_JSON),
+    Case("huge-integer", raw_chat('"seed": ' + "9" * 5000), skip=NOT_JSON),
+    Case("integer-past-the-range", chat_with(seed=2**70)),
+    Case("float-overflow", raw_chat('"temperature": 1e999')),
+    Case("nan", raw_chat('"temperature": NaN'), skip=NOT_JSON),
+    Case("infinity", raw_chat('"top_p": Infinity'), skip=NOT_JSON),
+    Case("minus-infinity", raw_chat('"presence_penalty": -Infinity'), skip=NOT_JSON),
+    # Encodings.
+    Case("invalid-utf8", b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', skip=NOT_JSON),
+    Case("raw-nul-in-a-string", b'{"messages": [{"role": "user", "content": "a\x00b"}]}', skip=NOT_JSON),
+    Case("nul-in-the-model-name", chat_with(model="smollm\u0000"), status=404),
+    Case("utf8-bom", b"\xef\xbb\xbf" + chat_with(), skip=NOT_JSON),
+    Case("surrogate-in-content", chat_with(messages=[{"role": "user", "content": "\ud800"}])),
+    Case("surrogate-in-name", chat_with(messages=[{"role": "user", "content": "hi", "name": "\ud800"}])),
+    Case("surrogate-in-user", chat_with(user="\udfff")),
+    Case("surrogate-in-model", chat_with(model="\ud800")),
+    Case("surrogate-in-a-key", chat_with(metadata={"\ud800": "x"})),
+    # Wrong types: OpenAI answers 400; nothing is converted.
+    Case("max-tokens-string", chat_with(max_tokens="10")),
+    Case("max-tokens-true", chat_with(max_tokens=True)),
+    Case("max-tokens-float", chat_with(max_tokens=4.5)),
+    Case("temperature-string", chat_with(temperature="0.5")),
+    Case("stream-string", chat_with(stream="true")),
+    Case("messages-object", chat_with(messages={"role": "user", "content": "hi"})),
+    Case("messages-string", chat_with(messages="hi")),
+    Case("content-number", chat_with(messages=[{"role": "user", "content": 5}])),
+    Case("unknown-role", chat_with(messages=[{"role": "bot", "content": "hi"}])),
+    Case("unknown-field", chat_with(max_token=4)),
+    Case("streamed-wrong-type", chat_with(stream=True, max_tokens="10")),
+    Case("streamed-surrogate", chat_with(stream=True, user="\ud800")),
+    # Not an object.
+    Case("empty-body", b"", skip=NOT_JSON),
+    Case("null-body", b"null"),
+    Case("array-body", b"[]"),
+    Case("string-body", b'"hi"'),
+    Case("not-json", b"messages=hi", skip=NOT_JSON),
+    # Content types: curl -d sends form encoding unless told otherwise.
+    Case(
+        "form-encoded-json",
+        chat_with(),
+        415,
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        skip=HTTP_ONLY,
+    ),
+    Case("text-plain", chat_with(), 415, headers={"content-type": "text/plain"}, skip=HTTP_ONLY),
+    Case(
+        "multipart",
+        chat_with(),
+        415,
+        headers={"content-type": "multipart/form-data; boundary=x"},
+        skip=HTTP_ONLY,
+    ),
+    # Paths and methods.
+    Case("trailing-newline", chat_with(), 404, path=f"{CHAT}%0A", skip=HTTP_ONLY),
+    Case("trailing-nul", chat_with(), 404, path=f"{CHAT}%00", skip=HTTP_ONLY),
+    Case("trailing-tab", chat_with(), 404, path=f"{CHAT}%09", skip=HTTP_ONLY),
+    Case("trailing-slash", chat_with(), 404, path=f"{CHAT}/", skip=HTTP_ONLY),
+    Case("double-slash", chat_with(), 404, path=f"/{CHAT}", skip=HTTP_ONLY),
+    Case("dot-segments", chat_with(), 404, path="/v1/../v1/chat/completions", skip=HTTP_ONLY),
+    Case("upper-case", chat_with(), 404, path=CHAT.upper(), skip=HTTP_ONLY),
+    Case("long-path", b"", 404, method="GET", path="/v1/" + "a" * 6000, skip=HTTP_ONLY),
+    Case("get-on-a-post-route", b"", 405, method="GET", skip=HTTP_ONLY),
+    Case("delete-models", b"", 405, method="DELETE", path="/v1/models", skip=HTTP_ONLY),
+    # Sizes.
+    Case("oversized-headers", chat_with(), 431, headers={**JSON, "x-pad": "a" * 12_000}, skip=HTTP_ONLY),
+    Case(
+        "oversized-body",
+        chat_with(messages=[{"role": "user", "content": "a" * (MAX_BODY_BYTES + 1)}]),
+        413,
+        skip=HTTP_ONLY,
+    ),
+    # The agent's routes.
+    Case(
+        "agent-nesting",
+        raw_chat(f'"x": {nested(10_000)}'),
+        path="/v1/agent/runs",
+        skip=AGENT,
+        headers={**JSON, "idempotency-key": "hostile-1"},
+    ),
+    Case(
+        "agent-wrong-type",
+        json.dumps({"task": "t", "approval": {"required": "yes"}}).encode(),
+        path="/v1/agent/runs",
+        headers={**JSON, "idempotency-key": "hostile-2"},
+        skip=AGENT,
+    ),
+    Case(
+        "agent-surrogate",
+        json.dumps({"task": "\ud800"}).encode(),
+        path="/v1/agent/runs",
+        headers={**JSON, "idempotency-key": "hostile-3"},
+        skip=AGENT,
+    ),
+    Case(
+        "agent-form-encoded",
+        json.dumps({"task": "t"}).encode(),
+        415,
+        path="/v1/agent/runs",
+        headers={"content-type": "application/x-www-form-urlencoded", "idempotency-key": "hostile-4"},
+        skip=AGENT,
+    ),
+    Case(
+        "agent-approval-string",
+        json.dumps({"approved": "true"}).encode(),
+        path="/v1/agent/runs/run-0000000000000000000000000000000000000000/approval",
+        skip=AGENT,
+    ),
+    Case("agent-run-id-newline", b"", 404, method="GET", path="/v1/agent/runs/run-1%0A", skip=AGENT),
+    Case("agent-get-on-start", b"", 405, method="GET", path="/v1/agent/runs", skip=AGENT),
+]
+
+Answer = tuple[int, dict[str, str], bytes]
+EntryPoint = Callable[[Case], Answer]
+
+
+# --- Entry points ------------------------------------------------------------------------------------------
+
+
+def _http(url: str) -> EntryPoint:
+    host, port = url.removeprefix("http://").split(":")
+
+    def send(case: Case) -> Answer:
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            # skip_accept_encoding etc. keep the request exactly as the table says; the path is sent as is.
+            connection.putrequest(case.method, case.path, skip_accept_encoding=True)
+            for name, value in {**case.headers, "content-length": str(len(case.body))}.items():
+                connection.putheader(name, value)
+            connection.endheaders(case.body or None)
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            connection.close()
+
+    return send
+
+
+@pytest.fixture(scope="module")
+def runtime(deployment) -> InferenceRuntime:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in deployment.environment(SNAPLLM_MAX_TOKENS="16", SNAPLLM_THREADS="1").items():
+            patch.setenv(name, value)
+        return InferenceRuntime.initialize(InferenceSettings.from_env())
+
+
+@pytest.fixture(scope="module")
+def environment(deployment) -> Iterator[Any]:
+    """A restored InferenceFunction environment: the direct invoke, and the router's inference client."""
+    with deployment.function("InferenceFunction", SNAPLLM_MAX_TOKENS="16") as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as restored:
+            yield restored
+
+
+def _router_entry(environment: Any) -> EntryPoint:
+    settings = RouterSettings.from_env(
+        {
+            "SNAPLLM_ROUTES": json.dumps({MODEL: "local:InferenceFunction"}),
+            "SNAPLLM_MAX_TOKENS": "16",
+            "SNAPLLM_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        }
+    )
+    router = RouterApp(settings, {MODEL: LocalInferenceClient(environment)})
+
+    def send(case: Case) -> Answer:
+        # The path arrives percent-decoded in the event, as API Gateway decodes it.
+        path = case.path.replace("%0A", "\n").replace("%00", "\x00").replace("%09", "\t")
+        event = http_api_event(case.method, path, body=case.body, headers=case.headers)
+        result = router.handler(event, LocalContext.create("RouterFunction", timeout_s=30, memory_mb=256))
+        return (
+            result["statusCode"],
+            {k.lower(): v for k, v in result["headers"].items()},
+            result["body"].encode(),
+        )
+
+    return send
+
+
+@contextlib.contextmanager
+def _stream_server(runtime: InferenceRuntime) -> Iterator[str]:
+    """The streaming app under uvicorn on loopback, as Lambda Web Adapter reaches it (real HTTP parsing)."""
+    app = create_app(runtime, max_body_bytes=MAX_BODY_BYTES)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _invoke_entry(environment: Any) -> EntryPoint:
+    def send(case: Case) -> Answer:
+        # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does.
+        result = environment.invoke_json(case.body)
+        assert result.error is None, result.error  # an unhandled exception: Lambda would report it as such
+        response = dict(result.response)
+        return response.pop("statusCode", 200), {}, json.dumps(response).encode()
+
+    return send
+
+
+@pytest.fixture(scope="module")
+def entry_points(runtime, environment) -> Iterator[dict[str, EntryPoint]]:
+    with _stream_server(runtime) as stream_url:
+        yield {
+            "http": _http(shared_server().url),
+            "router": _router_entry(environment),
+            "stream": _http(stream_url),
+            "invoke": _invoke_entry(environment),
+        }
+
+
+# --- The table -------------------------------------------------------------------------------------------
+
+
+ENTRY_POINTS = ["http", "router", "stream", "invoke"]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_hostile_request_gets_a_structured_4xx(entry_points, entry, case):
+    if entry in case.skip:
+        pytest.skip(f"{entry} cannot receive this request")
+    status, headers, body = entry_points[entry](case)
+
+    assert status == case.status, body[:300]
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    assert "Traceback" not in error["message"] and 'File "' not in error["message"]
+    if status == 405:
+        assert headers.get("allow"), headers
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_good_request_succeeds_after_the_table(entry_points, entry):
+    good = Case("good", json.dumps(GOOD).encode(), 200)
+    status, _headers, body = entry_points[entry](good)
+    assert status == 200, body[:300]
+    answer = json.loads(body)
+    assert answer["choices"][0]["message"]["content"].strip()
+    assert answer["usage"]["completion_tokens"] >= 1
+
+
+def test_a_client_that_leaves_mid_upload_leaves_no_traceback(tmp_path):
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink, ServeProcess.start(env=SERVE_ENV, stdout=sink, stderr=sink) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        for path in (CHAT, "/v1/agent/runs"):
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(
+                    f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                    'content-length: 1000\r\n\r\n{"messages": ['.encode()
+                )
+        # The server still serves, and has had the time to log whatever the two left behind.
+        status, _headers, _body = _http(server.url)(Case("health", b"", 200, method="GET", path="/health"))
+        assert status == 200
+    assert "Traceback" not in log.read_text(errors="replace")
+
+
+def test_an_event_too_deep_to_decode_is_the_runtimes_unmarshal_error(environment):
+    # Lambda's runtime decodes the event before the handler runs; past the decoder's limit that is the
+    # runtime's own error, and the environment keeps serving.
+    result = environment.invoke_json(nested(100_000))
+    assert result.response is None and result.error["errorType"] == "Runtime.UnmarshalError"
+    assert result.error["stackTrace"] == []
+    assert environment.invoke(GOOD).response["choices"][0]["message"]["content"].strip()
