@@ -26,11 +26,13 @@ demo: setup
 test: setup tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/pytest
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
 
 format: setup
 	$(VENV)/bin/ruff check --fix .

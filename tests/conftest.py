@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from snapllm import sam
 from snapllm.local.s3 import LocalS3
 from snapllm.local.session import LocalDeployment
 from snapllm.models import default_model_path
@@ -41,5 +42,5 @@ def local_s3() -> Iterator[LocalS3]:
 
 @pytest.fixture(scope="session")
 def deployment(local_s3: LocalS3, model_path: Path) -> Iterator[LocalDeployment]:
-    deployment = LocalDeployment.start(TEMPLATE, model_path=model_path, s3=local_s3)
+    deployment = LocalDeployment.start(sam.load(TEMPLATE), model_path=model_path, s3=local_s3)
     yield deployment

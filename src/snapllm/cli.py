@@ -2,6 +2,7 @@
 
 snapllm local invoke InferenceFunction -e events/inference/chat.json
 snapllm bench coldstart --json
+snapllm settings --write README.md
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from collections.abc import Callable, Sequence
 from snapllm.bench.cli import add_parser as add_bench
 from snapllm.local.cli import add_parser as add_local
 from snapllm.preflight.cli import add_parser as add_preflight
+from snapllm.settings_doc import add_parser as add_settings
 
 SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
-REGISTRARS: list[SubcommandRegistrar] = [add_local, add_bench, add_preflight]
+REGISTRARS: list[SubcommandRegistrar] = [add_local, add_bench, add_preflight, add_settings]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,12 @@
 """Settings of the inference function, read once from environment variables at init.
 
-Every setting has a ``SNAPLLM_`` variable; ``template.yaml`` sets them from stack parameters::
+Every setting has a ``SNAPLLM_`` variable, declared (with its default, range and description) by
+:class:`InferenceEnvironment`; ``template.yaml`` sets them from stack parameters::
 
     settings = InferenceSettings.from_env()
     settings.model.bucket, settings.loader.part_size, settings.engine.n_ctx
+
+The settings classes themselves are plain values: constructing one reads no environment.
 """
 
 from __future__ import annotations
@@ -13,52 +16,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pydantic import Field, field_validator
+
+from snapllm.environment import EnvironmentSettings
 from snapllm.errors import ConfigurationError
 
 MiB = 1024 * 1024
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name, "").strip()
-    return value or None
-
-
-def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.001) -> float:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
-    if not value >= minimum:  # also refuses nan
-        raise ConfigurationError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    if raw.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if raw.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -76,17 +40,7 @@ class ModelSource:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> ModelSource:
-        bucket = _get(env, "SNAPLLM_MODEL_BUCKET")
-        key = _get(env, "SNAPLLM_MODEL_KEY")
-        if bucket is None or key is None:
-            raise ConfigurationError("SNAPLLM_MODEL_BUCKET and SNAPLLM_MODEL_KEY must name the model object")
-        digest = _get(env, "SNAPLLM_MODEL_SHA256")
-        if digest is not None:
-            digest = digest.lower()
-            if not _SHA256_HEX.match(digest):
-                raise ConfigurationError("SNAPLLM_MODEL_SHA256 must be 64 hex digits")
-        name = _get(env, "SNAPLLM_MODEL_NAME") or key.rsplit("/", 1)[-1].removesuffix(".gguf")
-        return cls(bucket=bucket, key=key, sha256=digest, name=name)
+        return InferenceEnvironment.from_env(env).model_source()
 
 
 @dataclass(frozen=True)
@@ -138,13 +92,7 @@ class LoaderSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> LoaderSettings:
-        return cls(
-            part_size=_int(env, "SNAPLLM_S3_PART_SIZE_MB", cls.part_size // MiB) * MiB,
-            concurrency=_int(env, "SNAPLLM_S3_CONCURRENCY", cls.concurrency),
-            max_attempts=_int(env, "SNAPLLM_S3_MAX_ATTEMPTS", cls.max_attempts),
-            connect_timeout_s=_float(env, "SNAPLLM_S3_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
-            read_timeout_s=_float(env, "SNAPLLM_S3_READ_TIMEOUT_S", cls.read_timeout_s),
-        )
+        return InferenceEnvironment.from_env(env).loader_settings()
 
 
 @dataclass(frozen=True)
@@ -153,6 +101,7 @@ class EngineSettings:
 
     n_ctx: int = 2048
     max_tokens: int = 512
+    max_prompt_chars: int = 32_000
     threads: int | None = None
     n_batch: int = 512
     deadline_margin_ms: int = 1500
@@ -164,17 +113,7 @@ class EngineSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> EngineSettings:
-        threads = _get(env, "SNAPLLM_THREADS")
-        return cls(
-            n_ctx=_int(env, "SNAPLLM_N_CTX", cls.n_ctx, minimum=16),
-            max_tokens=_int(env, "SNAPLLM_MAX_TOKENS", cls.max_tokens),
-            threads=_int(env, "SNAPLLM_THREADS", 1) if threads is not None else None,
-            n_batch=_int(env, "SNAPLLM_N_BATCH", cls.n_batch),
-            deadline_margin_ms=_int(env, "SNAPLLM_DEADLINE_MARGIN_MS", cls.deadline_margin_ms, minimum=0),
-            warmup_tokens=_int(env, "SNAPLLM_WARMUP_TOKENS", cls.warmup_tokens, minimum=0),
-            verbose=_bool(env, "SNAPLLM_LLAMA_VERBOSE", cls.verbose),
-            repack_weights=_bool(env, "SNAPLLM_REPACK_WEIGHTS", cls.repack_weights),
-        )
+        return InferenceEnvironment.from_env(env).engine_settings()
 
 
 @dataclass(frozen=True)
@@ -187,8 +126,124 @@ class InferenceSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> InferenceSettings:
-        return cls(
-            model=ModelSource.from_env(env),
-            loader=LoaderSettings.from_env(env),
-            engine=EngineSettings.from_env(env),
+        return InferenceEnvironment.from_env(env).inference_settings()
+
+
+class InferenceEnvironment(EnvironmentSettings):
+    """The inference function's variables: the model source, the loader and the engine.
+
+    The streaming function loads its model from the same variables. ``SNAPLLM_MODEL_BUCKET`` and
+    ``SNAPLLM_MODEL_KEY`` are checked by :meth:`model_source`, so the loader's and the engine's settings
+    can be read on their own (``snapllm bench``, tests).
+    """
+
+    model_bucket: str | None = Field(
+        None,
+        description="S3 bucket of the GGUF model object (the template sets it).",
+        json_schema_extra={"unset": "required"},
+    )
+    model_key: str | None = Field(
+        None,
+        description="Key of the GGUF model object in the bucket (the template sets it).",
+        json_schema_extra={"unset": "required"},
+    )
+    model_sha256: str | None = Field(
+        None,
+        description="Expected SHA-256 of the model (64 hex digits); with neither it nor the object's "
+        "`sha256` metadata, the download is not verified.",
+        json_schema_extra={"unset": "object metadata `sha256`"},
+    )
+    model_name: str | None = Field(
+        None,
+        description="Model name in responses and for routing.",
+        json_schema_extra={"unset": "key's file name"},
+    )
+    s3_part_size_mb: int = Field(
+        LoaderSettings.part_size // MiB, ge=1, description="Size of each ranged GET of the model, in MiB."
+    )
+    s3_concurrency: int = Field(
+        LoaderSettings.concurrency, ge=1, description="Ranged GETs of the model in flight at once."
+    )
+    s3_max_attempts: int = Field(
+        LoaderSettings.max_attempts,
+        ge=1,
+        description="Attempts per part (a retry resumes after the bytes already written).",
+    )
+    s3_connect_timeout_s: float = Field(
+        LoaderSettings.connect_timeout_s, ge=0.001, description="Connect timeout of S3 requests, in seconds."
+    )
+    s3_read_timeout_s: float = Field(
+        LoaderSettings.read_timeout_s,
+        ge=0.001,
+        description="Longest a read may wait for a byte before the part is retried, in seconds.",
+    )
+    n_ctx: int = Field(EngineSettings.n_ctx, ge=16, description="llama.cpp context size, in tokens.")
+    n_batch: int = Field(EngineSettings.n_batch, ge=1, description="llama.cpp batch size, in tokens.")
+    max_tokens: int = Field(
+        EngineSettings.max_tokens, ge=1, description="Largest `max_tokens` a request may ask for."
+    )
+    max_prompt_chars: int = Field(
+        EngineSettings.max_prompt_chars,
+        ge=1,
+        description="Longest prompt (characters over all messages) accepted before tokenizing.",
+    )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="Generation threads; unset, the CPUs really available (affinity mask and cgroup quota).",
+        json_schema_extra={"unset": "CPUs really available"},
+    )
+    deadline_margin_ms: int = Field(
+        EngineSettings.deadline_margin_ms,
+        ge=0,
+        description="Time kept back before the invoke's deadline, in milliseconds.",
+    )
+    warmup_tokens: int = Field(
+        EngineSettings.warmup_tokens, ge=0, description="Tokens generated by the before-snapshot warm-up."
+    )
+    llama_verbose: bool = Field(EngineSettings.verbose, description="llama.cpp's own logging, to stderr.")
+    repack_weights: bool = Field(
+        EngineSettings.repack_weights,
+        description="Let llama.cpp repack Q4_0 / Q4_K weights for the CPU: faster on Graviton, but a second "
+        "copy in RAM and in the snapshot.",
+    )
+
+    @field_validator("model_sha256")
+    @classmethod
+    def _sha256_hex(cls, digest: str | None) -> str | None:
+        if digest is not None and not _SHA256_HEX.match(digest := digest.lower()):
+            raise ValueError("must be 64 hex digits")
+        return digest
+
+    def model_source(self) -> ModelSource:
+        if self.model_bucket is None or self.model_key is None:
+            raise ConfigurationError("SNAPLLM_MODEL_BUCKET and SNAPLLM_MODEL_KEY must name the model object")
+        name = self.model_name or self.model_key.rsplit("/", 1)[-1].removesuffix(".gguf")
+        return ModelSource(bucket=self.model_bucket, key=self.model_key, sha256=self.model_sha256, name=name)
+
+    def loader_settings(self) -> LoaderSettings:
+        return LoaderSettings(
+            part_size=self.s3_part_size_mb * MiB,
+            concurrency=self.s3_concurrency,
+            max_attempts=self.s3_max_attempts,
+            connect_timeout_s=self.s3_connect_timeout_s,
+            read_timeout_s=self.s3_read_timeout_s,
+        )
+
+    def engine_settings(self) -> EngineSettings:
+        return EngineSettings(
+            n_ctx=self.n_ctx,
+            max_tokens=self.max_tokens,
+            max_prompt_chars=self.max_prompt_chars,
+            threads=self.threads,
+            n_batch=self.n_batch,
+            deadline_margin_ms=self.deadline_margin_ms,
+            warmup_tokens=self.warmup_tokens,
+            verbose=self.llama_verbose,
+            repack_weights=self.repack_weights,
+        )
+
+    def inference_settings(self) -> InferenceSettings:
+        return InferenceSettings(
+            model=self.model_source(), loader=self.loader_settings(), engine=self.engine_settings()
         )

@@ -15,13 +15,20 @@ any field), so a direct invoke is held to the same rules as an HTTP body.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from snapllm.edge import check_json_value
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
@@ -244,7 +251,7 @@ def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None =
     return request
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True)
 class Timings:
     """Where the time of one generation went. ``prompt_ms`` includes sampling the first token."""
 
@@ -254,14 +261,12 @@ class Timings:
     total_ms: float
     tokens_per_second: float
 
+    @field_serializer("*")
+    def _rounded(self, value: float) -> float:
+        return round(value, 2)
+
     def as_dict(self) -> dict[str, float]:
-        return {
-            "prompt_ms": round(self.prompt_ms, 2),
-            "time_to_first_token_ms": round(self.time_to_first_token_ms, 2),
-            "generation_ms": round(self.generation_ms, 2),
-            "total_ms": round(self.total_ms, 2),
-            "tokens_per_second": round(self.tokens_per_second, 2),
-        }
+        return {name: round(getattr(self, name), 2) for name in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -282,42 +287,3 @@ class Generation:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
-
-
-def new_completion_id(kind: Literal["chatcmpl", "cmpl"]) -> str:
-    return f"{kind}-{uuid.uuid4().hex}"
-
-
-def render_response(request: InferenceRequest, generation: Generation, *, model: str) -> dict[str, Any]:
-    """The OpenAI response object for ``request``, with snapllm's timings and seed as extra fields."""
-    extra = {"timings": generation.timings.as_dict(), "seed": generation.seed}
-    if generation.deadline_reached:
-        extra["deadline_reached"] = True
-    if isinstance(request, ChatCompletionRequest):
-        return {
-            "id": new_completion_id("chatcmpl"),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": generation.text},
-                    "logprobs": None,
-                    "finish_reason": generation.finish_reason,
-                }
-            ],
-            "usage": generation.usage(),
-            **extra,
-        }
-    return {
-        "id": new_completion_id("cmpl"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": 0, "text": generation.text, "logprobs": None, "finish_reason": generation.finish_reason}
-        ],
-        "usage": generation.usage(),
-        **extra,
-    }

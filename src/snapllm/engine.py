@@ -18,7 +18,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+import llama_cpp.llama_cpp as low_level
+from llama_cpp import Llama, StoppingCriteriaList
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from snapllm.config import EngineSettings
 from snapllm.contract import (
@@ -35,10 +39,8 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
+from snapllm.limits import Limits
 from snapllm.system import available_cpus
-
-if TYPE_CHECKING:
-    from llama_cpp import Llama
 
 _WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
 
@@ -98,7 +100,7 @@ class TokenDelta:
 StreamItem = TokenDelta | Generation
 
 
-class _Progress:
+class _GenerationProgress:
     """A llama-cpp-python stopping criterion that times the first token and enforces the deadline.
 
     llama-cpp-python calls a criterion once per sampled token (with ``input_ids`` one longer each time)
@@ -154,8 +156,6 @@ def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
     weights. The model already sits in RAM in its memfd, so repacking would keep two copies resident (and
     snapshot both).
     """
-    import llama_cpp.llama_cpp as low_level
-
     original = low_level.llama_model_default_params
 
     def patched() -> Any:
@@ -178,6 +178,7 @@ class Engine:
         self._settings = settings
         self._lock = threading.Lock()
         self.model_name = model_name
+        self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
         self._formatter = self._chat_formatter(llama)
 
     @classmethod
@@ -189,8 +190,6 @@ class Engine:
         ``source`` names where the bytes came from (``s3://...``) in the :class:`ModelLoadError` raised
         when llama.cpp refuses them: a memfd's path alone says nothing about which model it was.
         """
-        from llama_cpp import Llama
-
         threads = settings.threads or available_cpus()
         try:
             with _model_params(use_extra_bufts=settings.repack_weights):
@@ -234,8 +233,6 @@ class Engine:
 
     @staticmethod
     def _chat_formatter(llama: Llama) -> Any:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
         template = llama.metadata.get("tokenizer.chat_template")
         if not template:
             return None
@@ -250,6 +247,7 @@ class Engine:
 
     def prepare(self, request: InferenceRequest) -> PreparedPrompt:
         """Tokenize the request and resolve its limits; raises a RequestError if it cannot run."""
+        self.limits.check(request)  # before tokenizing: a prompt over the limit is never tokenized
         llama = self._llama
         stop = list(request.stop or [])
         if isinstance(request, ChatCompletionRequest):
@@ -292,11 +290,6 @@ class Engine:
                 param=param,
             )
         requested = request.requested_max_tokens
-        if requested is not None and requested > self._settings.max_tokens:
-            raise InvalidRequestError(
-                f"max_tokens is {requested}; this deployment allows at most {self._settings.max_tokens}",
-                param="max_tokens",
-            )
         max_tokens = min(requested or self._settings.max_tokens, n_ctx - len(tokens))
         seed = request.seed if request.seed is not None else secrets.randbits(32)
         return PreparedPrompt(tokens=tokens, stop=stop, max_tokens=max_tokens, seed=seed)
@@ -305,7 +298,7 @@ class Engine:
         """Run one request to completion (or to the deadline) and return the text with usage and timings."""
         prepared = self.prepare(request)
         with self._lock:
-            progress = _Progress(deadline)
+            progress = _GenerationProgress(deadline)
             result = self._completion(request, prepared, progress, stream=False)
         usage = result["usage"]
         finish: Literal["stop", "length"] = (
@@ -346,7 +339,7 @@ class Engine:
         completion_tokens = 0
         finish: Literal["stop", "length"] = "stop"
         with self._lock:
-            progress = _Progress(deadline)
+            progress = _GenerationProgress(deadline)
             chunks = self._completion(request, prepared, progress, stream=True)
             try:
                 for chunk in chunks:
@@ -387,11 +380,14 @@ class Engine:
         return generation
 
     def _completion(
-        self, request: InferenceRequest, prepared: PreparedPrompt, progress: _Progress, *, stream: bool
+        self,
+        request: InferenceRequest,
+        prepared: PreparedPrompt,
+        progress: _GenerationProgress,
+        *,
+        stream: bool,
     ) -> Any:
         """Start llama.cpp on a prepared request; the caller holds the lock."""
-        from llama_cpp import StoppingCriteriaList
-
         if request.seed is not None:
             # A cached prompt prefix leaves the last prompt token to be evaluated alone, which can round
             # differently from evaluating it with the whole prompt; a caller-chosen seed must reproduce.

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel
+
 
 class SnapllmError(Exception):
     """Base class of every error snapllm raises on purpose."""
@@ -61,8 +63,24 @@ class ConfigurationError(SnapllmError):
 # --- Requests --------------------------------------------------------------------------------------------
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The OpenAI error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorDetail
+
+
 class RequestError(SnapllmError):
-    """A request the caller must change before retrying. Renders as an OpenAI-style error body.
+    """An error a request is answered with, in the OpenAI error shape, with its HTTP status and headers.
+
+    4xx subclasses are requests the caller must change before retrying; the 5xx ones are failures of the
+    service (an inference invoke that failed, timed out or was throttled: 502, 504, 429).
 
     Example::
 
@@ -82,14 +100,8 @@ class RequestError(SnapllmError):
 
     def to_body(self) -> dict[str, Any]:
         """The OpenAI error object: ``{"error": {"message", "type", "param", "code"}}``."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        detail = ErrorDetail(message=self.message, type=self.error_type, param=self.param, code=self.code)
+        return ErrorResponse(error=detail).model_dump(mode="json")
 
     def to_response(self) -> dict[str, Any]:
         """The direct-invoke error response: the error body plus a 4xx-style ``statusCode``."""
@@ -178,16 +190,22 @@ class UnsupportedMediaTypeError(RequestError):
 # --- Calling the inference function ------------------------------------------------------------------------
 
 
-class InferenceInvokeError(SnapllmError):
-    """Invoking the inference function failed; ``status_code`` is what an HTTP API should answer."""
+class InferenceInvokeError(RequestError):
+    """Invoking the inference function failed; the status is what the caller answers with."""
 
     status_code = 502
     error_type = "api_error"
+    code = "inference_failed"
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
 
 
 class InferenceThrottledError(InferenceInvokeError):
@@ -195,6 +213,10 @@ class InferenceThrottledError(InferenceInvokeError):
 
     status_code = 429
     error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = 1.0) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class InferenceTimeoutError(InferenceInvokeError):
@@ -202,7 +224,44 @@ class InferenceTimeoutError(InferenceInvokeError):
 
     status_code = 504
     error_type = "timeout_error"
+    code = "timeout"
 
 
 class InferenceFailedError(InferenceInvokeError):
     """The inference function raised, crashed or answered with a 5xx."""
+
+
+def _request_errors() -> list[type[RequestError]]:
+    found: list[type[RequestError]] = []
+    pending: list[type[RequestError]] = [RequestError]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def error_from_body(status: int, body: dict[str, Any]) -> RequestError:
+    """The error a function answered with (``{"statusCode", "error": {...}}``), as the class it was raised as.
+
+    A caller of the function (the router, the agent) then handles and renders it like its own errors: the
+    status, type, code and param travel unchanged. A 5xx becomes :class:`InferenceFailedError`, which the
+    caller answers with a 502.
+    """
+    detail = body.get("error") if isinstance(body.get("error"), dict) else {}
+    message = str(detail.get("message") or "the model function failed")
+    code, param = detail.get("code"), detail.get("param")
+    if status >= 500:
+        return InferenceFailedError(f"the model function failed: {message}")
+    param = param if isinstance(param, str) else None
+    matching = [
+        cls
+        for cls in _request_errors()
+        if cls.status_code == status and cls.code == code and cls.__init__ is RequestError.__init__
+    ]
+    if matching:  # the most specific class, e.g. UnknownModelError rather than a bare 404
+        return max(matching, key=lambda cls: len(cls.__mro__))(message, param=param)
+    error = RequestError(message, param=param, code=code)
+    error.status_code = status if 400 <= status < 500 else 400
+    error.error_type = str(detail.get("type") or RequestError.error_type)
+    return error

@@ -1,13 +1,15 @@
-"""Call the inference function: on AWS through Lambda ``Invoke``, locally through a restored environment.
+"""Call the inference function on AWS, through Lambda ``Invoke`` (locally: :mod:`snapllm.local.inference`).
 
 The router and the agent depend on the :class:`InferenceClient` protocol only::
 
     client = LambdaInferenceClient(function_arn="arn:aws:lambda:...:function:snapllm-Inference:live")
     response = client.invoke({"messages": [...], "max_tokens": 64})
 
-``invoke`` returns the function's response body: a completion, or a request error body with a 4xx
-``statusCode`` (which the caller passes on). Failures of the call itself raise
-:class:`~snapllm.errors.InferenceInvokeError` subclasses that carry the HTTP status to answer with.
+``invoke`` returns the function's completion. Everything else raises a
+:class:`~snapllm.errors.RequestError` that carries the HTTP status to answer with: the function's own
+error answer (a 4xx such as ``ContextLengthExceededError``, rebuilt as the class it was raised as), or an
+:class:`~snapllm.errors.InferenceInvokeError` for a throttle (429), a timeout (504) or a failure (502). No
+caller decodes a status from a payload: that happens here, once.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from __future__ import annotations
 import base64
 import json
 import random
-import threading
 import time
 from typing import Any, Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
 
 from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import (
     InferenceFailedError,
     InferenceThrottledError,
     InferenceTimeoutError,
+    error_from_body,
 )
 
 
@@ -59,9 +65,6 @@ class LambdaInferenceClient:
         backoff_base_s: float = 0.2,
     ) -> None:
         if lambda_client is None:
-            import boto3
-            from botocore.config import Config
-
             lambda_client = boto3.client(
                 "lambda",
                 config=Config(
@@ -78,8 +81,6 @@ class LambdaInferenceClient:
         self._backoff_base_s = backoff_base_s
 
     def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
-
         # This client gives up after its read timeout: the function need not generate beyond that.
         context = client_context(deadline if deadline is not None else time.time() + self._read_timeout_s)
         for attempt in range(self._max_attempts):
@@ -106,31 +107,15 @@ class LambdaInferenceClient:
             if response.get("FunctionError"):
                 message = body.get("errorMessage", "unhandled error") if isinstance(body, dict) else str(body)
                 raise InferenceFailedError(f"the model function failed: {message}")
-            return _checked(body)
+            return checked_response(body)
         raise AssertionError("unreachable")
 
 
-class LocalInferenceClient:
-    """Invokes a locally restored environment (see :mod:`snapllm.local.lifecycle`); thread-safe."""
-
-    def __init__(self, environment: Any) -> None:
-        self._environment = environment
-        self._lock = threading.Lock()
-
-    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        custom = {CALLER_DEADLINE_KEY: int(deadline * 1000)} if deadline is not None else None
-        with self._lock:
-            result = self._environment.invoke(payload, client_context=custom)
-        if result.error is not None:
-            raise InferenceFailedError(f"the model function failed: {result.error.get('errorMessage')}")
-        return _checked(result.response)
-
-
-def _checked(body: Any) -> dict[str, Any]:
+def checked_response(body: Any) -> dict[str, Any]:
+    """The completion in a function's response, or the error it answered with, raised."""
     if not isinstance(body, dict):
         raise InferenceFailedError("the model function returned a malformed response")
     status = body.get("statusCode")
-    if isinstance(status, int) and status >= 500:
-        message = (body.get("error") or {}).get("message", "internal error")
-        raise InferenceFailedError(f"the model function failed: {message}")
+    if isinstance(status, int) and status >= 400:
+        raise error_from_body(status, body)
     return body

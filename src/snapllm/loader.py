@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
 
@@ -189,8 +190,6 @@ class S3ModelLoader:
 
         The endpoint comes from boto3's own configuration (``AWS_ENDPOINT_URL_S3`` points it at a local S3).
         """
-        import boto3
-
         settings = settings or LoaderSettings.from_env()
         return cls(boto3.client("s3", config=cls.client_config(settings)), settings)
 
@@ -262,7 +261,7 @@ class S3ModelLoader:
         part_size = self._settings.part_size
         parts = [(offset, min(part_size, size - offset)) for offset in range(0, size, part_size)]
         workers = min(self._settings.concurrency, len(parts))
-        progress = _Progress(parts)
+        progress = _DownloadProgress(parts)
         hasher = hashlib.sha256() if hash_it else None
         header_checked = False
         hashed = 0
@@ -317,7 +316,7 @@ class S3ModelLoader:
         offset: int,
         length: int,
         size: int,
-        progress: _Progress,
+        progress: _DownloadProgress,
     ) -> None:
         """A download thread's task: fetch one part, or hand its failure to the thread that waits."""
         try:
@@ -337,7 +336,7 @@ class S3ModelLoader:
         offset: int,
         length: int,
         size: int,
-        progress: _Progress,
+        progress: _DownloadProgress,
     ) -> None:
         attempts = self._settings.max_attempts
         last: _TransientError | None = None
@@ -366,7 +365,7 @@ class S3ModelLoader:
         offset: int,
         length: int,
         size: int,
-        progress: _Progress,
+        progress: _DownloadProgress,
     ) -> None:
         # A retry resumes after the bytes an earlier attempt already wrote: the ETag pins the content.
         done = progress.written(index)
@@ -445,7 +444,7 @@ def _drop_locals(exc: BaseException) -> None:
 _ALLOCATE_STEP = 8 * 1024 * 1024
 
 
-def _allocate_ahead(fd: int, size: int, progress: _Progress) -> None:
+def _allocate_ahead(fd: int, size: int, progress: _DownloadProgress) -> None:
     """Allocate the memfd's pages in order, ahead of the bytes arriving from the network.
 
     Each first write to a fresh shared-memory page faults to allocate and zero it; measured here that adds
@@ -469,7 +468,9 @@ def _joined(thread: threading.Thread) -> Iterator[None]:
         thread.join()
 
 
-def _receive(body: Any, target: memoryview, start: int, end: int, progress: _Progress) -> Iterator[int]:
+def _receive(
+    body: Any, target: memoryview, start: int, end: int, progress: _DownloadProgress
+) -> Iterator[int]:
     """Copy a response body into ``target[start:end + 1]``, yielding the byte count of each piece.
 
     Where botocore exposes the underlying ``http.client`` response, the socket receives straight into the
@@ -497,7 +498,7 @@ def _receive(body: Any, target: memoryview, start: int, end: int, progress: _Pro
         yield len(chunk)
 
 
-class _Progress:
+class _DownloadProgress:
     """Bytes written per part and the first failure, shared by the download threads and the hashing thread.
 
     A failure is sticky: once a part has failed, every wait returns at once and raises it, so the hashing

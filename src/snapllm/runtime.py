@@ -22,12 +22,15 @@ import time
 import uuid
 from typing import Any
 
+from snapshot_restore_py import register_after_restore, register_before_snapshot
+
 from snapllm.config import InferenceSettings
-from snapllm.contract import parse_request, render_response
+from snapllm.contract import parse_request
 from snapllm.edge import decode_json
 from snapllm.engine import Deadline, Engine
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.loader import DownloadStats, S3ModelLoader
+from snapllm.responses import render_response
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
@@ -96,8 +99,6 @@ class InferenceRuntime:
 
     def register_snapstart_hooks(self) -> None:
         """Register the hooks with the Lambda runtime (``snapshot-restore-py``)."""
-        from snapshot_restore_py import register_after_restore, register_before_snapshot
-
         register_before_snapshot(self.before_snapshot)
         register_after_restore(self.after_restore)
 

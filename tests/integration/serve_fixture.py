@@ -7,10 +7,20 @@ and the error paths are easy to reach (64 KB bodies, 2,000-character prompts).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-from snapllm.router.serve import ServeProcess
+import httpx
+
+from snapllm.local.lwa import LocalServeError
+from snapllm.local.processes import stop_process
+from snapllm.local.s3 import free_port
 from tests.conftest import TEMPLATE, TEST_THREADS
 
 SERVE_ENV = {
@@ -26,6 +36,66 @@ SERVE_ENV = {
 }
 MODEL = "smollm2-135m-instruct"
 
+
+class ServeProcess:
+    """``snapllm local serve`` in a child process, for tests that need a real server.
+
+    with ServeProcess.start(env={"SNAPLLM_THREADS": "1"}) as server:
+        OpenAI(base_url=server.base_url, api_key="local")
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.base_url = f"{self.url}/v1"
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        template: Path = Path("template.yaml"),
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 180.0,
+        stdout: Any = subprocess.DEVNULL,
+        stderr: Any = None,
+    ) -> ServeProcess:
+        port = free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "snapllm.cli",
+            "local",
+            "serve",
+            "--port",
+            str(port),
+            "-t",
+            str(template),
+        ]
+        process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=stderr)
+        server = cls(process, port)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise LocalServeError(f"snapllm local serve exited with {process.returncode} while starting")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                    return server
+            if time.monotonic() > deadline:
+                server.stop()
+                raise LocalServeError(f"snapllm local serve was not ready within {timeout_s:g} s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        stop_process(self.process, timeout_s=20)
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 _server: ServeProcess | None = None
 
 
@@ -38,4 +108,4 @@ def shared_server() -> ServeProcess:
     return _server
 
 
-__all__ = ["MODEL", "SERVE_ENV", "shared_server", "subprocess"]
+__all__ = ["MODEL", "SERVE_ENV", "ServeProcess", "shared_server"]

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 from snapllm.agent.budget import OFFLOADED
-from snapllm.agent.local import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
 from snapllm.errors import InferenceThrottledError
-from snapllm.inference_client import LocalInferenceClient
+from snapllm.local.durable import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
+from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.session import LocalDeployment
-from tests.conftest import TEMPLATE
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,9 @@ def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
         function.init()
         function.snapshot()
         with function.restore() as environment:
-            yield LocalAgent(deployment, agent_settings(TEMPLATE), LocalInferenceClient(environment))
+            yield LocalAgent(
+                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
+            )
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,14 @@ import pytest
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from snapllm.agent import routes
-from snapllm.agent.local import LocalAgent, agent_settings
 from snapllm.agent.runs import AgentRuns
-from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
+from snapllm.local.durable import LocalAgent, agent_settings
+from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.session import LocalDeployment
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
-from tests.conftest import TEMPLATE
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +39,9 @@ def api(
         function.init()
         function.snapshot()
         with function.restore() as environment:
-            agent = LocalAgent(deployment, agent_settings(TEMPLATE), LocalInferenceClient(environment))
+            agent = LocalAgent(
+                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
+            )
             key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
             deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
             with agent.durable_service() as service:

@@ -24,16 +24,15 @@ import pytest
 import uvicorn
 
 from snapllm.config import InferenceSettings
-from snapllm.inference_client import LocalInferenceClient
 from snapllm.local.context import LocalContext
+from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.s3 import free_port
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
-from snapllm.router.serve import ServeProcess
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.app import create_app
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, shared_server
+from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from snapllm import sam
 from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.local.lifecycle import LocalFunctionError
 from snapllm.local.session import LocalDeployment
@@ -135,7 +136,7 @@ def test_a_restored_environment_never_downloads(local_s3, model_path):
     from snapllm.local.s3 import LocalS3
 
     own_s3 = LocalS3.start()
-    deployment = LocalDeployment.start(TEMPLATE, model_path=model_path, s3=own_s3)
+    deployment = LocalDeployment.start(sam.load(TEMPLATE), model_path=model_path, s3=own_s3)
     with deployment.function("InferenceFunction", SNAPLLM_THREADS=TEST_THREADS) as function:
         function.init()
         function.snapshot()

@@ -23,7 +23,9 @@ CHAT = {"messages": [{"role": "user", "content": "Count to five."}], "max_tokens
 @pytest.fixture(scope="module")
 def runtime(deployment) -> InferenceRuntime:
     with pytest.MonkeyPatch.context() as patch:
-        env = deployment.environment(SNAPLLM_MAX_TOKENS="16", SNAPLLM_THREADS="1")
+        env = deployment.environment(
+            SNAPLLM_MAX_TOKENS="16", SNAPLLM_THREADS="1", SNAPLLM_MAX_PROMPT_CHARS="500"
+        )
         for name, value in env.items():
             patch.setenv(name, value)
         return InferenceRuntime.initialize(InferenceSettings.from_env())
@@ -31,7 +33,7 @@ def runtime(deployment) -> InferenceRuntime:
 
 @pytest.fixture(scope="module")
 def client(runtime) -> TestClient:
-    return TestClient(create_app(runtime, max_body_bytes=8192, max_prompt_chars=500))
+    return TestClient(create_app(runtime, max_body_bytes=8192))
 
 
 def _events(response) -> list[str]:

@@ -13,9 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from snapllm.router.serve import ServeProcess
 from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import SERVE_ENV
+from tests.integration.serve_fixture import SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from snapllm.local.template import FunctionSpec, load_template
+from snapllm import sam
+from snapllm.sam import read as load_template
 from tests.conftest import REPO, TEMPLATE
 
 SAM = REPO / ".tools" / "bin" / "sam"
@@ -38,7 +39,7 @@ def test_inference_function_meets_snapstart_rules():
     assert "FileSystemConfigs" not in props and "ProvisionedConcurrencyConfig" not in props
     assert template["Parameters"]["Architecture"]["Default"] == "arm64"
     assert template["Parameters"]["InferenceMemorySize"]["Default"] == 10240
-    spec = FunctionSpec.from_template(TEMPLATE, "InferenceFunction")
+    spec = sam.load(TEMPLATE).function("InferenceFunction")
     assert spec.runtime == "python3.13" and spec.snapstart
     assert spec.handler_file.is_file()
 

@@ -8,9 +8,9 @@ from snapllm.contract import (
     Generation,
     Timings,
     parse_request,
-    render_response,
 )
 from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
+from snapllm.responses import render_response
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 

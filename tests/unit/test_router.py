@@ -198,12 +198,13 @@ def test_events_answer_as_documented(fake_lambda):
 # --- Routing and limits -------------------------------------------------------------------------------------
 
 
-def test_chat_is_routed_to_the_alias_without_the_model_field(fake_lambda):
+def test_chat_is_routed_to_the_alias_as_sent(fake_lambda):
     status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 200 and body["choices"][0]["message"]["content"] == "Red."
     [request] = fake_lambda.requests
     assert request["path"] == f"/2015-03-31/functions/{ALIAS.replace(':', '%3A')}/invocations"
-    assert "model" not in request["payload"] and request["payload"]["max_tokens"] == 8
+    # Untouched: the function checks the model it serves itself (one check per hop).
+    assert request["payload"]["model"] == MODEL and request["payload"]["max_tokens"] == 8
 
 
 def test_a_request_without_model_goes_to_the_default(fake_lambda):

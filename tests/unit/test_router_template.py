@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from snapllm.local.template import FunctionSpec, load_template
+from snapllm import sam
+from snapllm.sam import read as load_template
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH
 from tests.conftest import TEMPLATE
 
@@ -25,7 +26,7 @@ def test_stream_function_runs_under_lambda_web_adapter_with_snapstart_hooks():
     }
     adapter = props["Layers"][-1]["Fn::Sub"][0]
     assert "753240598075:layer:${Layer}:${LambdaAdapterLayerVersion}" in adapter
-    spec = FunctionSpec.from_template(TEMPLATE, "StreamFunction")
+    spec = sam.load(TEMPLATE).function("StreamFunction")
     assert (spec.code_dir / "run.sh").stat().st_mode & 0o111, "run.sh must be executable"
     assert (spec.code_dir / "app.py").is_file()
 

@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from snapllm.agent.errors import (
     AgentInputError,
     ArtifactStoreError,
@@ -130,8 +132,6 @@ class ArtifactStore:
         return json.loads(data)
 
     def _call(self, operation: str, location: S3Location, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             return getattr(self._s3, operation)(**kwargs)
         except ClientError as exc:

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import boto3
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
 from aws_durable_execution_sdk_python.exceptions import DurableOperationError
 
@@ -24,14 +25,11 @@ from snapllm.agent.flow import AgentDependencies, agent_failure, run_agent
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import ToolRegistry
 from snapllm.errors import ConfigurationError
+from snapllm.inference_client import LambdaInferenceClient
 
 
 def dependencies_from_env() -> AgentDependencies:
     """Production wiring: the inference alias over Lambda ``Invoke`` and the artifacts bucket."""
-    import boto3
-
-    from snapllm.inference_client import LambdaInferenceClient
-
     settings = AgentSettings.from_env()
     if settings.inference_function_arn is None:
         raise ConfigurationError("SNAPLLM_AGENT_INFERENCE_FUNCTION must name the inference alias ARN")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snapllm.agent.errors import InferenceRejectedError
+from snapllm.errors import InferenceInvokeError, RequestError
 from snapllm.inference_client import InferenceClient
 
 
@@ -27,19 +28,20 @@ def chat(
 ) -> ChatReply:
     """Ask the model once. A 4xx answer raises :class:`InferenceRejectedError` (retrying cannot help);
     throttles, timeouts and 5xx raise the client's ``InferenceInvokeError`` subclasses (transient)."""
-    body: dict[str, Any] = client.invoke(
-        {
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
-    )
-    status = body.get("statusCode")
-    if "error" in body or (isinstance(status, int) and 400 <= status < 500):
-        error = body.get("error") or {}
-        raise InferenceRejectedError(
-            f"the model rejected the request ({status}): {error.get('message', 'no message')}"
+    try:
+        body: dict[str, Any] = client.invoke(
+            {
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+            }
         )
+    except InferenceInvokeError:
+        raise
+    except RequestError as exc:
+        raise InferenceRejectedError(
+            f"the model rejected the request ({exc.status_code}): {exc.message}"
+        ) from None
     try:
         choice = body["choices"][0]
         text = str(choice["message"]["content"] or "").strip()

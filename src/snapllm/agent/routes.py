@@ -18,9 +18,9 @@ conflict.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 
+import boto3
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
@@ -28,9 +28,10 @@ from pydantic import BaseModel, Field
 
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns
+from snapllm.agent.settings import AgentRoutesEnvironment
 from snapllm.contract import RequestBody
 from snapllm.errors import ConfigurationError
-from snapllm.router.openapi import BODY_ERRORS, error_doc
+from snapllm.openapi import BODY_ERRORS, error_doc
 
 router = APIGatewayHttpRouter()
 _service: AgentRuns | None = None
@@ -106,13 +107,11 @@ def configure(service: AgentRuns | None) -> None:
 def _runs() -> AgentRuns:
     global _service
     if _service is None:
-        arn = os.environ.get("SNAPLLM_AGENT_FUNCTION_ARN", "").strip()
-        if not arn:
+        arn = AgentRoutesEnvironment.from_env().function_arn
+        if arn is None:
             raise ConfigurationError(
                 "SNAPLLM_AGENT_FUNCTION_ARN must name the agent alias to serve /v1/agent"
             )
-        import boto3
-
         _service = AgentRuns(boto3.client("lambda"), function_arn=arn)
     return _service
 

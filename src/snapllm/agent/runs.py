@@ -1,7 +1,7 @@
 """Start, inspect and approve agent runs through Lambda's durable execution API.
 
 The HTTP routes (:mod:`snapllm.agent.routes`) call this service; it needs a boto3 Lambda client (or
-anything with the same methods, such as :class:`~snapllm.agent.local_service.LocalDurableLambda`)::
+anything with the same methods, such as :class:`~snapllm.local.durable_service.LocalDurableLambda`)::
 
     runs = AgentRuns(boto3.client("lambda"), function_arn="arn:aws:lambda:...:function:snapllm-Agent:live")
     run = runs.start("order-1234-review", {"task": "...", "documents": [...], "approval": {...}})
@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from snapllm.agent.errors import AgentError, AgentInputError, failure_code
 from snapllm.agent.operations import APPROVAL_CALLBACK
@@ -98,8 +100,6 @@ class AgentRuns:
             AgentRequest.parse(request, max_documents=self._max_documents)
         except AgentInputError as exc:
             raise InvalidRunRequestError(str(exc)) from None
-        from botocore.exceptions import ClientError
-
         try:
             response = self._lambda.invoke(
                 FunctionName=self.function_arn,
@@ -140,8 +140,6 @@ class AgentRuns:
             raise ApprovalAlreadyRecordedError(f"run {run_id} already has its approval answer")
         if approval["state"] != "waiting":
             raise RunNotWaitingError(f"run {run_id} is not waiting for approval")
-        from botocore.exceptions import ClientError
-
         answer = {"approved": approved, "approver": approver, "reason": reason}
         try:
             self._lambda.send_durable_execution_callback_success(

@@ -4,6 +4,8 @@
 
     settings = AgentSettings.from_env()
     settings.state_budget_bytes    # 65536 unless SNAPLLM_AGENT_STATE_BUDGET_BYTES says otherwise
+
+:class:`AgentEnvironment` declares the variables (defaults, ranges, descriptions).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from snapllm.config import _get, _int
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from snapllm.environment import EnvironmentSettings
 from snapllm.errors import ConfigurationError
 
 KiB = 1024
@@ -54,25 +59,88 @@ class AgentSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> AgentSettings:
-        bucket = _get(env, "SNAPLLM_AGENT_ARTIFACTS_BUCKET")
-        if bucket is None:
-            raise ConfigurationError("SNAPLLM_AGENT_ARTIFACTS_BUCKET must name the artifacts bucket")
-        return cls(
-            artifacts_bucket=bucket,
-            artifacts_prefix=_get(env, "SNAPLLM_AGENT_ARTIFACTS_PREFIX") or cls.artifacts_prefix,
-            inference_function_arn=_get(env, "SNAPLLM_AGENT_INFERENCE_FUNCTION"),
-            state_budget_bytes=_int(
-                env, "SNAPLLM_AGENT_STATE_BUDGET_BYTES", cls.state_budget_bytes, minimum=512
-            ),
-            max_documents=_int(env, "SNAPLLM_AGENT_MAX_DOCUMENTS", cls.max_documents),
-            chunks_per_document=_int(env, "SNAPLLM_AGENT_CHUNKS_PER_DOCUMENT", cls.chunks_per_document),
-            chunk_bytes=_int(env, "SNAPLLM_AGENT_CHUNK_BYTES", cls.chunk_bytes, minimum=64),
-            excerpt_bytes=_int(env, "SNAPLLM_AGENT_EXCERPT_BYTES", cls.excerpt_bytes, minimum=64),
-            plan_max_tokens=_int(env, "SNAPLLM_AGENT_PLAN_MAX_TOKENS", cls.plan_max_tokens),
-            summary_max_tokens=_int(env, "SNAPLLM_AGENT_SUMMARY_MAX_TOKENS", cls.summary_max_tokens),
-            answer_max_tokens=_int(env, "SNAPLLM_AGENT_ANSWER_MAX_TOKENS", cls.answer_max_tokens),
-        )
+        return AgentEnvironment.from_env(env).agent_settings()
 
     @property
     def runs_prefix(self) -> str:
         return f"{self.artifacts_prefix}runs/"
+
+
+class AgentEnvironment(EnvironmentSettings):
+    """The agent function's variables, all ``SNAPLLM_AGENT_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="SNAPLLM_AGENT_")
+
+    artifacts_bucket: str = Field(
+        min_length=1,
+        description="Bucket of the documents and of the state offloaded from checkpoints (the template "
+        "sets it).",
+    )
+    artifacts_prefix: str = Field(
+        AgentSettings.artifacts_prefix,
+        description="The only part of the bucket the agent reads or writes: documents under it, offloaded "
+        "state under `{prefix}runs/`.",
+    )
+    inference_function: str | None = Field(
+        None,
+        description="Qualified ARN of the inference alias the agent invokes (the template sets it).",
+        json_schema_extra={"unset": "required"},
+    )
+    state_budget_bytes: int = Field(
+        AgentSettings.state_budget_bytes,
+        ge=512,
+        lt=SERVICE_OPERATION_LIMIT_BYTES,
+        description="Largest step result the agent checkpoints, in bytes; larger results go to S3. Below "
+        "the service's 256 KiB per operation.",
+    )
+    max_documents: int = Field(
+        AgentSettings.max_documents, ge=1, description="Most documents a run may name."
+    )
+    chunks_per_document: int = Field(
+        AgentSettings.chunks_per_document,
+        ge=1,
+        description="Chunks summarized per document larger than one chunk, spread evenly over it.",
+    )
+    chunk_bytes: int = Field(
+        AgentSettings.chunk_bytes, ge=64, description="Bytes of a document read for one chunk's summary."
+    )
+    excerpt_bytes: int = Field(
+        AgentSettings.excerpt_bytes, ge=64, description="Bytes of a document's opening excerpt."
+    )
+    plan_max_tokens: int = Field(
+        AgentSettings.plan_max_tokens, ge=1, description="Tokens the model may generate for the plan."
+    )
+    summary_max_tokens: int = Field(
+        AgentSettings.summary_max_tokens, ge=1, description="Tokens the model may generate per summary."
+    )
+    answer_max_tokens: int = Field(
+        AgentSettings.answer_max_tokens, ge=1, description="Tokens the model may generate for the answer."
+    )
+
+    def agent_settings(self) -> AgentSettings:
+        return AgentSettings(
+            artifacts_bucket=self.artifacts_bucket,
+            artifacts_prefix=self.artifacts_prefix,
+            inference_function_arn=self.inference_function,
+            state_budget_bytes=self.state_budget_bytes,
+            max_documents=self.max_documents,
+            chunks_per_document=self.chunks_per_document,
+            chunk_bytes=self.chunk_bytes,
+            excerpt_bytes=self.excerpt_bytes,
+            plan_max_tokens=self.plan_max_tokens,
+            summary_max_tokens=self.summary_max_tokens,
+            answer_max_tokens=self.answer_max_tokens,
+        )
+
+
+class AgentRoutesEnvironment(EnvironmentSettings):
+    """The variable of the agent's HTTP routes (:mod:`snapllm.agent.routes`), which the router mounts."""
+
+    model_config = SettingsConfigDict(env_prefix="SNAPLLM_AGENT_")
+
+    function_arn: str | None = Field(
+        None,
+        description="Qualified ARN of the agent alias that `/v1/agent/runs` starts runs on (the template "
+        "sets it).",
+        json_schema_extra={"unset": "`/v1/agent` unavailable"},
+    )

@@ -124,6 +124,3 @@ class ToolRegistry:
         except ValidationError as exc:
             raise AgentInputError(f"invalid arguments for {name}: {exc.errors(include_url=False)}") from exc
         return tool.run(parsed, ctx)
-
-    def describe(self) -> list[dict[str, str]]:
-        return [{"name": t.name, "description": t.description} for t in self._tools.values()]

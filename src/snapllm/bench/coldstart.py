@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,11 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llama_cpp import Llama
+
+from snapllm import sam
 from snapllm.bench import loadfaults
 from snapllm.config import InferenceSettings, ModelSource
 from snapllm.engine import Engine
 from snapllm.loader import S3ModelLoader
 from snapllm.local.context import LocalContext
+from snapllm.local.kinds import model_function
 from snapllm.local.report import megabytes, seconds, table
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm.runtime import InferenceRuntime
@@ -84,8 +87,6 @@ def _timed(func: Callable[[], Any]) -> tuple[float, Any]:
 def _measure_loads(
     deployment: LocalDeployment, settings: InferenceSettings, rounds: int, samples: Samples
 ) -> None:
-    from llama_cpp import Llama
-
     source = ModelSource(bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256)
     s3 = deployment.s3.client()
     loader = S3ModelLoader(s3, settings.loader)
@@ -128,8 +129,6 @@ def _measure_invokes(
     deployment: LocalDeployment, settings: InferenceSettings, invokes: int, samples: Samples
 ) -> tuple[dict[str, Any], int]:
     """Warm invokes of the real handler against bare llama_cpp; returns a response and the KV cache size."""
-    from llama_cpp import Llama
-
     source = ModelSource(
         bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256, name="bench"
     )
@@ -173,7 +172,7 @@ def _measure_invokes(
 
 def _measure_lifecycle(deployment: LocalDeployment) -> tuple[dict[str, Any], dict[str, str]]:
     """The phases of one init -> snapshot -> restore -> invoke, and the environment the function had."""
-    with deployment.function("InferenceFunction") as function:
+    with deployment.function(model_function(deployment.template).name) as function:
         environment_variables = function.environment
         init = function.init()
         snapshot = function.snapshot()
@@ -211,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     if args.faults:
         return loadfaults.run(args)
     samples = Samples()
-    with LocalDeployment.start(args.template, model_path=args.model) as deployment:
+    with LocalDeployment.start(sam.load(args.template), model_path=args.model) as deployment:
         lifecycle, environment_variables = _measure_lifecycle(deployment)
         # The in-process paths use the settings the function ran with (template, local profile, overrides).
         settings = InferenceSettings.from_env(environment_variables)
@@ -300,9 +299,3 @@ def _render(result: dict[str, Any]) -> str:
         title="memory",
     )
     return "\n\n".join([lifecycle, paths, ratio, memory])
-
-
-if __name__ == "__main__":
-    from snapllm.cli import main
-
-    sys.exit(main(["bench", "coldstart", *sys.argv[1:]]))

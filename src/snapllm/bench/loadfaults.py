@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from snapllm import sam
 from snapllm.config import LoaderSettings, MiB, ModelSource
 from snapllm.loader import S3ModelLoader
 from snapllm.local.faults import FaultProxy, parse_fault
+from snapllm.local.kinds import model_function
 from snapllm.local.report import seconds, table
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 
@@ -120,8 +122,8 @@ def render(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with LocalDeployment.start(args.template, model_path=args.model) as deployment:
-        with deployment.function("InferenceFunction") as function:
+    with LocalDeployment.start(sam.load(args.template), model_path=args.model) as deployment:
+        with deployment.function(model_function(deployment.template).name) as function:
             settings = LoaderSettings.from_env(function.environment)
         result = measure(deployment, settings, args.rounds)
     print(json.dumps(result, indent=2) if args.json else render(result))

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snapllm import sam
 from snapllm.inference_client import InferenceClient
 from snapllm.local.context import LocalContext
 from snapllm.local.report import table
+from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
 
 DEFAULT_BUDGET_MS = 10.0
@@ -116,10 +118,8 @@ def measure(router: Any, model: str, *, requests: int, warmup: int = 20) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
-    from snapllm.router.serve import LocalStack
-
     os.environ.setdefault("SNAPLLM_THREADS", "1")
-    with LocalStack.start(args.template, model_path=args.model, streaming=False) as stack:
+    with LocalStack.start(sam.load(args.template), model_path=args.model, streaming=False) as stack:
         results = measure(stack.router, stack.model, requests=args.requests)
     overhead = results["overhead_ms"]
     passed = overhead.p99 <= args.budget_ms

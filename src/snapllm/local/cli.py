@@ -1,5 +1,10 @@
 """``snapllm local invoke``: mirrors ``sam local invoke`` without Docker, with the SnapStart lifecycle.
 
+The template is read once (:func:`snapllm.sam.load`), and the function runs the way its kind says
+(:mod:`snapllm.local.kinds`): a durable function through the durable runner, a function behind an HTTP API
+with an API Gateway event through the local stack, a web-adapter function under ``snapllm local serve``
+only, anything else as a direct invoke through the Lambda lifecycle (init, snapshot, restore, invoke).
+
 The response JSON goes to stdout; the function's logs and the phase-timing table go to stderr.
 ``--s3-fault SPEC`` (repeatable) puts the fault proxy (:mod:`snapllm.local.faults`) between the function
 and the local S3 endpoint, so its init downloads the model through real resets, stalls and 503s.
@@ -15,12 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from snapllm import sam
 from snapllm.errors import SnapllmError
+from snapllm.local.durable_cli import invoke_durable
 from snapllm.local.faults import FaultProxy, FaultSpec, FaultSpecError, parse_fault
+from snapllm.local.kinds import Kind, kind_of
 from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
 from snapllm.local.report import megabytes, seconds, table
+from snapllm.local.serve_cli import add_serve_parser, invoke_http_api
 from snapllm.local.session import LocalDeployment
-from snapllm.local.template import FunctionSpec
+from snapllm.sam import Function, Template
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,14 +51,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="inject a fault into the model download at init (repeatable): reset@30MB, reset@1MB:always, "
         "close@10MB, stall@10MB, slow@1MB/s, status=503:SlowDown:every=3 (see snapllm.local.faults)",
     )
-    # Durable functions (DurableConfig in the template) run through the durable runner of their package.
+    # Durable functions (DurableConfig in the template) run through the durable runner.
     decision = invoke.add_mutually_exclusive_group()
     decision.add_argument("--approve", action="store_true", help="durable agent: approve when asked")
     decision.add_argument("--reject", action="store_true", help="durable agent: reject when asked")
     invoke.add_argument("--reason", help="durable agent: the approver's comment")
     invoke.set_defaults(func=_invoke)
-    from snapllm.router.cli import add_serve_parser
-
     add_serve_parser(verbs)
 
 
@@ -90,39 +97,45 @@ def _read_event(path: Path | None) -> str:
 
 def _invoke(args: argparse.Namespace) -> int:
     try:
-        if FunctionSpec.from_template(args.template, args.function).durable:
-            if args.s3_fault:
-                raise SnapllmError("--s3-fault applies to functions that load the model at init")
-            from snapllm.agent.cli import invoke_durable
-
-            return invoke_durable(args)
-    except SnapllmError as exc:
+        template = sam.load(args.template)
+        function = template.function(args.function)
+        kind = kind_of(template, function)
+        if args.s3_fault and kind is not Kind.DIRECT:
+            raise SnapllmError("--s3-fault applies to functions that load the model at init")
+        if kind is Kind.DURABLE:
+            return invoke_durable(args, template, function)
+        if kind is Kind.WEB_ADAPTER:
+            raise SnapllmError(
+                f"{function.name} runs under Lambda Web Adapter behind a Function URL: serve it with "
+                "'snapllm local serve' and send it HTTP requests (POST /v1/chat/completions, "
+                '"stream": true)'
+            )
+        event = _read_event(args.event)
+    except (SnapllmError, OSError) as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2
+    if kind is Kind.HTTP_API:
+        return invoke_http_api(args, template, function, event)
+    return _invoke_direct(args, template, function, event)
+
+
+def _invoke_direct(args: argparse.Namespace, template: Template, function: Function, event: str) -> int:
+    """Init, snapshot, restore and invoke ``function`` once, with the phase timings on stderr."""
     proxy: FaultProxy | None = None
     try:
-        event = _read_event(args.event)
-        from snapllm.router.serve import ROUTER_FUNCTION
-
-        if args.function == ROUTER_FUNCTION:
-            if args.s3_fault:
-                raise SnapllmError("--s3-fault applies to functions that load the model at init")
-            from snapllm.router.cli import invoke_router
-
-            return invoke_router(args, event)
         overrides = dict(item.split("=", 1) for item in args.env)
         with (
-            LocalDeployment.start(args.template, model_path=args.model) as deployment,
+            LocalDeployment.start(template, model_path=args.model) as deployment,
             _s3_through_faults(deployment, args.s3_fault) as proxy,
             deployment.function(
-                args.function,
+                function.name,
                 timeout_s=args.timeout,
                 **{**({"AWS_ENDPOINT_URL_S3": proxy.url} if proxy else {}), **overrides},
-            ) as function,
+            ) as local_function,
         ):
-            init = function.init()
-            snapshot = function.snapshot()
-            with function.restore() as environment:
+            init = local_function.init()
+            snapshot = local_function.snapshot()
+            with local_function.restore() as environment:
                 result = environment.invoke_json(event)
                 restore_s = environment.restore_s
     except (SnapllmError, OSError, ValueError) as exc:

@@ -21,6 +21,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from snapshot_restore_py import get_after_restore, get_before_snapshot
+
 from snapllm.local.context import LocalContext
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
@@ -66,8 +68,6 @@ class _Host:
         }
 
     def snapshot(self) -> dict[str, Any]:
-        from snapshot_restore_py import get_before_snapshot
-
         started = time.perf_counter()
         for func, args, kwargs in reversed(get_before_snapshot()):
             func(*args, **kwargs)
@@ -88,8 +88,6 @@ class _Host:
             os._exit(0)
 
     def _serve_restored(self, function_name: str, timeout_s: float, memory_mb: int) -> None:
-        from snapshot_restore_py import get_after_restore
-
         started = time.perf_counter()
         conn = connect(self.address)
         try:

@@ -1,7 +1,8 @@
 """Play a Lambda function's lifecycle locally: init, before-snapshot, restore, invoke.
 
-    spec = FunctionSpec.from_template(Path("template.yaml"), "InferenceFunction")
-    with LocalFunction(spec, environment=env) as function:
+    spec = sam.load(Path("template.yaml")).function("InferenceFunction")
+    local = {"SNAPLLM_MODEL_BUCKET": "models", "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000"}
+    with LocalFunction(spec, local=local, overrides={"SNAPLLM_THREADS": "1"}) as function:
         function.init()                      # module init in a fresh interpreter
         function.snapshot()                  # before-snapshot hooks
         with function.restore() as env_a:    # a restored environment (a fork of the snapshot)
@@ -23,14 +24,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from snapllm.errors import SnapllmError
+from snapllm.local.environment import function_environment
 from snapllm.local.processes import stop_process
-from snapllm.local.template import FunctionSpec
+from snapllm.sam import Function
 
 
 class LocalFunctionError(SnapllmError):
@@ -55,7 +58,7 @@ class InvokeResult:
 class RestoredEnvironment:
     """One execution environment restored from the snapshot; invoke it as many times as you like."""
 
-    def __init__(self, conn: Connection, spec: FunctionSpec, restore_s: float, pid: int) -> None:
+    def __init__(self, conn: Connection, spec: Function, restore_s: float, pid: int) -> None:
         self._conn = conn
         self._spec = spec
         self.restore_s = restore_s
@@ -102,19 +105,19 @@ class LocalFunction:
     """Drives a host process (``snapllm.local.host``) through the Lambda lifecycle."""
 
     def __init__(
-        self, spec: FunctionSpec, *, environment: dict[str, str], timeout_s: float | None = None
+        self,
+        spec: Function,
+        *,
+        local: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
+        """``local`` and ``overrides`` complete the template's variables (see
+        :func:`~snapllm.local.environment.function_environment`, which raises for a value left unresolved).
+        """
         self.spec = spec
         self.timeout_s = timeout_s or spec.timeout_s
-        unresolved = sorted(
-            k for k, v in spec.environment.items() if k not in environment and isinstance(v, dict)
-        )
-        if unresolved:
-            raise SnapllmError(f"{spec.name}: give local values for {', '.join(unresolved)}")
-        self._environment = {
-            **{k: "" if v is None else str(v) for k, v in spec.environment.items()},
-            **environment,
-        }
+        self._environment = function_environment(spec, local=local, overrides=overrides)
         self._tmp = tempfile.TemporaryDirectory(prefix="snapllm-local-")
         self._address = str(Path(self._tmp.name) / "lifecycle.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

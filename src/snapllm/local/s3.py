@@ -21,6 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import boto3
+
 from snapllm.errors import SnapllmError
 from snapllm.local.processes import stop_process
 
@@ -107,8 +109,6 @@ class LocalS3:
 
     def client(self, *, endpoint_url: str | None = None, config: Any = None) -> Any:
         """A boto3 S3 client for this endpoint (or for a proxy in front of it, ``endpoint_url``)."""
-        import boto3
-
         return boto3.client(
             "s3",
             endpoint_url=endpoint_url or self.endpoint_url,

@@ -1,25 +1,29 @@
 """A local deployment: the local S3 endpoint with the model uploaded, and functions wired to it.
 
-    with LocalDeployment.start(Path("template.yaml")) as deployment:
+    template = sam.load(Path("template.yaml"))
+    with LocalDeployment.start(template) as deployment:
         with deployment.function("InferenceFunction") as function:
             function.init(); function.snapshot()
             with function.restore() as environment:
                 environment.invoke(event)
 
-The model is uploaded under the key the template configures, with its SHA-256 as object metadata (as the
-deploy instructions do), so every local init verifies the checksum like a deployed one.
+The model is uploaded under every key the template's functions configure (``SNAPLLM_MODEL_KEY``), with
+its SHA-256 as object metadata (as the deploy instructions do), so every local init verifies the checksum
+like a deployed one.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from snapllm.errors import ConfigurationError
+from snapllm.local.environment import function_environment
+from snapllm.local.kinds import MODEL_KEY_VARIABLE, model_function
 from snapllm.local.lifecycle import LocalFunction
 from snapllm.local.s3 import LocalS3
-from snapllm.local.template import FunctionSpec
 from snapllm.models import default_model_path
+from snapllm.sam import Function, Template
 
 LOCAL_MODEL_BUCKET = "snapllm-models-local"
 
@@ -33,45 +37,58 @@ LOCAL_LOADER_ENVIRONMENT = {"SNAPLLM_S3_PART_SIZE_MB": "1024", "SNAPLLM_S3_CONCU
 class LocalDeployment:
     """The local stand-in for a deployed stack."""
 
-    template: Path
+    template: Template
     s3: LocalS3
     model_path: Path
     model_key: str
     model_sha256: str
+    model_keys: tuple[str, ...] = field(default=())
 
     @classmethod
     def start(
-        cls, template: Path, *, model_path: Path | None = None, s3: LocalS3 | None = None
+        cls, template: Template, *, model_path: Path | None = None, s3: LocalS3 | None = None
     ) -> LocalDeployment:
-        spec = FunctionSpec.from_template(template, "InferenceFunction")
-        model_key = str(spec.environment["SNAPLLM_MODEL_KEY"])
+        """Upload the model (``model_path``, default the packaged one) to ``s3`` (default a new endpoint).
+
+        ``model_key`` is the model function's key (see :func:`~snapllm.local.kinds.model_function`).
+        """
+        functions = [model_function(template), *template.functions]
+        model_keys = tuple(dict.fromkeys(key for fn in functions if (key := _model_key(fn))))
         model_path = model_path or default_model_path()
         s3 = s3 or LocalS3.start()
         try:
-            digest = s3.put_model(model_path, bucket=LOCAL_MODEL_BUCKET, key=model_key)
+            for key in model_keys:
+                digest = s3.put_model(model_path, bucket=LOCAL_MODEL_BUCKET, key=key)
         except BaseException:
             s3.stop()
             raise
-        return cls(template=template, s3=s3, model_path=model_path, model_key=model_key, model_sha256=digest)
+        return cls(template, s3, model_path, model_keys[0], digest, model_keys)
 
-    def environment(self, **overrides: str) -> dict[str, str]:
-        """Variables that point a function at the local S3 endpoint and the uploaded model.
+    def local_values(self, function: Function | None = None) -> dict[str, str]:
+        """What only a deployment resolves, locally: the S3 endpoint and credentials, bucket and model key.
 
-        ``SNAPLLM_*`` variables set in the caller's environment override the template's values, as
-        ``sam local invoke --env-vars`` does; ``overrides`` win over both.
+        A function's own ``SNAPLLM_MODEL_KEY`` is kept (its model was uploaded under it); the local loader
+        profile makes the download one whole-object GET.
         """
+        own = _model_key(function) if function is not None else None
         return {
             **self.s3.client_environment(),
             **LOCAL_LOADER_ENVIRONMENT,
             "SNAPLLM_MODEL_BUCKET": LOCAL_MODEL_BUCKET,
-            "SNAPLLM_MODEL_KEY": self.model_key,
-            **{k: v for k, v in os.environ.items() if k.startswith("SNAPLLM_")},
-            **overrides,
+            MODEL_KEY_VARIABLE: own if own in self.model_keys else self.model_key,
         }
 
+    def environment(self, **overrides: str) -> dict[str, str]:
+        """Variables that point a function at the local S3 endpoint and the uploaded model.
+
+        ``SNAPLLM_*`` variables set in the caller's environment override these, as ``sam local invoke
+        --env-vars`` does; ``overrides`` win over both (see :mod:`snapllm.local.environment`).
+        """
+        return function_environment(None, local=self.local_values(), overrides=overrides)
+
     def function(self, name: str, *, timeout_s: float | None = None, **overrides: str) -> LocalFunction:
-        spec = FunctionSpec.from_template(self.template, name)
-        return LocalFunction(spec, environment=self.environment(**overrides), timeout_s=timeout_s)
+        spec = self.template.function(name)
+        return LocalFunction(spec, local=self.local_values(spec), overrides=overrides, timeout_s=timeout_s)
 
     def stop(self) -> None:
         self.s3.stop()
@@ -81,3 +98,12 @@ class LocalDeployment:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _model_key(function: Function) -> str | None:
+    key = function.environment.get(MODEL_KEY_VARIABLE)
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise ConfigurationError(f"{function.name}: {MODEL_KEY_VARIABLE} must be a key, got {key}")
+    return key

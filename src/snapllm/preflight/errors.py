@@ -8,8 +8,10 @@ Example:
 
 from __future__ import annotations
 
+from snapllm.errors import SnapllmError
 
-class PreflightError(Exception):
+
+class PreflightError(SnapllmError):
     """Base class: the check could not run (as opposed to a rule that found a problem)."""
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -30,7 +31,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from aws_lambda_powertools.event_handler.router import Router
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
+from botocore.config import Config
 
+from snapllm import openapi
 from snapllm.contract import ChatCompletionRequest, CompletionRequest, InferenceRequest, validation_error
 from snapllm.edge import (
     RouteTable,
@@ -41,8 +44,6 @@ from snapllm.edge import (
     decode_json,
 )
 from snapllm.errors import (
-    InferenceInvokeError,
-    InferenceThrottledError,
     InvalidRequestError,
     RequestError,
     RouteNotFoundError,
@@ -51,10 +52,10 @@ from snapllm.errors import (
     UnsupportedParameterError,
 )
 from snapllm.inference_client import InferenceClient, LambdaInferenceClient
-from snapllm.router import openapi
+from snapllm.limits import Limits
+from snapllm.metrics import add_completion_metrics, record_error
+from snapllm.responses import ChatCompletion, Completion, Health, ModelList
 from snapllm.router.config import RouterSettings
-from snapllm.router.limits import check_request_text
-from snapllm.router.metrics import add_completion_metrics, record_error
 
 JSON = "application/json"
 # Requests that invoke nothing (health, models, OpenAPI) publish no metric; Powertools would warn each time.
@@ -63,7 +64,6 @@ STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
 )
-_INVOKE_ERROR_CODES = {429: "rate_limit_exceeded", 502: "inference_failed", 504: "timeout"}
 
 
 @dataclass
@@ -110,6 +110,7 @@ class RouterApp:
         self.tracer = tracer or Tracer(service=settings.service)
         # Every JSON body is decoded by the edge's decoder: bounded nesting and numbers, no NaN.
         self.resolver = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=decode_json)
+        self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
         self._created = int(time.time())
         self._request = _Request()
         self._register_routes()
@@ -124,9 +125,6 @@ class RouterApp:
         ``routers`` are other modules' Powertools routers (e.g. the agent's ``/v1/agent/runs``) to serve
         alongside the OpenAI routes, with the same validation, errors and telemetry.
         """
-        import boto3
-        from botocore.config import Config
-
         settings = RouterSettings.from_env()
         lambda_client = boto3.client(
             "lambda",
@@ -210,7 +208,7 @@ class RouterApp:
         @app.post(
             "/v1/chat/completions",
             summary="Create a chat completion",
-            responses=openapi.completion_responses(openapi.ChatCompletion),
+            responses=openapi.completion_responses(ChatCompletion),
             tags=["OpenAI"],
         )
         def create_chat_completion(request: ChatCompletionRequest) -> Response[dict[str, Any]]:
@@ -219,7 +217,7 @@ class RouterApp:
         @app.post(
             "/v1/completions",
             summary="Create a text completion",
-            responses=openapi.completion_responses(openapi.Completion),
+            responses=openapi.completion_responses(Completion),
             tags=["OpenAI"],
         )
         def create_completion(request: CompletionRequest) -> Response[dict[str, Any]]:
@@ -228,15 +226,15 @@ class RouterApp:
         @app.get(
             "/v1/models",
             summary="List the models this deployment routes to",
-            responses=openapi.simple_responses(openapi.ModelList),
+            responses=openapi.simple_responses(ModelList),
             tags=["OpenAI"],
         )
         def list_models() -> Response[dict[str, Any]]:
-            return self._json(200, self.model_list())
+            return self._json(200, self.model_list().model_dump(mode="json"))
 
-        @app.get("/health", summary="Liveness", responses=openapi.simple_responses(openapi.Health))
+        @app.get("/health", summary="Liveness", responses=openapi.simple_responses(Health))
         def health() -> Response[dict[str, Any]]:
-            return self._json(200, {"status": "ok", "models": sorted(self.settings.routes)})
+            return self._json(200, Health(status="ok", models=sorted(self.settings.routes)).model_dump())
 
         @app.get("/openapi.json", include_in_schema=False)
         def openapi_document() -> Response[str]:
@@ -252,11 +250,9 @@ class RouterApp:
 
         @app.exception_handler(RequestError)
         def rejected(exc: RequestError) -> Response:
+            # Every error with a status: the router's own, the inference function's (rebuilt by the
+            # client as the class it was raised as), and failed, throttled or timed-out invokes.
             return self._reject(exc)
-
-        @app.exception_handler(InferenceInvokeError)
-        def invoke_failed(exc: InferenceInvokeError) -> Response:
-            return self._invoke_failed(exc)
 
         @app.not_found
         def not_found(exc: NotFoundError) -> Response:
@@ -272,14 +268,8 @@ class RouterApp:
             self.logger.exception("router failure")
             return self._reject(ServerError(f"the router failed (request id {request_id})"))
 
-    def model_list(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": self._created, "owned_by": self.settings.owned_by}
-                for name in sorted(self.settings.routes)
-            ],
-        }
+    def model_list(self) -> ModelList:
+        return ModelList.of(self.settings.routes, created=self._created, owned_by=self.settings.owned_by)
 
     @functools.cached_property
     def route_table(self) -> RouteTable:
@@ -317,7 +307,8 @@ class RouterApp:
                 param="model",
             )
         self._check_limits(request)
-        payload = request.model_dump(mode="json", exclude_unset=True, exclude={"model"})
+        # The request goes on as the client sent it (model included): the function checks it serves it.
+        payload = request.model_dump(mode="json", exclude_unset=True)
         if self.settings.log_prompts:
             self.logger.info("prompt", extra={"request": payload})
         invoked = time.perf_counter()
@@ -329,13 +320,6 @@ class RouterApp:
                 body = self.clients[model].invoke(payload, deadline=deadline)
         finally:
             state.invoke_s = time.perf_counter() - invoked
-        status = body.pop("statusCode", 200)
-        if status >= 400:
-            # The inference function rejected the request (e.g. its context window): pass it on as is.
-            state.error_type = (body.get("error") or {}).get("type", "invalid_request_error")
-            self.logger.warning("inference rejected the request", extra={"status": status, **body})
-            return self._json(status, body)
-        body["model"] = model
         state.response = body
         self.logger.info(
             "completion",
@@ -351,13 +335,7 @@ class RouterApp:
     def _check_limits(self, request: InferenceRequest) -> None:
         if request.stream:
             raise UnsupportedParameterError(STREAMING_HINT, param="stream")
-        requested = request.requested_max_tokens
-        if requested is not None and requested > self.settings.max_tokens:
-            raise InvalidRequestError(
-                f"max_tokens is {requested}; this deployment allows at most {self.settings.max_tokens}",
-                param="max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens",
-            )
-        check_request_text(request, max_prompt_chars=self.settings.max_prompt_chars)
+        self.limits.check(request)
 
     # --- Errors -----------------------------------------------------------------------------------------
 
@@ -381,27 +359,12 @@ class RouterApp:
 
     def _reject(self, error: RequestError) -> Response:
         self._request.error_type = type(error).__name__
-        self.logger.warning(
-            "request rejected",
+        log = self.logger.error if error.status_code >= 500 else self.logger.warning
+        log(
+            "request failed" if error.status_code >= 500 else "request rejected",
             extra={"status": error.status_code, "error_type": type(error).__name__, "param": error.param},
         )
         return error_response(error)
-
-    def _invoke_failed(self, exc: InferenceInvokeError) -> Response:
-        self._request.error_type = type(exc).__name__
-        self.logger.error("invoking inference failed", extra={"error_type": type(exc).__name__})
-        body = {
-            "error": {
-                "message": exc.message,
-                "type": exc.error_type,
-                "param": None,
-                "code": _INVOKE_ERROR_CODES.get(exc.status_code, "inference_failed"),
-            }
-        }
-        headers = {}
-        if isinstance(exc, InferenceThrottledError):
-            headers["Retry-After"] = str(max(1, round(exc.retry_after_s or 1)))
-        return Response(exc.status_code, content_type=JSON, body=json.dumps(body), headers=headers)
 
     @staticmethod
     def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:

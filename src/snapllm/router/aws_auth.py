@@ -18,7 +18,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import boto3
 import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 
 # Headers the OpenAI client sets that a proxy may rewrite; signing them would break the signature.
 _UNSIGNED = frozenset({"authorization", "connection", "user-agent", "expect", "x-amzn-trace-id"})
@@ -30,16 +33,11 @@ class SigV4(httpx.Auth):
     requires_request_body = True
 
     def __init__(self, *, region: str, service: str = "execute-api", session: Any = None) -> None:
-        import boto3
-
         self.region = region
         self.service = service
         self._session = session or boto3.Session()
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
         credentials = self._session.get_credentials()
         if credentials is None:
             raise RuntimeError("no AWS credentials found to sign the request (see boto3's credential chain)")

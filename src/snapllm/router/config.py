@@ -6,16 +6,20 @@ serves it, so several models can be deployed side by side, each its own SnapStar
     SNAPLLM_ROUTES='{"smollm2-135m-instruct": "arn:aws:lambda:...:function:snapllm-Inference:live"}'
     settings = RouterSettings.from_env()
     settings.routes["smollm2-135m-instruct"], settings.default_model, settings.max_body_bytes
+
+:class:`RouterEnvironment` declares the variables (defaults, ranges, descriptions).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
-from snapllm.config import _bool, _get, _int
+from pydantic import Field, Json, StringConstraints
+
+from snapllm.environment import EnvironmentSettings
 from snapllm.errors import ConfigurationError
 
 # API Gateway HTTP APIs give an integration at most 30 s; the invoke must give up before that so the
@@ -57,39 +61,85 @@ class RouterSettings:
             return self.default_model or next(iter(self.routes), None)
         return requested if requested in self.routes else None
 
-    @staticmethod
-    def parse_routes(raw: str | None) -> dict[str, str]:
-        if raw is None:
-            return {}
-        try:
-            routes = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"SNAPLLM_ROUTES is not valid JSON: {exc.msg}") from None
-        if not isinstance(routes, dict) or not all(
-            isinstance(k, str) and k and isinstance(v, str) and v for k, v in routes.items()
-        ):
-            raise ConfigurationError('SNAPLLM_ROUTES must be a JSON object {"model name": "alias ARN"}')
-        return routes
-
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> RouterSettings:
-        routes = cls.parse_routes(_get(env, "SNAPLLM_ROUTES"))
-        # A second stack's models join the table through SNAPLLM_EXTRA_ROUTES (same shape).
-        routes.update(cls.parse_routes(_get(env, "SNAPLLM_EXTRA_ROUTES")))
-        timeout = _get(env, "SNAPLLM_INVOKE_TIMEOUT_S")
-        try:
-            invoke_timeout_s = float(timeout) if timeout is not None else cls.invoke_timeout_s
-        except ValueError:
-            raise ConfigurationError(f"SNAPLLM_INVOKE_TIMEOUT_S must be a number, got {timeout!r}") from None
-        return cls(
-            routes=routes,
-            default_model=_get(env, "SNAPLLM_DEFAULT_MODEL"),
-            max_body_bytes=_int(env, "SNAPLLM_MAX_BODY_BYTES", cls.max_body_bytes),
-            max_prompt_chars=_int(env, "SNAPLLM_MAX_PROMPT_CHARS", cls.max_prompt_chars),
-            max_tokens=_int(env, "SNAPLLM_MAX_TOKENS", cls.max_tokens),
-            invoke_timeout_s=invoke_timeout_s,
-            invoke_max_attempts=_int(env, "SNAPLLM_INVOKE_MAX_ATTEMPTS", cls.invoke_max_attempts),
-            log_prompts=_bool(env, "SNAPLLM_LOG_PROMPTS", cls.log_prompts),
-            service=_get(env, "POWERTOOLS_SERVICE_NAME") or cls.service,
-            metrics_namespace=_get(env, "POWERTOOLS_METRICS_NAMESPACE") or cls.metrics_namespace,
+        return RouterEnvironment.from_env(env).router_settings()
+
+
+_Name = Annotated[str, StringConstraints(min_length=1)]
+# A JSON object {"model name": "qualified ARN of the inference alias"} in one variable.
+_Routes = Json[dict[_Name, _Name]]
+
+
+class RouterEnvironment(EnvironmentSettings):
+    """The router function's variables (the agent routes it mounts read their own,
+    :class:`~snapllm.agent.settings.AgentRoutesEnvironment`)."""
+
+    routes: _Routes | None = Field(
+        None,
+        description='Routing table: a JSON object `{"model name": "qualified ARN of the inference alias"}` '
+        "(the template routes its own model).",
+        json_schema_extra={"unset": "no routes"},
+    )
+    extra_routes: _Routes | None = Field(
+        None,
+        description="More routes of the same shape, e.g. a second stack's models; a name in both tables "
+        "takes this one.",
+        json_schema_extra={"unset": "no routes"},
+    )
+    default_model: str | None = Field(
+        None,
+        description="Model of a request that names none; must be in the routing table.",
+        json_schema_extra={"unset": "first route"},
+    )
+    max_body_bytes: int = Field(
+        RouterSettings.max_body_bytes, ge=1, description="Largest request body accepted, in bytes."
+    )
+    max_prompt_chars: int = Field(
+        RouterSettings.max_prompt_chars,
+        ge=1,
+        description="Longest prompt (characters over all messages) accepted before invoking.",
+    )
+    max_tokens: int = Field(
+        RouterSettings.max_tokens, ge=1, description="Largest `max_tokens` a request may ask for."
+    )
+    invoke_timeout_s: float = Field(
+        RouterSettings.invoke_timeout_s,
+        gt=0,
+        lt=API_GATEWAY_LIMIT_S,
+        description="Longest an inference invoke may take, in seconds; below API Gateway's 30 s, so the "
+        "router answers with a 504 of its own.",
+    )
+    invoke_max_attempts: int = Field(
+        RouterSettings.invoke_max_attempts,
+        ge=1,
+        description="Attempts per inference invoke (throttled invokes are retried).",
+    )
+    log_prompts: bool = Field(
+        RouterSettings.log_prompts,
+        description="Log request bodies (prompts) in the router's logs; prompts may be sensitive.",
+    )
+    service: str = Field(
+        RouterSettings.service,
+        validation_alias="POWERTOOLS_SERVICE_NAME",
+        description="Service name of the router's logs, traces and metrics (Powertools).",
+    )
+    metrics_namespace: str = Field(
+        RouterSettings.metrics_namespace,
+        validation_alias="POWERTOOLS_METRICS_NAMESPACE",
+        description="CloudWatch namespace of the router's metrics.",
+    )
+
+    def router_settings(self) -> RouterSettings:
+        return RouterSettings(
+            routes={**(self.routes or {}), **(self.extra_routes or {})},
+            default_model=self.default_model,
+            max_body_bytes=self.max_body_bytes,
+            max_prompt_chars=self.max_prompt_chars,
+            max_tokens=self.max_tokens,
+            invoke_timeout_s=self.invoke_timeout_s,
+            invoke_max_attempts=self.invoke_max_attempts,
+            log_prompts=self.log_prompts,
+            service=self.service,
+            metrics_namespace=self.metrics_namespace,
         )

@@ -16,14 +16,13 @@ and itself refuses outside requests to the configured hook paths).
 
 With ``stream: true`` the completion routes answer with server-sent events in OpenAI's chunk format,
 ending with ``data: [DONE]``; without it, with the same JSON body as the router. Each completion request
-publishes the router's EMF metrics (:mod:`snapllm.router.metrics`) when its response ends.
+publishes the router's EMF metrics (:mod:`snapllm.metrics`) when its response ends.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Literal
@@ -33,13 +32,20 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from snapllm.contract import InferenceRequest, parse_request, render_response
+from snapllm.contract import InferenceRequest, parse_request
 from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.engine import Deadline, StreamItem, TokenDelta
 from snapllm.errors import RequestError, ServerError
-from snapllm.router.limits import check_request_text
-from snapllm.router.metrics import CompletionMetrics
+from snapllm.metrics import CompletionMetrics
+from snapllm.responses import Health, ModelList, render_response
 from snapllm.runtime import InferenceRuntime
+from snapllm.streaming.settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_METRICS_NAMESPACE,
+    DEFAULT_SERVICE,
+    DEFAULT_TIMEOUT_S,
+    StreamingEnvironment,
+)
 from snapllm.streaming.sse import ChunkEncoder
 
 logger = logging.getLogger("snapllm.stream")
@@ -48,12 +54,6 @@ BEFORE_CHECKPOINT_PATH = "/_snapllm/snapstart/before-checkpoint"
 AFTER_RESTORE_PATH = "/_snapllm/snapstart/after-restore"
 # Headers LWA adds to every request it turns an invoke into; LWA's own hook calls carry neither.
 INVOKE_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
-DEFAULT_MAX_BODY_BYTES = 256 * 1024
-DEFAULT_MAX_PROMPT_CHARS = 32_000
-# Without LWA's context header (local runs) generation is bounded by this, like the function timeout.
-DEFAULT_TIMEOUT_S = 120.0
-DEFAULT_SERVICE = "snapllm-stream"
-DEFAULT_METRICS_NAMESPACE = "snapllm"
 
 
 def _error(error: RequestError) -> JSONResponse:
@@ -121,14 +121,12 @@ class StreamingApp:
         runtime: InferenceRuntime,
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         service: str = DEFAULT_SERVICE,
         metrics_namespace: str = DEFAULT_METRICS_NAMESPACE,
     ) -> None:
         self.runtime = runtime
         self.max_body_bytes = max_body_bytes
-        self.max_prompt_chars = max_prompt_chars
         self.timeout_s = timeout_s
         self.service = service
         self.metrics_namespace = metrics_namespace
@@ -171,13 +169,11 @@ class StreamingApp:
         return await self._complete(request, required="prompt")
 
     async def models(self, request: Request) -> Response:
-        name = self.runtime.engine.model_name
-        return JSONResponse(
-            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "snapllm"}]}
-        )
+        models = ModelList.of([self.runtime.engine.model_name], created=0, owned_by="snapllm")
+        return JSONResponse(models.model_dump(mode="json"))
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "models": [self.runtime.engine.model_name]})
+        return JSONResponse(Health(status="ok", models=[self.runtime.engine.model_name]).model_dump())
 
     async def _complete(self, request: Request, *, required: Literal["messages", "prompt"]) -> Response:
         engine = self.runtime.engine
@@ -223,7 +219,6 @@ class StreamingApp:
         check_content_type(request.headers.get("content-type"))
         body = decode_json(await request.body(), max_bytes=self.max_body_bytes)
         parsed = parse_request(body, required=required)
-        check_request_text(parsed, max_prompt_chars=self.max_prompt_chars)
         self.runtime.engine.check_model(parsed.model)
         return parsed
 
@@ -247,16 +242,11 @@ class StreamingApp:
 
 
 def create_app(runtime: InferenceRuntime, **options: Any) -> StreamingApp:
-    """The ASGI app for ``runtime``; ``options`` go to :class:`StreamingApp`. Limits default from env."""
-    options.setdefault(
-        "max_body_bytes", int(os.environ.get("SNAPLLM_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES)
-    )
-    options.setdefault(
-        "max_prompt_chars", int(os.environ.get("SNAPLLM_MAX_PROMPT_CHARS") or DEFAULT_MAX_PROMPT_CHARS)
-    )
-    options.setdefault("timeout_s", float(os.environ.get("SNAPLLM_STREAM_TIMEOUT_S") or DEFAULT_TIMEOUT_S))
-    options.setdefault("service", os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE)
-    options.setdefault(
-        "metrics_namespace", os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE
-    )
+    """The ASGI app for ``runtime``; ``options`` go to :class:`StreamingApp`, and those not given come
+    from the environment (:class:`~snapllm.streaming.settings.StreamingEnvironment`)."""
+    settings = StreamingEnvironment.from_env()
+    options.setdefault("max_body_bytes", settings.max_body_bytes)
+    options.setdefault("timeout_s", settings.stream_timeout_s)
+    options.setdefault("service", settings.service)
+    options.setdefault("metrics_namespace", settings.metrics_namespace)
     return StreamingApp(runtime, **options)

@@ -13,14 +13,30 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapllm.contract import ChatCompletionRequest, Generation, InferenceRequest, new_completion_id
+from snapllm.contract import ChatCompletionRequest, Generation, InferenceRequest
 from snapllm.errors import RequestError
+from snapllm.responses import (
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    Completion,
+    FinishReason,
+    OpenAIObject,
+    TextChoice,
+    Usage,
+    new_completion_id,
+)
 
 DONE = b"data: [DONE]\n\n"
 
 
-def event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+def event(payload: OpenAIObject | dict[str, Any]) -> bytes:
+    data = (
+        payload.model_dump_json()
+        if isinstance(payload, OpenAIObject)
+        else json.dumps(payload, separators=(",", ":"))
+    )
+    return b"data: " + data.encode() + b"\n\n"
 
 
 @dataclass
@@ -44,50 +60,36 @@ class ChunkEncoder:
             id=new_completion_id("chatcmpl" if chat else "cmpl"),
         )
 
-    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            **extra,
-        }
-
-    def _choice(self, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+    def _chunk(
+        self, delta: ChatDelta | str | None, finish_reason: FinishReason | None = None, **extra: Any
+    ) -> ChatCompletionChunk | Completion:
+        """One chunk: a chat delta or a piece of text, a finish reason, or neither (the usage chunk)."""
+        common = {"id": self.id, "created": self.created, "model": self.model, **extra}
         if self.chat:
-            delta: dict[str, Any] = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            choices = [] if delta is None and finish_reason is None else [
+                ChatChunkChoice(index=0, delta=delta or ChatDelta(), finish_reason=finish_reason)
+            ]  # fmt: skip
+            return ChatCompletionChunk(choices=choices, **common)
+        texts = [] if delta is None and finish_reason is None else [
+            TextChoice(index=0, text=str(delta or ""), finish_reason=finish_reason)
+        ]  # fmt: skip
+        return Completion(choices=texts, **common)
 
     def start(self) -> bytes:
         """The opening event: chat streams announce the assistant role, as OpenAI's do."""
         if not self.chat:
             return b""
-        return event(
-            self._chunk(
-                [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ]
-            )
-        )
+        return event(self._chunk(ChatDelta(role="assistant", content="")))
 
     def delta(self, text: str) -> bytes:
-        return event(self._chunk([self._choice(text, None)]))
+        return event(self._chunk(ChatDelta(content=text) if self.chat else text))
 
     def finish(self, generation: Generation) -> bytes:
         """The finish_reason chunk (with snapllm's timings), the usage chunk if asked for, and ``[DONE]``."""
-        extra: dict[str, Any] = {"timings": generation.timings.as_dict(), "seed": generation.seed}
-        if generation.deadline_reached:
-            extra["deadline_reached"] = True
-        out = event(self._chunk([self._choice(None, generation.finish_reason)], **extra))
+        finished = self._chunk(None, generation.finish_reason, **Completion.extras(generation))
+        out = event(finished)
         if self.include_usage:
-            out += event(self._chunk([], usage=generation.usage()))
+            out += event(self._chunk(None, usage=Usage.of(generation)))
         return out + DONE
 
     def error(self, error: RequestError) -> bytes:

@@ -1,5 +1,5 @@
-"""``snapllm local serve``: the OpenAI-compatible API on 127.0.0.1 (see :mod:`snapllm.router.serve`), and
-``snapllm local invoke RouterFunction``: one API Gateway event through the same local stack.
+"""``snapllm local serve``: the OpenAI-compatible API on 127.0.0.1 (see :mod:`snapllm.local.gateway`), and
+``snapllm local invoke`` of an HTTP API function: one API Gateway event through the same local stack.
 
 snapllm local serve --port 3000
 # then: OpenAI(base_url="http://127.0.0.1:3000/v1", api_key="local")
@@ -16,8 +16,12 @@ import signal
 import sys
 from pathlib import Path
 
+from snapllm import sam
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError, SnapllmError
+from snapllm.local.gateway import LocalGateway, serve
+from snapllm.local.stack import LocalStack
+from snapllm.sam import Function, Template
 
 
 def add_serve_parser(verbs: argparse._SubParsersAction) -> None:
@@ -28,16 +32,15 @@ def add_serve_parser(verbs: argparse._SubParsersAction) -> None:
     serve.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
     serve.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
     serve.add_argument(
-        "--no-stream", action="store_true", help="do not start StreamFunction (no stream=true)"
+        "--no-stream", action="store_true", help="do not start the streaming (web adapter) function"
     )
     serve.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from snapllm.router.serve import LocalStack, serve
-
     try:
-        stack = LocalStack.start(args.template, model_path=args.model, streaming=not args.no_stream)
+        template = sam.load(args.template)
+        stack = LocalStack.start(template, model_path=args.model, streaming=not args.no_stream)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local serve: {exc}", file=sys.stderr)
         return 1
@@ -53,30 +56,29 @@ def _exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def invoke_router(args: argparse.Namespace, event_text: str) -> int:
-    """Entry point from ``snapllm local invoke RouterFunction``: the handler's API Gateway response on stdout.
+def invoke_http_api(args: argparse.Namespace, template: Template, function: Function, event_text: str) -> int:
+    """Entry point from ``snapllm local invoke`` for a function behind an HTTP API: the handler's API
+    Gateway response on stdout.
 
     The router's routing table names deployed aliases, so it runs on the local stack (as in ``serve``),
     routed to a restored local inference environment; its logs and metrics go to stderr.
     """
-    from snapllm.router.serve import LocalGateway, LocalStack
-
     try:
         event = decode_json(event_text)
     except RequestError as exc:
         print(f"snapllm local invoke: the event is not an API Gateway event: {exc}", file=sys.stderr)
         return 2
     if not isinstance(event, dict):
-        print("snapllm local invoke: the router takes an API Gateway HTTP API event", file=sys.stderr)
+        print(f"snapllm local invoke: {function.name} takes an API Gateway HTTP API event", file=sys.stderr)
         return 2
     os.environ.update(dict(item.split("=", 1) for item in args.env))
     try:
         # The router's Logger binds its stream when the stack builds it: keep stdout for the response.
         with (
             contextlib.redirect_stdout(sys.stderr),
-            LocalStack.start(args.template, model_path=args.model, streaming=False) as stack,
+            LocalStack.start(template, function, model_path=args.model, streaming=False) as stack,
         ):
-            result = LocalGateway(stack.router, stream_url=None).invoke_router(event)
+            result = LocalGateway.for_stack(stack, streaming=False).invoke_router(event)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2

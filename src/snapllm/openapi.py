@@ -1,96 +1,18 @@
-"""Response models for the router's OpenAPI document (``GET /openapi.json``).
+"""OpenAPI documentation of the HTTP answers: each route's success model and its errors.
 
-Requests are validated with the shared models of :mod:`snapllm.contract`; these models only describe
-what the router answers, so schema-driven clients and tests (schemathesis) can check responses::
+The models are :mod:`snapllm.responses` (one source for answers and document); requests are documented
+from the contract's models by the router's resolver::
 
     app.post("/v1/chat/completions", responses=completion_responses(ChatCompletion))
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    """The OpenAI error shape: ``{"error": {"message", "type", "param", "code"}}``."""
-
-    error: ErrorDetail
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class ChatMessageOut(BaseModel):
-    role: Literal["assistant"]
-    content: str
-
-
-class ChatChoice(BaseModel):
-    index: int
-    message: ChatMessageOut
-    logprobs: Any = None
-    finish_reason: Literal["stop", "length"]
-
-
-class ChatCompletion(BaseModel):
-    """``chat.completion``; snapllm adds ``timings`` and ``seed``."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-
-
-class TextChoice(BaseModel):
-    index: int
-    text: str
-    logprobs: Any = None
-    finish_reason: Literal["stop", "length"]
-
-
-class Completion(BaseModel):
-    """``text_completion``; snapllm adds ``timings`` and ``seed``."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    object: Literal["text_completion"]
-    created: int
-    model: str
-    choices: list[TextChoice]
-    usage: Usage
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"]
-    created: int
-    owned_by: str
-
-
-class ModelList(BaseModel):
-    object: Literal["list"]
-    data: list[ModelCard]
-
-
-class Health(BaseModel):
-    status: Literal["ok"]
-    models: list[str]
-
+from snapllm.errors import ErrorResponse
 
 SSE_EVENT = {
     "type": "object",

@@ -1,13 +1,18 @@
-"""Run the agent locally: a real durable execution in this process, the real model, the local S3.
+"""Run durable functions locally: a real durable execution in this process, the real model, the local S3.
 
 The SDK's testing runner plays the durable service (checkpoints, replays, retries; waits and retry
-delays are fast-forwarded), the inference function runs restored from its local snapshot, and documents
+delays are fast-forwarded), the model function runs restored from its local snapshot, and documents
 and artifacts live on the local S3 endpoint::
 
-    with LocalAgent.start(Path("template.yaml")) as agent:
+    template = sam.load(Path("template.yaml"))
+    with LocalAgent.start(template) as agent:
         agent.upload_documents(Path("events/agent/documents"))
         run = agent.run(event, decide=approve("alice"))
         run.output, print(run.report.render())
+
+A function with ``DurableConfig`` runs the agent workflow of this package (:mod:`snapllm.agent.handler`)
+with its own template variables; where the deployed handler builds clients of deployed resources, the
+local one gets the local S3 and a client of the restored model function.
 
 ``decide`` receives the review the agent wrote for the approver and returns the answer to send to the
 approval callback, or ``None`` to leave it unanswered (the callback then times out).
@@ -24,19 +29,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+
+from snapllm.agent import routes as agent_routes
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import run_id_from_arn
 from snapllm.agent.errors import AgentError
 from snapllm.agent.flow import AgentDependencies
 from snapllm.agent.handler import build_handler
-from snapllm.agent.local_service import LocalDurableLambda
 from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.report import OperationReport
+from snapllm.agent.runs import AgentRuns
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import ToolRegistry
-from snapllm.inference_client import InferenceClient, LocalInferenceClient
+from snapllm.inference_client import InferenceClient
+from snapllm.local.durable_service import LocalDurableLambda
+from snapllm.local.environment import function_environment
+from snapllm.local.inference import LocalInferenceClient
+from snapllm.local.kinds import Kind, model_function, one_of_kind
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
-from snapllm.local.template import FunctionSpec
+from snapllm.sam import Function, Template
 
 # The agent alias local runs answer to, where a deployment would name AgentFunction's `live` alias.
 LOCAL_AGENT_ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-AgentFunction:live"
@@ -74,13 +86,17 @@ class LocalRun:
     duration_s: float
 
 
-def agent_settings(template: Path, **overrides: str) -> AgentSettings:
-    """AgentFunction's template variables with local values for what only a deployment resolves."""
-    spec = FunctionSpec.from_template(template, "AgentFunction")
-    env = {k: str(v) for k, v in spec.environment.items() if isinstance(v, str | int | float)}
-    env["SNAPLLM_AGENT_ARTIFACTS_BUCKET"] = LOCAL_MODEL_BUCKET
-    env.update({k: v for k, v in os.environ.items() if k.startswith("SNAPLLM_AGENT_")})
-    env.update(overrides)
+def agent_settings(template: Template, function: Function | None = None, **overrides: str) -> AgentSettings:
+    """A durable function's settings (default: the template's first) with local values for what only a
+    deployment resolves: the artifacts bucket is the local one; the inference alias is wired as a client.
+    """
+    function = function or one_of_kind(template, Kind.DURABLE)
+    env = function_environment(
+        function,
+        local={"SNAPLLM_AGENT_ARTIFACTS_BUCKET": LOCAL_MODEL_BUCKET},
+        overrides=overrides,
+        wired=("SNAPLLM_AGENT_INFERENCE_FUNCTION",),
+    )
     return AgentSettings.from_env(env)
 
 
@@ -103,20 +119,28 @@ class LocalAgent:
     @classmethod
     @contextlib.contextmanager
     def start(
-        cls, template: Path, *, model_path: Path | None = None, inference_timeout_s: float | None = None
+        cls,
+        template: Template,
+        function: Function | None = None,
+        *,
+        model_path: Path | None = None,
+        inference_timeout_s: float | None = None,
     ) -> Iterator[LocalAgent]:
-        settings = agent_settings(template)
+        """The durable ``function`` (default: the template's first) and the model function it calls."""
+        function = function or one_of_kind(template, Kind.DURABLE)
+        settings = agent_settings(template, function)
+        inference = model_function(template, callers=[function])
         # One generation thread: on a small, shared machine ggml's spinning threads otherwise starve.
         threads = os.environ.get("SNAPLLM_THREADS", "1")
         with (
             LocalDeployment.start(template, model_path=model_path) as deployment,
             deployment.function(
-                "InferenceFunction", timeout_s=inference_timeout_s, SNAPLLM_THREADS=threads
-            ) as function,
+                inference.name, timeout_s=inference_timeout_s, SNAPLLM_THREADS=threads
+            ) as model,
         ):
-            function.init()
-            function.snapshot()
-            with function.restore() as environment:
+            model.init()
+            model.snapshot()
+            with model.restore() as environment:
                 yield cls(deployment, settings, LocalInferenceClient(environment))
 
     def upload_documents(self, directory: Path) -> list[str]:
@@ -154,8 +178,6 @@ class LocalAgent:
                 runs = AgentRuns(service, function_arn=service.function_arn)
                 runs.start("review-42", {"task": "...", "documents": [...]})
         """
-        from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
-
         deps = self.dependencies()
         with DurableFunctionTestRunner(handler=build_handler(lambda: deps), poll_interval=0.1) as runner:
             yield LocalDurableLambda(runner, function_arn=function_arn)
@@ -175,8 +197,6 @@ class LocalAgent:
         timeout_s: int = 600,
     ) -> LocalRun:
         """Run one execution to its end, answering the approval callback with ``decide``."""
-        from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
-
         deps = self.dependencies(settings=settings, inference=inference)
         handler = build_handler(lambda: deps)
         if wrap_handler is not None:
@@ -243,3 +263,20 @@ _END_EVENTS = {"ExecutionSucceeded", "ExecutionFailed", "ExecutionTimedOut", "Ex
 def _has_ended(runner: Any, arn: str) -> bool:
     events = runner.get_execution_history(arn).events
     return any(str(getattr(e.event_type, "value", e.event_type)) in _END_EVENTS for e in events)
+
+
+@contextlib.contextmanager
+def agent_runs(agent: LocalAgent, documents: Path | None = None) -> Iterator[None]:
+    """Serve the router's ``/v1/agent/runs`` from durable executions of ``agent`` in this process.
+
+    The files in ``documents`` are uploaded first, so an event that names them (``events/agent/review.json``
+    names ``events/agent/documents/``) can be posted as it is.
+    """
+    if documents is not None and documents.is_dir():
+        agent.upload_documents(documents)
+    with agent.durable_service() as service:
+        agent_routes.configure(AgentRuns(service, function_arn=service.function_arn))
+        try:
+            yield
+        finally:
+            agent_routes.configure(None)

@@ -16,6 +16,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from aws_durable_execution_sdk_python_testing.exceptions import (
+    CallbackTimeoutException,
+    ResourceNotFoundException,
+)
 from botocore.exceptions import ClientError
 
 
@@ -83,11 +87,6 @@ class LocalDurableLambda:
         return self._runner.get_execution_history(DurableExecutionArn).to_dict()
 
     def send_durable_execution_callback_success(self, *, CallbackId: str, Result: bytes) -> dict[str, Any]:
-        from aws_durable_execution_sdk_python_testing.exceptions import (
-            CallbackTimeoutException,
-            ResourceNotFoundException,
-        )
-
         try:
             self._runner.send_callback_success(CallbackId, Result)
         except CallbackTimeoutException as exc:

@@ -1,6 +1,7 @@
-"""``snapllm local invoke AgentFunction -e events/agent/review.json --approve``.
+"""``snapllm local invoke AgentFunction -e events/agent/review.json --approve``: any function with
+``DurableConfig`` in the template.
 
-Runs one real durable execution in this process (see :mod:`snapllm.agent.local`). Files in the
+Runs one real durable execution in this process (see :mod:`snapllm.local.durable`). Files in the
 ``documents/`` folder next to the event are uploaded under the agent's prefix first, so the event can
 name them as ``s3://snapllm-models-local/agent/documents/<file>``. The result JSON goes to stdout; the
 function's logs and the per-operation table go to stderr. Without ``--approve``/``--reject`` the
@@ -15,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from snapllm.agent.local import Decider, LocalAgent, agent_settings, approve, reject
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError, SnapllmError
+from snapllm.local.durable import Decider, LocalAgent, agent_settings, approve, reject
+from snapllm.sam import Function, Template
 
 
 def _read_event(path: Path | None) -> dict[str, Any]:
@@ -52,22 +54,20 @@ def _decider(args: argparse.Namespace) -> Decider:
     return _ask
 
 
-def invoke_durable(args: argparse.Namespace) -> int:
+def invoke_durable(args: argparse.Namespace, template: Template, function: Function) -> int:
     """Entry point from ``snapllm local invoke`` for a function with ``DurableConfig``."""
-    if args.function != "AgentFunction":
-        print(f"snapllm local invoke: no local durable runner for {args.function}", file=sys.stderr)
-        return 2
     try:
         event = _read_event(args.event)
         decide = _decider(args)
         overrides = dict(item.split("=", 1) for item in args.env)
+        settings = agent_settings(template, function, **overrides)
         with LocalAgent.start(
-            args.template, model_path=args.model, inference_timeout_s=args.timeout
+            template, function, model_path=args.model, inference_timeout_s=args.timeout
         ) as agent:
             documents = args.event.parent / "documents" if args.event and str(args.event) != "-" else None
             if documents is not None and documents.is_dir():
                 agent.upload_documents(documents)
-            run = agent.run(event, decide=decide, settings=agent_settings(args.template, **overrides))
+            run = agent.run(event, decide=decide, settings=settings)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,72 @@
+"""The variables a function runs with on this machine: the one place the caller's shell overrides a template.
+
+    env = function_environment(
+        template.function("InferenceFunction"),
+        local={"SNAPLLM_MODEL_BUCKET": "snapllm-models-local"},   # what only a deployment resolves
+        overrides={"SNAPLLM_THREADS": "1"},                       # --env NAME=VALUE
+    )
+
+Sources, lowest precedence first:
+
+1. the template's values (``Globals`` merged, intrinsics resolved: :mod:`snapllm.sam`);
+2. ``local``: local stand-ins for what only a deployment knows (the local S3 endpoint and bucket...);
+3. ``SNAPLLM_*`` and ``POWERTOOLS_*`` variables of the caller's environment, as ``sam local invoke
+   --env-vars`` overrides a template's values;
+4. ``overrides``: the command line's ``--env``, and wiring the local runner must hold.
+
+A template value left :class:`~snapllm.sam.Unresolved` must be supplied by 2-4 or be named in ``wired``
+(the runner connects that part itself, e.g. the agent's inference alias becomes a local client).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from snapllm.errors import ConfigurationError
+from snapllm.sam import Function, Unresolved
+
+#: Prefixes of the caller's variables that override a template's values.
+SHELL_OVERRIDE_PREFIXES = ("SNAPLLM_", "POWERTOOLS_")
+
+
+def shell_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's ``SNAPLLM_*`` / ``POWERTOOLS_*`` variables."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k.startswith(SHELL_OVERRIDE_PREFIXES)}
+
+
+def function_environment(
+    function: Function | None,
+    *,
+    local: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    wired: Collection[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The variables ``function`` runs with locally (see the module's docstring for the order).
+
+    ``function`` None gives the local values and overrides alone (for code that runs a function's logic
+    in this process with its own settings).
+
+    Raises:
+        ConfigurationError: A template value is unresolved and nothing supplies it; the message names it.
+    """
+    template: dict[str, Any] = function.environment if function is not None else {}
+    merged: dict[str, Any] = {
+        **template,
+        **(local or {}),
+        **shell_overrides(environ),
+        **(overrides or {}),
+    }
+    missing = sorted(k for k, v in merged.items() if isinstance(v, Unresolved) and k not in wired)
+    if missing:
+        assert function is not None
+        raise ConfigurationError(f"{function.name}: give local values for {', '.join(missing)}")
+    return {k: "" if v is None else _text(v) for k, v in merged.items() if not isinstance(v, Unresolved)}
+
+
+def _text(value: Any) -> str:
+    # YAML booleans as CloudFormation passes them: "true" / "false".
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,133 @@
+"""The local stack: every function of the template that ``snapllm local serve`` puts behind one port.
+
+    template = sam.load(Path("template.yaml"))
+    with LocalStack.start(template) as stack:
+        stack.router.handler(http_api_event("GET", "/v1/models"), context)
+
+Which function plays which part is read from the template (:mod:`snapllm.local.kinds`), not from names:
+
+- the model function (a direct-invoke function with ``SNAPLLM_MODEL_KEY``) is initialised, snapshotted and
+  restored once; one :class:`~snapllm.local.inference.LocalInferenceClient` of that environment serves the
+  router and the agent, so their requests queue for it as for one Lambda environment;
+- the HTTP API function runs the router of this package (:class:`~snapllm.router.app.RouterApp`) with its
+  template variables, its routing table pointing at the local client;
+- a durable function, if any, serves the router's ``/v1/agent/runs``
+  (:func:`~snapllm.local.durable.agent_runs`);
+- a web-adapter function, if any and ``streaming`` is on, runs its ASGI app (:mod:`snapllm.local.lwa`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from snapllm.agent import routes as agent_routes
+from snapllm.local.durable import LocalAgent, agent_runs, agent_settings
+from snapllm.local.environment import function_environment
+from snapllm.local.inference import LocalInferenceClient
+from snapllm.local.kinds import Kind, model_function, of_kind, one_of_kind
+from snapllm.local.lifecycle import LocalFunction, RestoredEnvironment
+from snapllm.local.lwa import WebAdapterProcess
+from snapllm.local.session import LocalDeployment
+from snapllm.router.app import RouterApp
+from snapllm.router.config import RouterSettings
+from snapllm.sam import Function, Template
+
+# Posted as they are by events/agent/review.json, which names these files on the local S3.
+AGENT_DOCUMENTS = Path("events/agent/documents")
+
+
+@dataclass
+class LocalStack:
+    """Local S3 with the model, a restored model-function environment, the web-adapter function, the
+    router, and durable agent runs (the SDK's testing runner) behind the router's ``/v1/agent/runs``."""
+
+    deployment: LocalDeployment
+    inference: LocalFunction
+    environment: RestoredEnvironment
+    router: RouterApp
+    router_function: Function
+    stream: WebAdapterProcess | None
+    model: str
+    timings: dict[str, float] = field(default_factory=dict)
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+
+    @classmethod
+    def start(
+        cls,
+        template: Template,
+        router_function: Function | None = None,
+        *,
+        model_path: Path | None = None,
+        streaming: bool = True,
+    ) -> LocalStack:
+        """Start every part; a part that fails stops the ones started before it.
+
+        ``router_function`` is the HTTP API function to serve (default: the template's first).
+
+        Raises:
+            ConfigurationError: The template has no HTTP API function or no model function.
+        """
+        router_function = router_function or one_of_kind(template, Kind.HTTP_API)
+        durable = of_kind(template, Kind.DURABLE)
+        agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
+        model_fn = model_function(template, callers=[router_function])
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        with contextlib.ExitStack() as resources:
+            deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
+            inference = resources.enter_context(deployment.function(model_fn.name))
+            inference.init()
+            inference.snapshot()
+            environment = resources.enter_context(inference.restore())
+            timings["inference_ready_s"] = time.perf_counter() - started
+            model = inference.environment.get("SNAPLLM_MODEL_NAME") or model_fn.name
+            # One client, so the router's and the agent's requests queue for the one environment.
+            client = LocalInferenceClient(environment)
+            if agent_function is not None:
+                agent = LocalAgent(deployment, agent_settings(template, agent_function), client)
+                resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
+            router = cls._router(router_function, model, model_fn, client)
+            stream = None
+            web_adapter = of_kind(template, Kind.WEB_ADAPTER)
+            if streaming and web_adapter:
+                stream = cls._web_adapter(deployment, web_adapter[0])
+                resources.callback(stream.stop)
+                timings["stream_ready_s"] = time.perf_counter() - started
+            # Once all are up, the stack owns them.
+            owned = resources.pop_all()
+        return cls(deployment, inference, environment, router, router_function, stream, model, timings, owned)
+
+    @staticmethod
+    def _router(
+        function: Function, model: str, model_fn: Function, client: LocalInferenceClient
+    ) -> RouterApp:
+        env = function_environment(
+            function,
+            # The template's routing table names the deployed alias; locally the model routes to the
+            # restored environment. The agent's alias is wired by agent_runs().
+            overrides={"SNAPLLM_ROUTES": json.dumps({model: f"local:{model_fn.name}"})},
+            wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
+        )
+        return RouterApp(RouterSettings.from_env(env), {model: client}, routers=[agent_routes.router])
+
+    @staticmethod
+    def _web_adapter(deployment: LocalDeployment, function: Function) -> WebAdapterProcess:
+        env = function_environment(
+            function,
+            local=deployment.local_values(function),
+            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s)},
+        )
+        return WebAdapterProcess.start(function, env)
+
+    def close(self) -> None:
+        self.resources.close()
+
+    def __enter__(self) -> LocalStack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
