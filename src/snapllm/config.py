@@ -1,12 +1,10 @@
 """Settings of the inference function, read once from environment variables at init.
 
-Every setting has a ``SNAPLLM_`` variable, declared (with its default, range and description) by
-:class:`InferenceEnvironment`; ``template.yaml`` sets them from stack parameters::
+:class:`InferenceEnvironment` declares the ``SNAPLLM_`` variables, which ``template.yaml`` sets from stack
+parameters; the other classes are plain values, built without reading any environment::
 
     settings = InferenceSettings.from_env()
     settings.model.bucket, settings.loader.part_size, settings.engine.n_ctx
-
-The settings classes themselves are plain values: constructing one reads no environment.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pydantic import Field, field_validator
 
@@ -45,26 +43,19 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """How the model is fetched: ranged GETs of ``part_size`` bytes, ``concurrency`` at a time.
+    """How the model is fetched: ranged GETs of ``part_size`` bytes, ``concurrency`` at a time (S3 serves
+    one connection at tens of MB/s; ``snapllm bench coldstart`` measures the trade-off).
 
-    S3 serves one connection at tens of MB/s, so on AWS many parts in flight are what make a large model
-    arrive quickly; ``snapllm bench coldstart`` measures the trade-off against any endpoint.
-
-    **How long a failing load takes.** The HEAD and each part get ``max_attempts`` attempts (A). An
-    attempt that moves no byte ends within ``connect_timeout_s + read_timeout_s`` (C + R): a refused or
-    reset connection or an error status ends it at once, a connection that stalls (no byte for R seconds,
-    before or after the response headers) ends it when the read times out, and a connection that cannot
-    be opened ends it after C. Retry k (k = 1 .. A-1) first sleeps a random fraction of
-    ``backoff_base_s * 2**k`` (b). So one part (or the HEAD) gives up within
-    :attr:`part_failure_bound_s`, ``A * (C + R) + b * (2**A - 2)``, plus the time the bytes its attempts
-    did receive took to arrive (each resumes where the last broke off).
-
-    Parts run ``concurrency`` at a time and the first part that gives up fails the load: the parts still
-    in flight are told to stop, and each stops within one more attempt's time (C + R; one sleeping
-    between attempts wakes at once). So a load that fails for good raises within
-    :attr:`failure_bound_s`, ``part_failure_bound_s + C + R``, after the healthy bytes before the failing
-    part have arrived. The defaults give 181 s and 216 s. A connection that keeps sending, however
-    slowly, is not a failure and has no bound here: the function timeout is the limit for it.
+    A failing load is bounded. The HEAD and each part get ``max_attempts`` (A) attempts; one that moves
+    no byte ends within ``connect_timeout_s + read_timeout_s`` (C + R: at once if refused, reset or
+    answered with an error status, after R without a byte if it stalls, after C if no connection opens),
+    and retry k first sleeps a random fraction of ``backoff_base_s * 2**k`` (b). So a part (or the HEAD)
+    gives up within :attr:`part_failure_bound_s`, ``A * (C + R) + b * (2**A - 2)``, plus the time of the
+    bytes it did receive (a retry resumes). The first part to give up fails the load and stops the others
+    within one more attempt (C + R; a sleeping one wakes at once): the load raises within
+    :attr:`failure_bound_s`, ``part_failure_bound_s + C + R``, after the healthy bytes before that part,
+    181 s and 216 s with the defaults. A connection that keeps sending, however slowly, is not a failure:
+    only the function timeout bounds it.
     """
 
     part_size: int = 16 * MiB
@@ -126,87 +117,58 @@ class InferenceSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> InferenceSettings:
-        return InferenceEnvironment.from_env(env).inference_settings()
+        variables = InferenceEnvironment.from_env(env)
+        return cls(variables.model_source(), variables.loader_settings(), variables.engine_settings())
 
 
 class InferenceEnvironment(EnvironmentSettings):
-    """The inference function's variables: the model source, the loader and the engine.
+    """The inference function's variables (the streaming function loads its model from them too).
 
-    The streaming function loads its model from the same variables. ``SNAPLLM_MODEL_BUCKET`` and
-    ``SNAPLLM_MODEL_KEY`` are checked by :meth:`model_source`, so the loader's and the engine's settings
-    can be read on their own (``snapllm bench``, tests).
+    The model's bucket and key are checked by :meth:`model_source` only, so the loader's and the engine's
+    settings can be read without them (``snapllm bench``, tests). Defaults are the value classes'.
     """
 
-    model_bucket: str | None = Field(
-        None,
-        description="S3 bucket of the GGUF model object (the template sets it).",
-        json_schema_extra={"unset": "required"},
-    )
-    model_key: str | None = Field(
-        None,
-        description="Key of the GGUF model object in the bucket (the template sets it).",
-        json_schema_extra={"unset": "required"},
-    )
-    model_sha256: str | None = Field(
-        None,
-        description="Expected SHA-256 of the model (64 hex digits); with neither it nor the object's "
-        "`sha256` metadata, the download is not verified.",
-        json_schema_extra={"unset": "object metadata `sha256`"},
-    )
-    model_name: str | None = Field(
-        None,
-        description="Model name in responses and for routing.",
-        json_schema_extra={"unset": "key's file name"},
-    )
-    s3_part_size_mb: int = Field(
-        LoaderSettings.part_size // MiB, ge=1, description="Size of each ranged GET of the model, in MiB."
-    )
-    s3_concurrency: int = Field(
-        LoaderSettings.concurrency, ge=1, description="Ranged GETs of the model in flight at once."
-    )
-    s3_max_attempts: int = Field(
-        LoaderSettings.max_attempts,
-        ge=1,
-        description="Attempts per part (a retry resumes after the bytes already written).",
-    )
-    s3_connect_timeout_s: float = Field(
-        LoaderSettings.connect_timeout_s, ge=0.001, description="Connect timeout of S3 requests, in seconds."
-    )
-    s3_read_timeout_s: float = Field(
-        LoaderSettings.read_timeout_s,
-        ge=0.001,
-        description="Longest a read may wait for a byte before the part is retried, in seconds.",
-    )
-    n_ctx: int = Field(EngineSettings.n_ctx, ge=16, description="llama.cpp context size, in tokens.")
-    n_batch: int = Field(EngineSettings.n_batch, ge=1, description="llama.cpp batch size, in tokens.")
-    max_tokens: int = Field(
-        EngineSettings.max_tokens, ge=1, description="Largest `max_tokens` a request may ask for."
-    )
-    max_prompt_chars: int = Field(
-        EngineSettings.max_prompt_chars,
-        ge=1,
-        description="Longest prompt (characters over all messages) accepted before tokenizing.",
-    )
+    model_bucket: str | None = Field(None, json_schema_extra={"unset": "required"})
+    """S3 bucket of the GGUF model object (the template sets it)."""
+    model_key: str | None = Field(None, json_schema_extra={"unset": "required"})
+    """Key of the GGUF model object in the bucket (the template sets it)."""
+    model_sha256: str | None = Field(None, json_schema_extra={"unset": "object metadata `sha256`"})
+    """Expected SHA-256 of the model (64 hex digits); with neither it nor the object's `sha256` metadata,
+    the download is not verified."""
+    model_name: str | None = Field(None, json_schema_extra={"unset": "key's file name"})
+    """Model name in responses and for routing."""
+    s3_part_size_mb: int = Field(LoaderSettings.part_size // MiB, ge=1)
+    """Size of each ranged GET of the model, in MiB."""
+    s3_concurrency: int = Field(LoaderSettings.concurrency, ge=1)
+    """Ranged GETs of the model in flight at once."""
+    s3_max_attempts: int = Field(LoaderSettings.max_attempts, ge=1)
+    """Attempts per part (a retry resumes after the bytes already written)."""
+    s3_connect_timeout_s: float = Field(LoaderSettings.connect_timeout_s, ge=0.001)
+    """Connect timeout of S3 requests, in seconds."""
+    s3_read_timeout_s: float = Field(LoaderSettings.read_timeout_s, ge=0.001)
+    """Longest a read may wait for a byte before the part is retried, in seconds."""
+    # Named as EngineSettings' fields, which engine_settings copies by name (hence verbose's alias).
+    n_ctx: int = Field(EngineSettings.n_ctx, ge=16)
+    """llama.cpp context size, in tokens."""
+    n_batch: int = Field(EngineSettings.n_batch, ge=1)
+    """llama.cpp batch size, in tokens."""
+    max_tokens: int = Field(EngineSettings.max_tokens, ge=1)
+    """Largest `max_tokens` a request may ask for."""
+    max_prompt_chars: int = Field(EngineSettings.max_prompt_chars, ge=1)
+    """Longest prompt (characters over all messages) accepted before tokenizing."""
     threads: int | None = Field(
-        None,
-        ge=1,
-        description="Generation threads; unset, the CPUs really available (affinity mask and cgroup quota).",
-        json_schema_extra={"unset": "CPUs really available"},
+        EngineSettings.threads, ge=1, json_schema_extra={"unset": "CPUs really available"}
     )
-    deadline_margin_ms: int = Field(
-        EngineSettings.deadline_margin_ms,
-        ge=0,
-        description="Time kept back before the invoke's deadline, in milliseconds.",
-    )
-    warmup_tokens: int = Field(
-        EngineSettings.warmup_tokens, ge=0, description="Tokens generated by the before-snapshot warm-up."
-    )
-    llama_verbose: bool = Field(EngineSettings.verbose, description="llama.cpp's own logging, to stderr.")
-    repack_weights: bool = Field(
-        EngineSettings.repack_weights,
-        description="Let llama.cpp repack Q4_0 / Q4_K weights for the CPU: faster on Graviton, but a second "
-        "copy in RAM and in the snapshot.",
-    )
+    """Generation threads; unset, the CPUs really available (affinity mask and cgroup quota)."""
+    deadline_margin_ms: int = Field(EngineSettings.deadline_margin_ms, ge=0)
+    """Time kept back before the invoke's deadline, in milliseconds."""
+    warmup_tokens: int = Field(EngineSettings.warmup_tokens, ge=0)
+    """Tokens generated by the before-snapshot warm-up."""
+    verbose: bool = Field(EngineSettings.verbose, validation_alias="SNAPLLM_LLAMA_VERBOSE")
+    """llama.cpp's own logging, to stderr."""
+    repack_weights: bool = EngineSettings.repack_weights
+    """Let llama.cpp repack Q4_0 / Q4_K weights for the CPU: faster on Graviton, but a second copy in RAM
+    and in the snapshot."""
 
     @field_validator("model_sha256")
     @classmethod
@@ -231,19 +193,4 @@ class InferenceEnvironment(EnvironmentSettings):
         )
 
     def engine_settings(self) -> EngineSettings:
-        return EngineSettings(
-            n_ctx=self.n_ctx,
-            max_tokens=self.max_tokens,
-            max_prompt_chars=self.max_prompt_chars,
-            threads=self.threads,
-            n_batch=self.n_batch,
-            deadline_margin_ms=self.deadline_margin_ms,
-            warmup_tokens=self.warmup_tokens,
-            verbose=self.llama_verbose,
-            repack_weights=self.repack_weights,
-        )
-
-    def inference_settings(self) -> InferenceSettings:
-        return InferenceSettings(
-            model=self.model_source(), loader=self.loader_settings(), engine=self.engine_settings()
-        )
+        return EngineSettings(**self.model_dump(include={f.name for f in fields(EngineSettings)}))

@@ -5,21 +5,17 @@
     fn.handler_file, fn.environment["SNAPLLM_MODEL_KEY"], fn.timeout_s, fn.architecture
     template.document["Resources"]   # the YAML as written, short tags in long form ({"Ref": ...})
 
-A command loads its template once and passes the :class:`Template` on. Loading:
+Loading reads the short tags (``!Ref X`` becomes ``{"Ref": "X"}``), gives each parameter its override
+(``--parameter-overrides``) or ``Default`` (``Number`` a number, ``CommaDelimitedList`` a list), and merges
+``Globals.Function`` under each ``AWS::Serverless::Function`` as SAM does (mappings merge, lists add up
+global entries first, the function's scalars win). It resolves ``Ref`` (parameters, and pseudo-parameters:
+placeholder values for a local run by default), ``Fn::Sub``, ``Fn::If`` with ``Conditions``
+(``Fn::Equals`` / ``Not`` / ``And`` / ``Or`` / ``Condition``), ``Fn::Join``, ``Fn::Split`` and
+``AWS::NoValue``, what template.yaml uses; a function whose ``Condition`` is false does not exist.
 
-- reads the YAML with CloudFormation's short tags (``!Ref X`` becomes ``{"Ref": "X"}``);
-- takes each parameter's value from ``overrides`` (``--parameter-overrides``), else its ``Default``
-  (``Number`` parameters become numbers, ``CommaDelimitedList`` ones lists);
-- merges ``Globals.Function`` under each ``AWS::Serverless::Function`` as the SAM transform does: mappings
-  merge key by key (so ``Environment.Variables`` merge), lists add up with the global entries first, and
-  the function's own scalars win;
-- resolves ``Ref`` (parameters, and pseudo-parameters from ``pseudo_parameters``: placeholder values for
-  a local run by default), ``Fn::Sub``, ``Fn::If`` (``Conditions`` evaluated from the parameters with
-  ``Fn::Equals`` / ``Fn::Not`` / ``Fn::And`` / ``Fn::Or`` / ``Condition``), ``Fn::Join``, ``Fn::Split``,
-  ``Fn::Select`` and ``AWS::NoValue``; a function whose resource ``Condition`` is false does not exist.
-
-Whatever only a deployment knows (a ``Ref`` to a resource, ``Fn::GetAtt``, a ``Fn::Sub`` naming either) is
-left as an :class:`Unresolved` marker holding the expression: the local runner supplies a value for it.
+Anything else (a ``Ref`` to a resource, ``Fn::GetAtt``, a ``Fn::Sub`` naming either, and intrinsics the
+template does not use: ``Fn::Select``, ``Fn::FindInMap``, ``Fn::ImportValue``...) stays an
+:class:`Unresolved` marker holding the expression: the local runner supplies a value for it.
 """
 
 from __future__ import annotations
@@ -58,7 +54,7 @@ class _CloudFormationLoader(yaml.SafeLoader):
 
 
 def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else "Condition" if suffix == "Condition" else f"Fn::{suffix}"
+    name = suffix if suffix in ("Ref", "Condition") else f"Fn::{suffix}"
     if isinstance(node, yaml.ScalarNode):
         value: Any = loader.construct_scalar(node)
         if suffix == "GetAtt" and isinstance(value, str):
@@ -74,11 +70,7 @@ _CloudFormationLoader.add_multi_constructor("!", _construct_tag)
 
 
 def read(path: Path) -> dict[str, Any]:
-    """The template's YAML as written (intrinsics in long form), not resolved.
-
-    Raises:
-        ConfigurationError: The file cannot be read, is not YAML or is not a mapping.
-    """
+    """The template's YAML as written (intrinsics in long form); ConfigurationError if it is not a mapping."""
     try:
         document = yaml.load(path.read_text(), Loader=_CloudFormationLoader)
     except (OSError, yaml.YAMLError) as exc:
@@ -94,11 +86,7 @@ def load(
     overrides: Mapping[str, str] | None = None,
     pseudo_parameters: Mapping[str, str] = LOCAL_PSEUDO_PARAMETERS,
 ) -> Template:
-    """Reads and resolves ``path`` (see the module's docstring); the only place a template is parsed.
-
-    Args:
-        overrides: Parameter values that replace the defaults (as ``--parameter-overrides``).
-        pseudo_parameters: Values of ``AWS::Region`` & co.; pass ``{}`` to leave them unresolved.
+    """Reads and resolves ``path`` (module docstring); ``pseudo_parameters={}`` leaves ``AWS::*`` unresolved.
 
     Raises:
         ConfigurationError: The file cannot be read or has no ``Resources`` mapping.
@@ -108,9 +96,7 @@ def load(
     if not isinstance(resources, Mapping):
         raise ConfigurationError(f"{path}: no Resources")
     parameters = _parameters(document.get("Parameters") or {}, overrides or {})
-    resolver = _Resolver(
-        {**pseudo_parameters, **parameters}, document.get("Conditions") or {}, frozenset(resources)
-    )
+    resolver = _Resolver({**pseudo_parameters, **parameters}, document.get("Conditions") or {})
     globals_function = (document.get("Globals") or {}).get("Function") or {}
     functions = []
     for name, resource in resources.items():
@@ -123,7 +109,7 @@ def load(
         functions.append(
             Function(name, resolver.resolve(raw), type=resource["Type"], template_dir=path.parent)
         )
-    return Template(path, document, parameters, tuple(functions), resolver)
+    return Template(path, document, tuple(functions), resolver)
 
 
 @dataclass(frozen=True)
@@ -134,7 +120,6 @@ class Unresolved:
 
     @property
     def references(self) -> frozenset[str]:
-        """The logical IDs (resources or parameters) the expression names."""
         return references(self.expression)
 
     def __str__(self) -> str:
@@ -224,8 +209,7 @@ class Function:
     @property
     def architecture(self) -> str:
         """``arm64`` or ``x86_64`` (Lambda's default when ``Architectures`` is absent)."""
-        architectures = self.properties.get("Architectures") or ["x86_64"]
-        return str(architectures[0])
+        return str((self.properties.get("Architectures") or ["x86_64"])[0])
 
     @property
     def timeout_s(self) -> int:
@@ -262,11 +246,6 @@ class Function:
         events = self.properties.get("Events") or {}
         return {k: v for k, v in events.items() if isinstance(v, Mapping)}
 
-    @property
-    def function_url(self) -> Mapping[str, Any] | None:
-        config = self.properties.get("FunctionUrlConfig")
-        return config if isinstance(config, Mapping) else None
-
     def _number(self, key: str, default: int) -> int:
         value = self.properties.get(key, default)
         try:
@@ -281,7 +260,6 @@ class Template:
 
     path: Path
     document: Mapping[str, Any] = field(repr=False)
-    parameters: Mapping[str, Any]
     functions: tuple[Function, ...]
     _resolver: _Resolver = field(repr=False)
 
@@ -290,11 +268,7 @@ class Template:
         return [fn.name for fn in self.functions]
 
     def function(self, name: str) -> Function:
-        """The function with logical ID ``name``.
-
-        Raises:
-            ConfigurationError: No such function; the message lists the functions there are.
-        """
+        """The function with logical ID ``name``; ConfigurationError naming the functions there are."""
         for fn in self.functions:
             if fn.name == name:
                 return fn
@@ -336,30 +310,25 @@ def _is_intrinsic(value: Mapping[str, Any]) -> bool:
 
 
 def _parameters(declared: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
+    # An override of an undeclared name still resolves a Ref to it (the caller's intent).
+    values: dict[str, Any] = {k: v for k, v in overrides.items() if k not in declared}
     for name, spec in declared.items():
         spec = spec if isinstance(spec, Mapping) else {}
-        if name in overrides:
-            value: Any = overrides[name]
-        elif "Default" in spec:
-            value = spec["Default"]
-        else:
-            continue  # given at deploy time only: a Ref to it stays unresolved
-        values[name] = _typed(str(spec.get("Type", "String")), value)
-    # An override of an undeclared name still resolves a Ref to it (as before: the caller's intent).
-    values.update({k: v for k, v in overrides.items() if k not in declared})
+        if name in overrides or "Default" in spec:  # else given at deploy time only: a Ref stays unresolved
+            values[name] = _typed(str(spec.get("Type", "String")), overrides.get(name, spec.get("Default")))
     return values
 
 
 def _typed(kind: str, value: Any) -> Any:
-    if kind == "Number" and isinstance(value, str):
+    if not isinstance(value, str):
+        return value
+    if kind == "Number":
         for number in (int, float):
             try:
                 return number(value)
             except ValueError:
                 continue
-        return value
-    if (kind == "CommaDelimitedList" or kind.startswith("List<")) and isinstance(value, str):
+    if kind == "CommaDelimitedList" or kind.startswith("List<"):
         return value.split(",")
     return value
 
@@ -373,10 +342,9 @@ def _sub_parts(argument: Any) -> tuple[Any, Mapping[str, Any]]:
 class _Resolver:
     """Resolves intrinsics against parameter values; what it cannot resolve becomes :class:`Unresolved`."""
 
-    def __init__(self, values: Mapping[str, Any], conditions: Mapping[str, Any], resources: frozenset[str]):
+    def __init__(self, values: Mapping[str, Any], conditions: Mapping[str, Any]):
         self._values = values
         self._conditions = conditions
-        self._resources = resources
         self._evaluated: dict[str, bool | None] = {}
 
     def resolve(self, value: Any) -> Any:
@@ -397,34 +365,19 @@ class _Resolver:
                 return _NO_VALUE
             if isinstance(argument, str) and argument in self._values:
                 return self._values[argument]
-            return Unresolved(expression)
-        if key == "Fn::If":
-            if not (isinstance(argument, list) and len(argument) == 3):
-                return Unresolved(expression)
+        elif key == "Fn::If" and isinstance(argument, list) and len(argument) == 3:
             chosen = self.condition(str(argument[0]))
-            return Unresolved(expression) if chosen is None else self.resolve(argument[1 if chosen else 2])
-        if key == "Fn::Sub":
+            if chosen is not None:
+                return self.resolve(argument[1 if chosen else 2])
+        elif key == "Fn::Sub":
             return self._sub(expression, argument)
-        if key == "Fn::Join":
-            if isinstance(argument, list) and len(argument) == 2 and isinstance(argument[0], str):
-                items = self.resolve(argument[1])
-                if isinstance(items, list) and all(_is_scalar(item) for item in items):
-                    return argument[0].join(_text(item) for item in items)
-            return Unresolved(expression)
-        if key == "Fn::Split":
-            if isinstance(argument, list) and len(argument) == 2 and isinstance(argument[0], str):
-                source = self.resolve(argument[1])
-                if isinstance(source, str):
-                    return source.split(argument[0])
-            return Unresolved(expression)
-        if key == "Fn::Select":
-            if isinstance(argument, list) and len(argument) == 2:
-                index, items = self.resolve(argument[0]), self.resolve(argument[1])
-                with_index = isinstance(items, list) and _is_scalar(index) and str(index).isdigit()
-                if with_index and int(index) < len(items):
-                    return items[int(index)]
-            return Unresolved(expression)
-        # Fn::GetAtt, Fn::ImportValue, Fn::GetAZs...: only a deployment knows.
+        elif key in ("Fn::Join", "Fn::Split") and isinstance(argument, list) and len(argument) == 2:
+            delimiter, value = argument[0], self.resolve(argument[1])
+            joinable = isinstance(value, list) and all(map(_is_scalar, value))
+            if isinstance(delimiter, str) and key == "Fn::Split" and isinstance(value, str):
+                return value.split(delimiter)
+            if isinstance(delimiter, str) and key == "Fn::Join" and joinable:
+                return delimiter.join(map(scalar_text, value))
         return Unresolved(expression)
 
     def _sub(self, expression: Mapping[str, Any], argument: Any) -> Any:
@@ -443,7 +396,7 @@ class _Resolver:
             if not _is_scalar(value):
                 unresolved = True
                 return match.group(0)
-            return _text(value)
+            return scalar_text(value)
 
         result = _SUB_VARIABLE.sub(substitute, text)
         return Unresolved(expression) if unresolved else result
@@ -467,7 +420,7 @@ class _Resolver:
             left, right = (self.resolve(side) for side in argument)
             if not (_is_scalar(left) and _is_scalar(right)):
                 return None
-            return _text(left) == _text(right)
+            return scalar_text(left) == scalar_text(right)
         if key == "Fn::Not" and len(argument) == 1:
             inner = self._test(argument[0])
             return None if inner is None else not inner
@@ -484,7 +437,6 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, str | int | float | bool)
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
+def scalar_text(value: Any) -> str:
+    """A value as CloudFormation passes it on as text: YAML booleans become ``true`` / ``false``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -26,7 +26,7 @@ def test_every_variable_has_a_description(cls):
 
 
 def test_every_variable_is_snapllm_or_powertools():
-    names = [variable.name for cls in settings_classes() for variable in cls.variables()]
+    names = [cls.variable_name(name) for cls in settings_classes() for name in cls.model_fields]
     assert all(name.startswith(("SNAPLLM_", "POWERTOOLS_")) for name in names), names
 
 

@@ -1,11 +1,9 @@
-"""Settings of the agent function, read from ``SNAPLLM_AGENT_*`` environment variables.
+"""Settings of the agent function, read from ``SNAPLLM_AGENT_*`` variables (:class:`AgentEnvironment`).
 
 ``template.yaml`` sets them from stack parameters::
 
     settings = AgentSettings.from_env()
     settings.state_budget_bytes    # 65536 unless SNAPLLM_AGENT_STATE_BUDGET_BYTES says otherwise
-
-:class:`AgentEnvironment` declares the variables (defaults, ranges, descriptions).
 """
 
 from __future__ import annotations
@@ -67,70 +65,40 @@ class AgentSettings:
 
 
 class AgentEnvironment(EnvironmentSettings):
-    """The agent function's variables, all ``SNAPLLM_AGENT_*``."""
+    """The agent function's variables, all ``SNAPLLM_AGENT_*``, named as :class:`AgentSettings`' fields."""
 
     model_config = SettingsConfigDict(env_prefix="SNAPLLM_AGENT_")
 
-    artifacts_bucket: str = Field(
-        min_length=1,
-        description="Bucket of the documents and of the state offloaded from checkpoints (the template "
-        "sets it).",
-    )
-    artifacts_prefix: str = Field(
-        AgentSettings.artifacts_prefix,
-        description="The only part of the bucket the agent reads or writes: documents under it, offloaded "
-        "state under `{prefix}runs/`.",
-    )
-    inference_function: str | None = Field(
-        None,
-        description="Qualified ARN of the inference alias the agent invokes (the template sets it).",
-        json_schema_extra={"unset": "required"},
-    )
+    artifacts_bucket: str = Field(min_length=1)
+    """Bucket of the documents and of the state offloaded from checkpoints (the template sets it)."""
+    artifacts_prefix: str = AgentSettings.artifacts_prefix
+    """The only part of the bucket the agent reads or writes: documents under it, offloaded state under
+    `{prefix}runs/`."""
+    inference_function: str | None = Field(None, json_schema_extra={"unset": "required"})
+    """Qualified ARN of the inference alias the agent invokes (the template sets it)."""
     state_budget_bytes: int = Field(
-        AgentSettings.state_budget_bytes,
-        ge=512,
-        lt=SERVICE_OPERATION_LIMIT_BYTES,
-        description="Largest step result the agent checkpoints, in bytes; larger results go to S3. Below "
-        "the service's 256 KiB per operation.",
+        AgentSettings.state_budget_bytes, ge=512, lt=SERVICE_OPERATION_LIMIT_BYTES
     )
-    max_documents: int = Field(
-        AgentSettings.max_documents, ge=1, description="Most documents a run may name."
-    )
-    chunks_per_document: int = Field(
-        AgentSettings.chunks_per_document,
-        ge=1,
-        description="Chunks summarized per document larger than one chunk, spread evenly over it.",
-    )
-    chunk_bytes: int = Field(
-        AgentSettings.chunk_bytes, ge=64, description="Bytes of a document read for one chunk's summary."
-    )
-    excerpt_bytes: int = Field(
-        AgentSettings.excerpt_bytes, ge=64, description="Bytes of a document's opening excerpt."
-    )
-    plan_max_tokens: int = Field(
-        AgentSettings.plan_max_tokens, ge=1, description="Tokens the model may generate for the plan."
-    )
-    summary_max_tokens: int = Field(
-        AgentSettings.summary_max_tokens, ge=1, description="Tokens the model may generate per summary."
-    )
-    answer_max_tokens: int = Field(
-        AgentSettings.answer_max_tokens, ge=1, description="Tokens the model may generate for the answer."
-    )
+    """Largest step result the agent checkpoints, in bytes; larger results go to S3. Below the service's
+    256 KiB per operation."""
+    max_documents: int = Field(AgentSettings.max_documents, ge=1)
+    """Most documents a run may name."""
+    chunks_per_document: int = Field(AgentSettings.chunks_per_document, ge=1)
+    """Chunks summarized per document larger than one chunk, spread evenly over it."""
+    chunk_bytes: int = Field(AgentSettings.chunk_bytes, ge=64)
+    """Bytes of a document read for one chunk's summary."""
+    excerpt_bytes: int = Field(AgentSettings.excerpt_bytes, ge=64)
+    """Bytes of a document's opening excerpt."""
+    plan_max_tokens: int = Field(AgentSettings.plan_max_tokens, ge=1)
+    """Tokens the model may generate for the plan."""
+    summary_max_tokens: int = Field(AgentSettings.summary_max_tokens, ge=1)
+    """Tokens the model may generate per summary."""
+    answer_max_tokens: int = Field(AgentSettings.answer_max_tokens, ge=1)
+    """Tokens the model may generate for the answer."""
 
     def agent_settings(self) -> AgentSettings:
-        return AgentSettings(
-            artifacts_bucket=self.artifacts_bucket,
-            artifacts_prefix=self.artifacts_prefix,
-            inference_function_arn=self.inference_function,
-            state_budget_bytes=self.state_budget_bytes,
-            max_documents=self.max_documents,
-            chunks_per_document=self.chunks_per_document,
-            chunk_bytes=self.chunk_bytes,
-            excerpt_bytes=self.excerpt_bytes,
-            plan_max_tokens=self.plan_max_tokens,
-            summary_max_tokens=self.summary_max_tokens,
-            answer_max_tokens=self.answer_max_tokens,
-        )
+        values = self.model_dump(exclude={"inference_function"})
+        return AgentSettings(**values, inference_function_arn=self.inference_function)
 
 
 class AgentRoutesEnvironment(EnvironmentSettings):
@@ -138,9 +106,5 @@ class AgentRoutesEnvironment(EnvironmentSettings):
 
     model_config = SettingsConfigDict(env_prefix="SNAPLLM_AGENT_")
 
-    function_arn: str | None = Field(
-        None,
-        description="Qualified ARN of the agent alias that `/v1/agent/runs` starts runs on (the template "
-        "sets it).",
-        json_schema_extra={"unset": "`/v1/agent` unavailable"},
-    )
+    function_arn: str | None = Field(None, json_schema_extra={"unset": "`/v1/agent` unavailable"})
+    """Qualified ARN of the agent alias that `/v1/agent/runs` starts runs on (the template sets it)."""

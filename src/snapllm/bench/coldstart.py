@@ -146,23 +146,20 @@ def _measure_invokes(
         n_threads_batch=engine.threads,
         verbose=False,
     )
+
+    def bare_chat() -> Any:  # top_p: llama_cpp's default, 0.95, as the handler's default
+        return bare.create_chat_completion(
+            messages=REQUEST["messages"], max_tokens=REQUEST["max_tokens"], temperature=REQUEST["temperature"]
+        )
+
     # One untimed round on each side, so both time requests whose prompt prefix is already cached.
-    bare.create_chat_completion(
-        messages=REQUEST["messages"], max_tokens=REQUEST["max_tokens"], temperature=0.0
-    )
+    bare_chat()
     runtime.handle(dict(REQUEST), LocalContext.create("bench", timeout_s=120, memory_mb=10240))
     sample_response: dict[str, Any] = {}
     for _ in range(invokes):
         context = LocalContext.create("bench", timeout_s=120, memory_mb=10240)
         ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(REQUEST), c))
-        bare_s, bare_response = _timed(
-            lambda: bare.create_chat_completion(
-                messages=REQUEST["messages"],
-                max_tokens=REQUEST["max_tokens"],
-                temperature=REQUEST["temperature"],
-                top_p=0.95,
-            )
-        )
+        bare_s, bare_response = _timed(bare_chat)
         if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:
             raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
         samples.add("warm.snapllm", ours_s)
@@ -244,10 +241,7 @@ def run(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "invokes": args.invokes,
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(_render(result))
+    print(json.dumps(result, indent=2) if args.json else _render(result))
     return 0
 
 

@@ -124,17 +124,8 @@ def run(args: argparse.Namespace) -> int:
     overhead = results["overhead_ms"]
     passed = overhead.p99 <= args.budget_ms
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "requests": args.requests,
-                    "budget_ms": args.budget_ms,
-                    "passed": passed,
-                    **{k: v.as_dict() for k, v in results.items()},
-                },
-                indent=2,
-            )
-        )
+        summary = {"requests": args.requests, "budget_ms": args.budget_ms, "passed": passed}
+        print(json.dumps({**summary, **{k: v.as_dict() for k, v in results.items()}}, indent=2))
     else:
         rows = [
             (label, f"{p.p50:.2f} / {p.p95:.2f} / {p.p99:.2f} / {p.max:.2f}")

@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +66,10 @@ def _fault_spec(text: str) -> FaultSpec:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-@contextlib.contextmanager
-def _s3_through_faults(deployment: LocalDeployment, faults: list[FaultSpec]) -> Iterator[FaultProxy | None]:
-    if not faults:
-        yield None
-        return
-    with FaultProxy(deployment.s3.endpoint_url, faults) as proxy:
-        yield proxy
+def _fault_proxy(
+    deployment: LocalDeployment, faults: list[FaultSpec]
+) -> contextlib.AbstractContextManager[Any]:
+    return FaultProxy(deployment.s3.endpoint_url, faults) if faults else contextlib.nullcontext()
 
 
 def _report_faults(proxy: FaultProxy | None) -> None:
@@ -126,7 +122,7 @@ def _invoke_direct(args: argparse.Namespace, template: Template, function: Funct
         overrides = dict(item.split("=", 1) for item in args.env)
         with (
             LocalDeployment.start(template, model_path=args.model) as deployment,
-            _s3_through_faults(deployment, args.s3_fault) as proxy,
+            _fault_proxy(deployment, args.s3_fault) as proxy,
             deployment.function(
                 function.name,
                 timeout_s=args.timeout,

@@ -25,7 +25,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,14 +107,6 @@ class LocalAgent:
     deployment: LocalDeployment
     settings: AgentSettings
     inference: InferenceClient
-    store: ArtifactStore = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.store = ArtifactStore(
-            self.deployment.s3.client(),
-            bucket=self.settings.artifacts_bucket,
-            prefix=self.settings.artifacts_prefix,
-        )
 
     @classmethod
     @contextlib.contextmanager
@@ -144,10 +136,11 @@ class LocalAgent:
                 yield cls(deployment, settings, LocalInferenceClient(environment))
 
     def upload_documents(self, directory: Path) -> list[str]:
-        """Upload every file in ``directory`` under ``{prefix}documents/``; returns their URIs."""
+        """Upload every file in ``directory``, if any, under ``{prefix}documents/``; returns their URIs."""
         client = self.deployment.s3.client()
         uris = []
-        for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        files = sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+        for path in files:
             key = f"{self.settings.artifacts_prefix}documents/{path.name}"
             client.upload_file(str(path), self.settings.artifacts_bucket, key)
             uris.append(f"s3://{self.settings.artifacts_bucket}/{key}")
@@ -266,14 +259,13 @@ def _has_ended(runner: Any, arn: str) -> bool:
 
 
 @contextlib.contextmanager
-def agent_runs(agent: LocalAgent, documents: Path | None = None) -> Iterator[None]:
+def agent_runs(agent: LocalAgent, documents: Path) -> Iterator[None]:
     """Serve the router's ``/v1/agent/runs`` from durable executions of ``agent`` in this process.
 
     The files in ``documents`` are uploaded first, so an event that names them (``events/agent/review.json``
     names ``events/agent/documents/``) can be posted as it is.
     """
-    if documents is not None and documents.is_dir():
-        agent.upload_documents(documents)
+    agent.upload_documents(documents)
     with agent.durable_service() as service:
         agent_routes.configure(AgentRuns(service, function_arn=service.function_arn))
         try:

@@ -64,9 +64,8 @@ def invoke_durable(args: argparse.Namespace, template: Template, function: Funct
         with LocalAgent.start(
             template, function, model_path=args.model, inference_timeout_s=args.timeout
         ) as agent:
-            documents = args.event.parent / "documents" if args.event and str(args.event) != "-" else None
-            if documents is not None and documents.is_dir():
-                agent.upload_documents(documents)
+            if str(args.event) != "-":
+                agent.upload_documents(args.event.parent / "documents")
             run = agent.run(event, decide=decide, settings=settings)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)

@@ -32,15 +32,10 @@ class LocalDurableLambda:
     ``get_durable_execution_history`` / ``send_durable_execution_callback_success`` over a test runner."""
 
     def __init__(self, runner: Any, *, function_arn: str) -> None:
-        self._runner = runner
+        self.runner = runner  # the testing runner that holds the executions
         self.function_arn = function_arn
         self._started: dict[str, tuple[str, bytes]] = {}  # name -> (execution ARN, payload)
         self._lock = threading.Lock()
-
-    @property
-    def runner(self) -> Any:
-        """The testing runner that holds the executions (for inspecting them)."""
-        return self._runner
 
     def invoke(
         self, *, FunctionName: str, InvocationType: str, DurableExecutionName: str, Payload: bytes
@@ -59,7 +54,7 @@ class LocalDurableLambda:
                         "Invoke",
                     )
             else:
-                arn = self._runner.run_async(
+                arn = self.runner.run_async(
                     input=Payload.decode(), execution_name=DurableExecutionName, execution_timeout=600
                 )
                 self._started[DurableExecutionName] = (arn, Payload)
@@ -79,22 +74,18 @@ class LocalDurableLambda:
 
     def get_durable_execution(self, *, DurableExecutionArn: str) -> dict[str, Any]:
         # The runner exposes execution details only on its executor (what its web server answers with).
-        return self._runner._executor.get_execution_details(DurableExecutionArn).to_dict()
+        return self.runner._executor.get_execution_details(DurableExecutionArn).to_dict()
 
     def get_durable_execution_history(
         self, *, DurableExecutionArn: str, Marker: str | None = None
     ) -> dict[str, Any]:
-        return self._runner.get_execution_history(DurableExecutionArn).to_dict()
+        return self.runner.get_execution_history(DurableExecutionArn).to_dict()
 
     def send_durable_execution_callback_success(self, *, CallbackId: str, Result: bytes) -> dict[str, Any]:
         try:
-            self._runner.send_callback_success(CallbackId, Result)
-        except CallbackTimeoutException as exc:
-            raise _client_error(
-                "CallbackTimeoutException", str(exc), "SendDurableExecutionCallbackSuccess"
-            ) from exc
-        except ResourceNotFoundException as exc:
-            raise _client_error(
-                "ResourceNotFoundException", str(exc), "SendDurableExecutionCallbackSuccess"
-            ) from exc
+            self.runner.send_callback_success(CallbackId, Result)
+        except (CallbackTimeoutException, ResourceNotFoundException) as exc:
+            # The service's error codes are these exceptions' names.
+            operation = "SendDurableExecutionCallbackSuccess"
+            raise _client_error(type(exc).__name__, str(exc), operation) from exc
         return {}

@@ -16,6 +16,7 @@ Sources, lowest precedence first:
 
 A template value left :class:`~snapllm.sam.Unresolved` must be supplied by 2-4 or be named in ``wired``
 (the runner connects that part itself, e.g. the agent's inference alias becomes a local client).
+``function`` None gives 2-4 alone (for code that runs a function's logic in this process).
 """
 
 from __future__ import annotations
@@ -25,16 +26,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from snapllm.errors import ConfigurationError
-from snapllm.sam import Function, Unresolved
+from snapllm.sam import Function, Unresolved, scalar_text
 
 #: Prefixes of the caller's variables that override a template's values.
 SHELL_OVERRIDE_PREFIXES = ("SNAPLLM_", "POWERTOOLS_")
-
-
-def shell_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's ``SNAPLLM_*`` / ``POWERTOOLS_*`` variables."""
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in environ.items() if k.startswith(SHELL_OVERRIDE_PREFIXES)}
 
 
 def function_environment(
@@ -47,26 +42,18 @@ def function_environment(
 ) -> dict[str, str]:
     """The variables ``function`` runs with locally (see the module's docstring for the order).
 
-    ``function`` None gives the local values and overrides alone (for code that runs a function's logic
-    in this process with its own settings).
-
     Raises:
         ConfigurationError: A template value is unresolved and nothing supplies it; the message names it.
     """
-    template: dict[str, Any] = function.environment if function is not None else {}
+    environ = os.environ if environ is None else environ
     merged: dict[str, Any] = {
-        **template,
+        **(function.environment if function is not None else {}),
         **(local or {}),
-        **shell_overrides(environ),
+        **{k: v for k, v in environ.items() if k.startswith(SHELL_OVERRIDE_PREFIXES)},
         **(overrides or {}),
     }
     missing = sorted(k for k, v in merged.items() if isinstance(v, Unresolved) and k not in wired)
-    if missing:
-        assert function is not None
+    if function is not None and missing:
         raise ConfigurationError(f"{function.name}: give local values for {', '.join(missing)}")
-    return {k: "" if v is None else _text(v) for k, v in merged.items() if not isinstance(v, Unresolved)}
-
-
-def _text(value: Any) -> str:
-    # YAML booleans as CloudFormation passes them: "true" / "false".
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    known = {k: v for k, v in merged.items() if not isinstance(v, Unresolved)}
+    return {k: "" if v is None else scalar_text(v) for k, v in known.items()}

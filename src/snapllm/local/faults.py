@@ -526,10 +526,6 @@ class FaultProxy:
             return True
 
     def _record(self, fault: Fault) -> None:
+        spec = fault.status is not None or fault.stream is not None
         with self._lock:
-            if fault.status is not None:
-                self.fired.append(f"status={fault.status}:{fault.error_code}")
-            elif fault.stream is not None:
-                self.fired.append(str(FaultSpec(fault)))
-            else:
-                self.fired.append(f"etag={fault.etag}")
+            self.fired.append(str(FaultSpec(fault)) if spec else f"etag={fault.etag}")

@@ -36,7 +36,6 @@ from snapllm.edge import check_body_size, check_headers, decode_json
 from snapllm.errors import RequestError
 from snapllm.local.context import LocalContext
 from snapllm.local.stack import LocalStack
-from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH
 
@@ -50,34 +49,14 @@ _HOP_BY_HOP = frozenset({"host", "content-length", "connection", "transfer-encod
 class LocalGateway:
     """The ASGI app of ``snapllm local serve``: API Gateway + router, or Function URL + LWA for streams."""
 
-    def __init__(
-        self,
-        router: RouterApp,
-        *,
-        stream_url: str | None,
-        function_name: str = "RouterFunction",
-        memory_mb: int = 256,
-    ) -> None:
-        self.router = router
-        self.stream_url = stream_url
-        self.function_name = function_name
-        self.memory_mb = memory_mb
+    def __init__(self, stack: LocalStack, *, streaming: bool = True) -> None:
+        self.router = stack.router
+        self.function = stack.router_function
         # One Lambda environment answers one request at a time; the resolver keeps per-request state.
         self._lock = threading.Lock()
-        self._http = (
-            httpx.AsyncClient(base_url=stream_url, timeout=httpx.Timeout(None)) if stream_url else None
-        )
+        stream = stack.stream if streaming else None
+        self._http = httpx.AsyncClient(base_url=stream.url, timeout=httpx.Timeout(None)) if stream else None
         self.app = Starlette()  # lifespan only: every HTTP request goes to endpoint()
-
-    @classmethod
-    def for_stack(cls, stack: LocalStack, *, streaming: bool = True) -> LocalGateway:
-        """The gateway in front of ``stack``'s HTTP API function (and its web-adapter function)."""
-        return cls(
-            stack.router,
-            stream_url=stack.stream.url if streaming and stack.stream else None,
-            function_name=stack.router_function.name,
-            memory_mb=stack.router_function.memory_mb,
-        )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # No Starlette routing: a route pattern would answer some paths (e.g. with an encoded newline)
@@ -90,7 +69,7 @@ class LocalGateway:
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:
         # API Gateway gives an integration 30 s.
-        context = LocalContext.create(self.function_name, timeout_s=30, memory_mb=self.memory_mb)
+        context = LocalContext.create(self.function.name, timeout_s=30, memory_mb=self.function.memory_mb)
         request = event.get("requestContext")
         request_id = request.get("requestId") if isinstance(request, dict) else None
         if isinstance(request_id, str) and request_id:
@@ -163,7 +142,7 @@ def _http_response(result: Mapping[str, Any]) -> Response:
 
 def serve(stack: LocalStack, *, port: int = 3000, host: str = "127.0.0.1") -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM)."""
-    gateway = LocalGateway.for_stack(stack)
+    gateway = LocalGateway(stack)
     print(
         f"snapllm: serving model {stack.model!r} on http://{host}:{port}/v1 "
         f"(streaming {'on' if stack.stream else 'off'}); Ctrl-C stops",

@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -33,6 +34,23 @@ def connect(address: str) -> Connection:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(address)
     return Connection(sock.detach())
+
+
+def _commands(conn: Connection) -> Iterator[tuple[str, Any]]:
+    """The driver's ``(command, payload)`` messages, until it says ``exit`` or hangs up."""
+    while True:
+        try:
+            command, payload = conn.recv()
+        except EOFError:
+            return
+        if command == "exit":
+            return
+        yield command, payload
+
+
+def _measured(**result: Any) -> dict[str, Any]:
+    memory = {"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()}
+    return {**result, "phases": phases.as_dict(), **memory}
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -58,25 +76,14 @@ class _Host:
         sys.path.insert(0, code_dir)
         os.chdir(code_dir)
         started = time.perf_counter()
-        loaded = importlib.import_module(module)
-        self.handler = getattr(loaded, function)
-        return {
-            "init_s": time.perf_counter() - started,
-            "phases": phases.as_dict(),
-            "rss_bytes": rss_bytes(),
-            "peak_rss_bytes": peak_rss_bytes(),
-        }
+        self.handler = getattr(importlib.import_module(module), function)
+        return _measured(init_s=time.perf_counter() - started)
 
     def snapshot(self) -> dict[str, Any]:
         started = time.perf_counter()
         for func, args, kwargs in reversed(get_before_snapshot()):
             func(*args, **kwargs)
-        return {
-            "seconds": time.perf_counter() - started,
-            "phases": phases.as_dict(),
-            "rss_bytes": rss_bytes(),
-            "peak_rss_bytes": peak_rss_bytes(),
-        }
+        return _measured(seconds=time.perf_counter() - started)
 
     def restore(self, function_name: str, timeout_s: float, memory_mb: int) -> int:
         pid = os.fork()
@@ -97,14 +104,7 @@ class _Host:
             conn.send({"error": _error(exc)})
             return
         conn.send({"restore_s": time.perf_counter() - started, "pid": os.getpid()})
-        while True:
-            try:
-                command, payload = conn.recv()
-            except EOFError:
-                return
-            if command == "exit":
-                return
-            event, custom = payload
+        for _, (event, custom) in _commands(conn):
             context = LocalContext.create(
                 function_name, timeout_s=timeout_s, memory_mb=memory_mb, custom=custom
             )
@@ -139,13 +139,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     host = _Host(address)
     conn = connect(address)
-    while True:
-        try:
-            command, payload = conn.recv()
-        except EOFError:
-            return
-        if command == "exit":
-            return
+    for command, payload in _commands(conn):
         try:
             result = getattr(host, command)(**payload)
             conn.send({"result": result})

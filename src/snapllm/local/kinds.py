@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 
 from snapllm.errors import ConfigurationError
-from snapllm.sam import Function, Template, Unresolved, references
+from snapllm.sam import Function, Template, references
 
 MODEL_KEY_VARIABLE = "SNAPLLM_MODEL_KEY"
 WEB_ADAPTER_WRAPPER = "/opt/bootstrap"
@@ -56,9 +56,8 @@ def kind_of(template: Template, function: Function) -> Kind:
 
 
 def runs_under_web_adapter(function: Function) -> bool:
-    if function.environment.get("AWS_LAMBDA_EXEC_WRAPPER") == WEB_ADAPTER_WRAPPER:
-        return True
-    return any(WEB_ADAPTER_LAYER in str(layer) for layer in function.layers)
+    wrapper = function.environment.get("AWS_LAMBDA_EXEC_WRAPPER")
+    return wrapper == WEB_ADAPTER_WRAPPER or any(WEB_ADAPTER_LAYER in str(layer) for layer in function.layers)
 
 
 def http_api_targets(template: Template) -> frozenset[str]:
@@ -67,8 +66,7 @@ def http_api_targets(template: Template) -> frozenset[str]:
         fn.name for fn in template.functions if any(e.get("Type") == "HttpApi" for e in fn.events.values())
     }
     for _, resource in template.resources(HTTP_API_INTEGRATION):
-        properties = resource.get("Properties") or {}
-        targets |= references(properties.get("IntegrationUri"))
+        targets |= references((resource.get("Properties") or {}).get("IntegrationUri"))
     return frozenset(targets)
 
 
@@ -78,25 +76,17 @@ def of_kind(template: Template, kind: Kind) -> list[Function]:
 
 
 def one_of_kind(template: Template, kind: Kind, *, named_by: Iterable[Function] = ()) -> Function:
-    """The function of ``kind`` that ``named_by``'s variables name, else the first of that kind.
-
-    Raises:
-        ConfigurationError: The template has no function of that kind.
-    """
+    """The function of ``kind`` that ``named_by``'s variables name, else the first of that kind."""
     candidates = of_kind(template, kind)
     if not candidates:
         raise ConfigurationError(f"{template.path} has no {kind} function")
-    named = _named_by(named_by)
-    return next((fn for fn in candidates if fn.name in named), candidates[0])
+    return _first_named(candidates, named_by)
 
 
 def model_function(template: Template, *, callers: Iterable[Function] | None = None) -> Function:
-    """The function that loads the model and answers direct invokes (see the module's docstring).
+    """The function that loads the model (see the module's docstring); ConfigurationError if none does.
 
     ``callers`` are the functions whose variables name it; by default every HTTP API and durable function.
-
-    Raises:
-        ConfigurationError: No direct-invoke function sets ``SNAPLLM_MODEL_KEY``.
     """
     candidates = [fn for fn in of_kind(template, Kind.DIRECT) if MODEL_KEY_VARIABLE in fn.environment]
     if not candidates:
@@ -105,14 +95,9 @@ def model_function(template: Template, *, callers: Iterable[Function] | None = N
         )
     if callers is None:
         callers = [fn for fn in template.functions if kind_of(template, fn) in {Kind.HTTP_API, Kind.DURABLE}]
-    named = _named_by(callers)
+    return _first_named(candidates, callers)
+
+
+def _first_named(candidates: list[Function], callers: Iterable[Function]) -> Function:
+    named = frozenset[str]().union(*(references(fn.environment) for fn in callers))
     return next((fn for fn in candidates if fn.name in named), candidates[0])
-
-
-def _named_by(functions: Iterable[Function]) -> set[str]:
-    names: set[str] = set()
-    for fn in functions:
-        for value in fn.environment.values():
-            if isinstance(value, Unresolved):
-                names |= value.references
-    return names

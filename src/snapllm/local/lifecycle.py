@@ -32,7 +32,7 @@ from typing import Any
 
 from snapllm.errors import SnapllmError
 from snapllm.local.environment import function_environment
-from snapllm.local.processes import stop_process
+from snapllm.local.processes import Closing, stop_process
 from snapllm.sam import Function
 
 
@@ -45,6 +45,10 @@ class LocalFunctionError(SnapllmError):
         trace = "".join(error.get("stackTrace", []))
         super().__init__(f"{phase} failed: {error.get('errorType')}: {error.get('errorMessage')}\n{trace}")
 
+    @classmethod
+    def died(cls, phase: str, message: str) -> LocalFunctionError:
+        return cls(phase, {"errorType": "EnvironmentDied", "errorMessage": message})
+
 
 @dataclass(frozen=True)
 class InvokeResult:
@@ -55,53 +59,35 @@ class InvokeResult:
     error: dict[str, Any] | None = None
 
 
-class RestoredEnvironment:
+class RestoredEnvironment(Closing):
     """One execution environment restored from the snapshot; invoke it as many times as you like."""
 
-    def __init__(self, conn: Connection, spec: Function, restore_s: float, pid: int) -> None:
+    def __init__(self, conn: Connection, restore_s: float, pid: int) -> None:
         self._conn = conn
-        self._spec = spec
         self.restore_s = restore_s
         self.pid = pid
 
     def invoke(self, event: Any, *, client_context: dict[str, Any] | None = None) -> InvokeResult:
-        """Invoke the handler with ``event``; raises :class:`LocalFunctionError` if the environment died.
-
-        ``client_context`` becomes ``context.client_context.custom``, as an Invoke's ClientContext does.
-        """
+        """Invoke the handler with ``event``; ``client_context`` becomes ``context.client_context.custom``."""
         return self.invoke_json(json.dumps(event), client_context=client_context)
 
     def invoke_json(
         self, payload: str | bytes, *, client_context: dict[str, Any] | None = None
     ) -> InvokeResult:
-        """Invoke the handler with the event ``payload`` (JSON text, an event file as it is).
-
-        As with Lambda's runtime API, the environment decodes the JSON itself and answers a payload it
-        cannot decode with ``Runtime.UnmarshalError``.
-        """
+        """Invoke with the JSON text ``payload``: the environment decodes it, as Lambda's runtime does, and
+        answers ``Runtime.UnmarshalError`` if it cannot; :class:`LocalFunctionError` if it died."""
         try:
             self._conn.send(("invoke", (payload, client_context)))
             reply = self._conn.recv()
         except (EOFError, OSError) as exc:
-            raise LocalFunctionError(
-                "invoke",
-                {"errorType": "EnvironmentDied", "errorMessage": f"environment {self.pid} exited: {exc}"},
-            ) from exc
+            raise LocalFunctionError.died("invoke", f"environment {self.pid} exited: {exc}") from exc
         return InvokeResult(reply.get("response"), reply["duration_s"], reply.get("error"))
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send(("exit", None))
-        self._conn.close()
-
-    def __enter__(self) -> RestoredEnvironment:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        _exit(self._conn)
 
 
-class LocalFunction:
+class LocalFunction(Closing):
     """Drives a host process (``snapllm.local.host``) through the Lambda lifecycle."""
 
     def __init__(
@@ -113,8 +99,7 @@ class LocalFunction:
         timeout_s: float | None = None,
     ) -> None:
         """``local`` and ``overrides`` complete the template's variables (see
-        :func:`~snapllm.local.environment.function_environment`, which raises for a value left unresolved).
-        """
+        :func:`~snapllm.local.environment.function_environment`, which raises for a value left unresolved)."""
         self.spec = spec
         self.timeout_s = timeout_s or spec.timeout_s
         self._environment = function_environment(spec, local=local, overrides=overrides)
@@ -131,7 +116,8 @@ class LocalFunction:
         """The function's variables: the template's values, overridden by the local ones."""
         return dict(self._environment)
 
-    def _start(self) -> None:
+    def init(self) -> dict[str, Any]:
+        """Start a fresh interpreter and import the handler module: the init phase."""
         env = {
             **os.environ,
             **self._environment,
@@ -144,6 +130,12 @@ class LocalFunction:
             [sys.executable, "-m", "snapllm.local.host", self._address], env=env, stdout=sys.stderr.fileno()
         )
         self._conn = self._accept("init")
+        return self._call(
+            "init",
+            code_dir=str(self.spec.code_dir),
+            module=self.spec.module_name,
+            function=self.spec.function_name,
+        )
 
     def _accept(self, phase: str, timeout_s: float = 60.0) -> Connection:
         """Wait for the host (or a restored child) to connect, failing fast if the host has died."""
@@ -155,11 +147,11 @@ class LocalFunction:
                 return Connection(sock.detach())
             if self._process is not None and self._process.poll() is not None:
                 break
+        raise self._died(phase)
+
+    def _died(self, phase: str) -> LocalFunctionError:
         code = self._process.poll() if self._process is not None else None
-        raise LocalFunctionError(
-            phase,
-            {"errorType": "EnvironmentDied", "errorMessage": f"the function process exited (code {code})"},
-        )
+        return LocalFunctionError.died(phase, f"the function process exited (code {code})")
 
     def _call(self, phase: str, **payload: Any) -> Any:
         assert self._conn is not None, "call init() first"
@@ -167,37 +159,18 @@ class LocalFunction:
             self._conn.send((phase, payload))
             reply = self._conn.recv()
         except (EOFError, OSError) as exc:
-            code = self._process.poll() if self._process is not None else None
-            raise LocalFunctionError(
-                phase,
-                {
-                    "errorType": "EnvironmentDied",
-                    "errorMessage": f"the function process exited (code {code})",
-                },
-            ) from exc
+            raise self._died(phase) from exc
         if "error" in reply:
             raise LocalFunctionError(phase, reply["error"])
         return reply["result"]
-
-    def init(self) -> dict[str, Any]:
-        """Start a fresh interpreter and import the handler module: the init phase."""
-        self._start()
-        return self._call(
-            "init",
-            code_dir=str(self.spec.code_dir),
-            module=self.spec.module_name,
-            function=self.spec.function_name,
-        )
 
     def snapshot(self) -> dict[str, Any]:
         """Run the before-snapshot hooks (in reverse registration order, as Lambda does)."""
         return self._call("snapshot")
 
     def restore(self, *, timeout_s: float | None = None) -> RestoredEnvironment:
-        """Fork the snapshotted process into a new environment and run its after-restore hooks.
-
-        ``timeout_s`` overrides the function timeout for this environment's invokes.
-        """
+        """Fork the snapshotted process into a new environment and run its after-restore hooks (``timeout_s``:
+        this environment's invoke timeout, default the function's)."""
         pid = self._call(
             "restore",
             function_name=self.spec.name,
@@ -209,13 +182,11 @@ class LocalFunction:
         if "error" in reply:
             conn.close()
             raise LocalFunctionError("restore", reply["error"])
-        return RestoredEnvironment(conn, self.spec, reply["restore_s"], pid)
+        return RestoredEnvironment(conn, reply["restore_s"], pid)
 
     def close(self) -> None:
         if self._conn is not None:
-            with contextlib.suppress(OSError):
-                self._conn.send(("exit", None))
-            self._conn.close()
+            _exit(self._conn)
             self._conn = None
         if self._process is not None:
             # The host was asked to exit above; it gets the usual time before it is killed.
@@ -224,8 +195,8 @@ class LocalFunction:
         self._listener.close()
         self._tmp.cleanup()
 
-    def __enter__(self) -> LocalFunction:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _exit(conn: Connection) -> None:
+    with contextlib.suppress(OSError):
+        conn.send(("exit", None))
+    conn.close()

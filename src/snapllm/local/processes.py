@@ -2,11 +2,26 @@
 
 stop_process(process)                    # SIGTERM, then SIGKILL if it has not exited in 10 s
 stop_process(process, terminate=False)   # it was asked to exit already: wait, then SIGKILL
+class LocalFunction(Closing): ...        # `with LocalFunction(...) as f:` calls f.close() on the way out
 """
 
 from __future__ import annotations
 
 import subprocess
+from typing import Self
+
+
+class Closing:
+    """``with`` support for the local stand-ins: leaving the block calls ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def stop_process(

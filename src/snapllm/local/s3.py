@@ -126,10 +126,9 @@ class LocalS3:
         except client.exceptions.ClientError:
             client.create_bucket(Bucket=bucket)
 
-    def put_model(self, path: Path, *, bucket: str, key: str, publish_sha256: bool = True) -> str:
+    def put_model(self, path: Path, *, bucket: str, key: str) -> str:
         """Upload a model file as deployments do: with its SHA-256 as ``sha256`` object metadata."""
         self.ensure_bucket(bucket)
         digest = sha256_file(path)
-        extra = {"Metadata": {"sha256": digest}} if publish_sha256 else {}
-        self.client().upload_file(str(path), bucket, key, ExtraArgs=extra)
+        self.client().upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": digest}})
         return digest

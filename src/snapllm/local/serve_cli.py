@@ -78,7 +78,7 @@ def invoke_http_api(args: argparse.Namespace, template: Template, function: Func
             contextlib.redirect_stdout(sys.stderr),
             LocalStack.start(template, function, model_path=args.model, streaming=False) as stack,
         ):
-            result = LocalGateway.for_stack(stack, streaming=False).invoke_router(event)
+            result = LocalGateway(stack, streaming=False).invoke_router(event)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from snapllm.errors import ConfigurationError
 from snapllm.local.environment import function_environment
 from snapllm.local.kinds import MODEL_KEY_VARIABLE, model_function
 from snapllm.local.lifecycle import LocalFunction
+from snapllm.local.processes import Closing
 from snapllm.local.s3 import LocalS3
 from snapllm.models import default_model_path
 from snapllm.sam import Function, Template
@@ -34,7 +35,7 @@ LOCAL_LOADER_ENVIRONMENT = {"SNAPLLM_S3_PART_SIZE_MB": "1024", "SNAPLLM_S3_CONCU
 
 
 @dataclass
-class LocalDeployment:
+class LocalDeployment(Closing):
     """The local stand-in for a deployed stack."""
 
     template: Template
@@ -48,10 +49,8 @@ class LocalDeployment:
     def start(
         cls, template: Template, *, model_path: Path | None = None, s3: LocalS3 | None = None
     ) -> LocalDeployment:
-        """Upload the model (``model_path``, default the packaged one) to ``s3`` (default a new endpoint).
-
-        ``model_key`` is the model function's key (see :func:`~snapllm.local.kinds.model_function`).
-        """
+        """Upload the model (``model_path``, default the packaged one) to ``s3`` (default a new endpoint);
+        ``model_key`` is the key of :func:`~snapllm.local.kinds.model_function`."""
         functions = [model_function(template), *template.functions]
         model_keys = tuple(dict.fromkeys(key for fn in functions if (key := _model_key(fn))))
         model_path = model_path or default_model_path()
@@ -65,11 +64,8 @@ class LocalDeployment:
         return cls(template, s3, model_path, model_keys[0], digest, model_keys)
 
     def local_values(self, function: Function | None = None) -> dict[str, str]:
-        """What only a deployment resolves, locally: the S3 endpoint and credentials, bucket and model key.
-
-        A function's own ``SNAPLLM_MODEL_KEY`` is kept (its model was uploaded under it); the local loader
-        profile makes the download one whole-object GET.
-        """
+        """What only a deployment resolves, locally: the S3 endpoint and credentials, bucket, loader profile
+        and model key (a function's own ``SNAPLLM_MODEL_KEY`` is kept: its model was uploaded under it)."""
         own = _model_key(function) if function is not None else None
         return {
             **self.s3.client_environment(),
@@ -79,25 +75,16 @@ class LocalDeployment:
         }
 
     def environment(self, **overrides: str) -> dict[str, str]:
-        """Variables that point a function at the local S3 endpoint and the uploaded model.
-
-        ``SNAPLLM_*`` variables set in the caller's environment override these, as ``sam local invoke
-        --env-vars`` does; ``overrides`` win over both (see :mod:`snapllm.local.environment`).
-        """
+        """Variables that point a function at the local S3 endpoint and the uploaded model, under the
+        caller's ``SNAPLLM_*`` variables and ``overrides`` (see :mod:`snapllm.local.environment`)."""
         return function_environment(None, local=self.local_values(), overrides=overrides)
 
     def function(self, name: str, *, timeout_s: float | None = None, **overrides: str) -> LocalFunction:
         spec = self.template.function(name)
         return LocalFunction(spec, local=self.local_values(spec), overrides=overrides, timeout_s=timeout_s)
 
-    def stop(self) -> None:
+    def close(self) -> None:
         self.s3.stop()
-
-    def __enter__(self) -> LocalDeployment:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _model_key(function: Function) -> str | None:

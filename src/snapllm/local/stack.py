@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +28,8 @@ from snapllm.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm.local.environment import function_environment
 from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.kinds import Kind, model_function, of_kind, one_of_kind
-from snapllm.local.lifecycle import LocalFunction, RestoredEnvironment
 from snapllm.local.lwa import WebAdapterProcess
+from snapllm.local.processes import Closing
 from snapllm.local.session import LocalDeployment
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
@@ -41,18 +40,14 @@ AGENT_DOCUMENTS = Path("events/agent/documents")
 
 
 @dataclass
-class LocalStack:
-    """Local S3 with the model, a restored model-function environment, the web-adapter function, the
-    router, and durable agent runs (the SDK's testing runner) behind the router's ``/v1/agent/runs``."""
+class LocalStack(Closing):
+    """The router and the web-adapter function in front of the parts ``resources`` holds: local S3 with the
+    model, a restored model-function environment, durable agent runs behind ``/v1/agent/runs``."""
 
-    deployment: LocalDeployment
-    inference: LocalFunction
-    environment: RestoredEnvironment
     router: RouterApp
     router_function: Function
     stream: WebAdapterProcess | None
     model: str
-    timings: dict[str, float] = field(default_factory=dict)
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     @classmethod
@@ -64,26 +59,19 @@ class LocalStack:
         model_path: Path | None = None,
         streaming: bool = True,
     ) -> LocalStack:
-        """Start every part; a part that fails stops the ones started before it.
-
-        ``router_function`` is the HTTP API function to serve (default: the template's first).
-
-        Raises:
-            ConfigurationError: The template has no HTTP API function or no model function.
-        """
+        """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
+        HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
+        no model function."""
         router_function = router_function or one_of_kind(template, Kind.HTTP_API)
         durable = of_kind(template, Kind.DURABLE)
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
         model_fn = model_function(template, callers=[router_function])
-        timings: dict[str, float] = {}
-        started = time.perf_counter()
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
             inference = resources.enter_context(deployment.function(model_fn.name))
             inference.init()
             inference.snapshot()
             environment = resources.enter_context(inference.restore())
-            timings["inference_ready_s"] = time.perf_counter() - started
             model = inference.environment.get("SNAPLLM_MODEL_NAME") or model_fn.name
             # One client, so the router's and the agent's requests queue for the one environment.
             client = LocalInferenceClient(environment)
@@ -96,10 +84,9 @@ class LocalStack:
             if streaming and web_adapter:
                 stream = cls._web_adapter(deployment, web_adapter[0])
                 resources.callback(stream.stop)
-                timings["stream_ready_s"] = time.perf_counter() - started
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
-        return cls(deployment, inference, environment, router, router_function, stream, model, timings, owned)
+        return cls(router, router_function, stream, model, owned)
 
     @staticmethod
     def _router(
@@ -125,9 +112,3 @@ class LocalStack:
 
     def close(self) -> None:
         self.resources.close()
-
-    def __enter__(self) -> LocalStack:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

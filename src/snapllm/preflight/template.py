@@ -35,45 +35,16 @@ class Layer:
 
 
 @dataclass(frozen=True)
-class Function:
-    """One function as it will deploy: resolved properties, its built code and its layers in order.
+class Function(sam.Function):
+    """One function as it will deploy: :class:`snapllm.sam.Function`'s accessors, its built code (``path``)
+    and its layers in order (in place of the template's entries)."""
 
-    The typed accessors are :class:`snapllm.sam.Function`'s, over the same properties.
-    """
-
-    name: str
-    properties: Mapping[str, Any]
-    path: Path | None
-    layers: tuple[Layer, ...] = ()
-
-    @property
-    def spec(self) -> sam.Function:
-        return sam.Function(self.name, self.properties)
-
-    @property
-    def architecture(self) -> str:
-        """``arm64`` or ``x86_64`` (Lambda's default when ``Architectures`` is absent)."""
-        return self.spec.architecture
-
-    @property
-    def runtime(self) -> str:
-        return self.spec.runtime
-
-    @property
-    def package_type(self) -> str:
-        return self.spec.package_type
+    path: Path | None = None
+    layers: tuple[Layer, ...] = ()  # type: ignore[assignment]
 
     @property
     def memory(self) -> int:
-        return self.spec.memory_mb
-
-    @property
-    def snapstart(self) -> bool:
-        return self.spec.snapstart
-
-    @property
-    def durable(self) -> Mapping[str, Any] | None:
-        return self.spec.durable
+        return self.memory_mb
 
 
 @dataclass(frozen=True)
@@ -86,11 +57,7 @@ class Build:
 
 
 def load_build(build_dir: Path, overrides: Mapping[str, str] | None = None) -> Build:
-    """Loads ``build_dir/template.yaml`` and resolves functions and layers.
-
-    Args:
-        build_dir: What ``sam build`` wrote, normally ``.aws-sam/build``.
-        overrides: Parameter values that replace the template's defaults (as ``--parameter-overrides``).
+    """Loads ``build_dir/template.yaml`` (``sam build``'s) with ``overrides`` as ``--parameter-overrides``.
 
     Raises:
         BuildDirError: No built template in ``build_dir``.

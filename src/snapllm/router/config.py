@@ -1,4 +1,4 @@
-"""Settings of the router function, read once from environment variables at init.
+"""Settings of the router function, read once from environment variables (:class:`RouterEnvironment`).
 
 The routing table maps the ``model`` a client sends to the qualified ARN of the inference alias that
 serves it, so several models can be deployed side by side, each its own SnapStart function::
@@ -6,8 +6,6 @@ serves it, so several models can be deployed side by side, each its own SnapStar
     SNAPLLM_ROUTES='{"smollm2-135m-instruct": "arn:aws:lambda:...:function:snapllm-Inference:live"}'
     settings = RouterSettings.from_env()
     settings.routes["smollm2-135m-instruct"], settings.default_model, settings.max_body_bytes
-
-:class:`RouterEnvironment` declares the variables (defaults, ranges, descriptions).
 """
 
 from __future__ import annotations
@@ -72,74 +70,36 @@ _Routes = Json[dict[_Name, _Name]]
 
 
 class RouterEnvironment(EnvironmentSettings):
-    """The router function's variables (the agent routes it mounts read their own,
-    :class:`~snapllm.agent.settings.AgentRoutesEnvironment`)."""
+    """The router function's variables, named as :class:`RouterSettings`' fields (the agent routes it
+    mounts read their own, :class:`~snapllm.agent.settings.AgentRoutesEnvironment`)."""
 
-    routes: _Routes | None = Field(
-        None,
-        description='Routing table: a JSON object `{"model name": "qualified ARN of the inference alias"}` '
-        "(the template routes its own model).",
-        json_schema_extra={"unset": "no routes"},
-    )
-    extra_routes: _Routes | None = Field(
-        None,
-        description="More routes of the same shape, e.g. a second stack's models; a name in both tables "
-        "takes this one.",
-        json_schema_extra={"unset": "no routes"},
-    )
-    default_model: str | None = Field(
-        None,
-        description="Model of a request that names none; must be in the routing table.",
-        json_schema_extra={"unset": "first route"},
-    )
-    max_body_bytes: int = Field(
-        RouterSettings.max_body_bytes, ge=1, description="Largest request body accepted, in bytes."
-    )
-    max_prompt_chars: int = Field(
-        RouterSettings.max_prompt_chars,
-        ge=1,
-        description="Longest prompt (characters over all messages) accepted before invoking.",
-    )
-    max_tokens: int = Field(
-        RouterSettings.max_tokens, ge=1, description="Largest `max_tokens` a request may ask for."
-    )
-    invoke_timeout_s: float = Field(
-        RouterSettings.invoke_timeout_s,
-        gt=0,
-        lt=API_GATEWAY_LIMIT_S,
-        description="Longest an inference invoke may take, in seconds; below API Gateway's 30 s, so the "
-        "router answers with a 504 of its own.",
-    )
-    invoke_max_attempts: int = Field(
-        RouterSettings.invoke_max_attempts,
-        ge=1,
-        description="Attempts per inference invoke (throttled invokes are retried).",
-    )
-    log_prompts: bool = Field(
-        RouterSettings.log_prompts,
-        description="Log request bodies (prompts) in the router's logs; prompts may be sensitive.",
-    )
-    service: str = Field(
-        RouterSettings.service,
-        validation_alias="POWERTOOLS_SERVICE_NAME",
-        description="Service name of the router's logs, traces and metrics (Powertools).",
-    )
+    routes: _Routes | None = Field(None, json_schema_extra={"unset": "no routes"})
+    """Routing table: a JSON object `{"model name": "qualified ARN of the inference alias"}` (the template
+    routes its own model)."""
+    extra_routes: _Routes | None = Field(None, json_schema_extra={"unset": "no routes"})
+    """More routes of the same shape, e.g. a second stack's models; a name in both tables takes this one."""
+    default_model: str | None = Field(None, json_schema_extra={"unset": "first route"})
+    """Model of a request that names none; must be in the routing table."""
+    max_body_bytes: int = Field(RouterSettings.max_body_bytes, ge=1)
+    """Largest request body accepted, in bytes."""
+    max_prompt_chars: int = Field(RouterSettings.max_prompt_chars, ge=1)
+    """Longest prompt (characters over all messages) accepted before invoking."""
+    max_tokens: int = Field(RouterSettings.max_tokens, ge=1)
+    """Largest `max_tokens` a request may ask for."""
+    invoke_timeout_s: float = Field(RouterSettings.invoke_timeout_s, gt=0, lt=API_GATEWAY_LIMIT_S)
+    """Longest an inference invoke may take, in seconds; below API Gateway's 30 s, so the router answers
+    with a 504 of its own."""
+    invoke_max_attempts: int = Field(RouterSettings.invoke_max_attempts, ge=1)
+    """Attempts per inference invoke (throttled invokes are retried)."""
+    log_prompts: bool = RouterSettings.log_prompts
+    """Log request bodies (prompts) in the router's logs; prompts may be sensitive."""
+    service: str = Field(RouterSettings.service, validation_alias="POWERTOOLS_SERVICE_NAME")
+    """Service name of the router's logs, traces and metrics (Powertools)."""
     metrics_namespace: str = Field(
-        RouterSettings.metrics_namespace,
-        validation_alias="POWERTOOLS_METRICS_NAMESPACE",
-        description="CloudWatch namespace of the router's metrics.",
+        RouterSettings.metrics_namespace, validation_alias="POWERTOOLS_METRICS_NAMESPACE"
     )
+    """CloudWatch namespace of the router's metrics."""
 
     def router_settings(self) -> RouterSettings:
-        return RouterSettings(
-            routes={**(self.routes or {}), **(self.extra_routes or {})},
-            default_model=self.default_model,
-            max_body_bytes=self.max_body_bytes,
-            max_prompt_chars=self.max_prompt_chars,
-            max_tokens=self.max_tokens,
-            invoke_timeout_s=self.invoke_timeout_s,
-            invoke_max_attempts=self.invoke_max_attempts,
-            log_prompts=self.log_prompts,
-            service=self.service,
-            metrics_namespace=self.metrics_namespace,
-        )
+        routes = {**(self.routes or {}), **(self.extra_routes or {})}
+        return RouterSettings(**self.model_dump(exclude={"routes", "extra_routes"}), routes=routes)

@@ -23,22 +23,12 @@ DEFAULT_METRICS_NAMESPACE = "snapllm"
 class StreamingEnvironment(EnvironmentSettings):
     """The streaming app's variables (besides the inference function's, which load the model)."""
 
-    max_body_bytes: int = Field(
-        DEFAULT_MAX_BODY_BYTES, ge=1, description="Largest request body accepted, in bytes."
-    )
-    stream_timeout_s: float = Field(
-        DEFAULT_TIMEOUT_S,
-        gt=0,
-        description="Longest a generation may take, in seconds, when a request carries no invoke deadline "
-        "(local runs); the template sets the function timeout.",
-    )
-    service: str = Field(
-        DEFAULT_SERVICE,
-        validation_alias="POWERTOOLS_SERVICE_NAME",
-        description="Service name of the app's metrics (Powertools).",
-    )
-    metrics_namespace: str = Field(
-        DEFAULT_METRICS_NAMESPACE,
-        validation_alias="POWERTOOLS_METRICS_NAMESPACE",
-        description="CloudWatch namespace of the app's metrics.",
-    )
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
+    """Largest request body accepted, in bytes."""
+    stream_timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
+    """Longest a generation may take, in seconds, when a request carries no invoke deadline (local runs);
+    the template sets the function timeout."""
+    service: str = Field(DEFAULT_SERVICE, validation_alias="POWERTOOLS_SERVICE_NAME")
+    """Service name of the app's metrics (Powertools)."""
+    metrics_namespace: str = Field(DEFAULT_METRICS_NAMESPACE, validation_alias="POWERTOOLS_METRICS_NAMESPACE")
+    """CloudWatch namespace of the app's metrics."""
