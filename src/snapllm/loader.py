@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import http.client
 import mmap
@@ -278,8 +279,9 @@ class S3ModelLoader:
             memoryview(view) as bytes_view,
             concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="snapllm-s3") as pool,
         ):
+            fetch = functools.partial(self._fetch_part, bytes_view, source, etag)
             futures = [
-                pool.submit(self._run_part, bytes_view, source, etag, index, offset, length, size, progress)
+                pool.submit(_failing_into, progress, fetch, index, offset, length, size, progress)
                 for index, (offset, length) in enumerate(parts)
             ]
             try:
@@ -306,26 +308,6 @@ class S3ModelLoader:
                     future.cancel()
                 raise
         return progress.retries, hasher.hexdigest() if hasher is not None else None, hash_tail
-
-    def _run_part(
-        self,
-        target: memoryview,
-        source: ModelSource,
-        etag: str,
-        index: int,
-        offset: int,
-        length: int,
-        size: int,
-        progress: _DownloadProgress,
-    ) -> None:
-        """A download thread's task: fetch one part, or hand its failure to the thread that waits."""
-        try:
-            self._fetch_part(target, source, etag, index, offset, length, size, progress)
-        except BaseException as exc:
-            # The frames of a traceback keep their locals, and some are views of the mapping: while any
-            # lives, the mapping cannot be closed. The failure goes on with its trace, without the locals.
-            _drop_locals(exc)
-            progress.fail(exc)
 
     def _fetch_part(
         self,
@@ -399,7 +381,7 @@ class S3ModelLoader:
         except (BotoCoreError, OSError, http.client.HTTPException) as exc:
             # A reset socket, a read that stalled past the read timeout (TimeoutError) or a body cut short:
             # resume from `position`. Only the message is kept: the traceback's frames hold views of the
-            # mapping (see _run_part).
+            # mapping (see _failing_into).
             broke_off = _TransientError(
                 f"body of bytes {start}-{end} broke off at byte {position}: {type(exc).__name__}: {exc}",
                 truncated=isinstance(exc, http.client.IncompleteRead | IncompleteReadError),
@@ -410,6 +392,17 @@ class S3ModelLoader:
             raise broke_off
         if position <= end and not progress.aborted:
             raise _TransientError(f"got {position - start} of {wanted} bytes", truncated=True)
+
+
+def _failing_into(progress: _DownloadProgress, task: Callable[..., None], *args: Any) -> None:
+    """A download thread's task: run ``task``, or hand its failure to the thread that waits."""
+    try:
+        task(*args)
+    except BaseException as exc:
+        # The frames of a traceback keep their locals, and some are views of the mapping: while any
+        # lives, the mapping cannot be closed. The failure goes on with its trace, without the locals.
+        _drop_locals(exc)
+        progress.fail(exc)
 
 
 def _attempts(settings: LoaderSettings, pause: Callable[[float], bool]) -> Iterator[int]:
