@@ -219,6 +219,18 @@ class InferenceThrottledError(InferenceInvokeError):
         super().__init__(message, retry_after_s=retry_after_s)
 
 
+class InferenceNotReadyError(InferenceInvokeError):
+    """The inference version cannot take invokes yet: a SnapStart snapshot being (re-)optimised, a restore
+    over Lambda's 10 s limit, or a function still being created. Retrying shortly succeeds."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+    code = "model_not_ready"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = 5.0) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+
+
 class InferenceTimeoutError(InferenceInvokeError):
     """The inference function did not answer within the caller's deadline."""
 

@@ -27,9 +27,17 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutErr
 from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import (
     InferenceFailedError,
+    InferenceNotReadyError,
     InferenceThrottledError,
     InferenceTimeoutError,
     error_from_body,
+)
+
+# Errors only AWS produces for a version that cannot take invokes for now: a SnapStart version that is
+# being optimised or was left uninvoked for 14 days (then re-optimised), a restore that overran its 10 s,
+# a function still being created or updated. A caller should retry: 503 with Retry-After, not a 502.
+NOT_READY_ERRORS = frozenset(
+    {"SnapStartNotReadyException", "SnapStartTimeoutException", "ResourceNotReadyException"}
 )
 
 
@@ -99,6 +107,10 @@ class LambdaInferenceClient:
                         continue
                     raise InferenceThrottledError(
                         "the model is at its concurrency limit; retry shortly", retry_after_s=1.0
+                    ) from exc
+                if code in NOT_READY_ERRORS:
+                    raise InferenceNotReadyError(
+                        f"the model is not ready to answer yet ({code}); retry in a few seconds"
                     ) from exc
                 raise InferenceFailedError(f"invoking the model failed: {code}") from exc
             except (ReadTimeoutError, ConnectTimeoutError) as exc:

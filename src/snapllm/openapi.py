@@ -50,6 +50,9 @@ def completion_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
         429: error_doc("The model is at its concurrency limit; see Retry-After."),
         500: error_doc("Unexpected router failure."),
         502: error_doc("The inference function failed."),
+        503: error_doc(
+            "The model is not ready yet (its SnapStart version is being optimised); see Retry-After."
+        ),
         504: error_doc("The inference function did not answer in time."),
     }
 

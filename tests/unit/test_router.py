@@ -59,7 +59,7 @@ COMPLETION = {
 
 class FakeLambda(ThreadingHTTPServer):
     """Answers Lambda Invoke calls from a script of replies: ("ok", body), ("error", body), ("throttle",),
-    ("slow", seconds)."""
+    ("slow", seconds), ("aws_error", status, error_type) for an error of the Lambda service itself."""
 
     daemon_threads = True
     block_on_close = False  # a "slow" reply may still be sleeping when the test ends
@@ -100,6 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"Type": "User", "message": "Rate Exceeded."},
                 {"x-amzn-ErrorType": "TooManyRequestsException"},
             )
+        elif kind == "aws_error":
+            _, status, error_type = reply
+            self._send(status, {"Type": "User", "message": error_type}, {"x-amzn-ErrorType": error_type})
         elif kind == "error":
             self._send(200, reply[1], {"X-Amz-Function-Error": "Unhandled"})
         else:
@@ -260,6 +263,22 @@ def test_a_throttle_that_clears_is_invisible(fake_lambda):
     fake_lambda.replies = [("throttle",), ("ok", COMPLETION)]
     status, _, _ = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 200 and len(fake_lambda.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [
+        (409, "SnapStartNotReadyException"),  # optimising, or re-optimising after 14 days uninvoked
+        (408, "SnapStartTimeoutException"),  # a restore over Lambda's 10 s
+        (502, "ResourceNotReadyException"),  # the function is still being created or updated
+    ],
+)
+def test_a_version_that_is_not_ready_is_a_503_with_retry_after(fake_lambda, status, error_type):
+    fake_lambda.replies = [("aws_error", status, error_type)]
+    code, headers, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
+    assert code == 503 and headers["Retry-After"] == "5"
+    assert body["error"]["code"] == "model_not_ready" and error_type in body["error"]["message"]
+    assert len(fake_lambda.requests) == 1  # the client retries, not the router within its 30 s
 
 
 def test_a_function_error_is_a_502(fake_lambda):
