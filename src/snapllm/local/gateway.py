@@ -30,14 +30,14 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from snapllm.edge import check_body_size, check_headers, decode_json
 from snapllm.errors import RequestError
 from snapllm.local.context import LocalContext
 from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
-from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH
+from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, error_response
 
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 HOOK_PATHS = frozenset({BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH})
@@ -84,7 +84,7 @@ class LocalGateway:
             body = await request.body()
             check_body_size(len(body), max_bytes=API_GATEWAY_MAX_BODY_BYTES)
         except RequestError as error:
-            return JSONResponse(error.to_body(), status_code=error.status_code)
+            return error_response(error)
         except ClientDisconnect:
             return Response(status_code=400)  # the client left mid-upload: nobody reads the answer
         # The path as the client sent it (decoded): request.url.path would drop a decoded "\n" or "\t", as

@@ -56,7 +56,8 @@ AFTER_RESTORE_PATH = "/_snapllm/snapstart/after-restore"
 INVOKE_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
 
 
-def _error(error: RequestError) -> JSONResponse:
+def error_response(error: RequestError) -> JSONResponse:
+    """A request error as an HTTP response: its status, its headers, the OpenAI error body."""
     return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers)
 
 
@@ -157,7 +158,7 @@ class StreamingApp:
             # scope["path"], not request.url.path: URL parsing drops a decoded "\n" or "\t" from the path.
             path = self.route_table.match(request.method, request.scope["path"])
         except RequestError as exc:
-            return _error(exc)
+            return error_response(exc)
         return await self._endpoints[(request.method, path)](request)
 
     # --- OpenAI routes ----------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ class StreamingApp:
         except RequestError as exc:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
-            return _error(exc)
+            return error_response(exc)
         try:
             metrics.model = engine.model_name
             deadline = _deadline(request, self.runtime, self.timeout_s)
@@ -202,12 +203,12 @@ class StreamingApp:
         except RequestError as exc:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
-            return _error(exc)
+            return error_response(exc)
         except Exception:
             logger.exception("generation failed")
             error = ServerError("generation failed; see the function's logs")
             metrics.failed(error)
-            return _error(error)
+            return error_response(error)
         encoder = ChunkEncoder.for_request(parsed, model=engine.model_name)
         return StreamingResponse(
             _events(items, encoder, metrics),
