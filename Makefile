@@ -6,7 +6,8 @@ TOOLS := .tools
 SAM := $(TOOLS)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router
+.PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
+	sam-local replay
 
 setup: $(VENV)/.installed
 
@@ -43,13 +44,16 @@ validate: tools
 
 # Lambda architecture to build for: arm64 (Graviton2) or x86_64. `make build ARCH=x86_64 preflight ARCH=x86_64`.
 ARCH ?= arm64
+# Where `sam build` writes (and its cache); `make sam-local` builds x86_64 beside the default arm64 build.
+BUILD_DIR ?= .aws-sam/build
 # SAM has no way to hand the template's architecture to a makefile layer, hence SNAPLLM_ARCH. The tools venv
 # goes first on PATH: its python3.13 is what SAM's Python builder needs and it carries zig (ziglang).
 build: tools
-	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" SNAPLLM_ARCH=$(ARCH) $(SAM) build --parameter-overrides Architecture=$(ARCH)
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" SNAPLLM_ARCH=$(ARCH) $(SAM) build --parameter-overrides Architecture=$(ARCH) \
+		--build-dir $(BUILD_DIR) --cache-dir $(BUILD_DIR)-cache
 
 preflight: setup
-	$(VENV)/bin/snapllm preflight .aws-sam/build --parameter-overrides Architecture=$(ARCH)
+	$(VENV)/bin/snapllm preflight $(BUILD_DIR) --parameter-overrides Architecture=$(ARCH)
 
 checkov: tools
 	$(TOOLS)/bin/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
@@ -60,6 +64,12 @@ test-arm64: setup
 	$(MAKE) build ARCH=arm64
 	scripts/test-arm64.sh .aws-sam/build
 
+# The functions through the real `sam local invoke` in Lambda containers: starts a private Docker engine as root
+# (installing Debian's docker.io if needed), builds x86_64, prints each response with its times and checks
+# each running container; then arm64 under qemu where binfmt_misc allows. Stops the engine on the way out.
+sam-local: setup tools
+	scripts/sam-local.sh
+
 bench: setup
 	$(VENV)/bin/snapllm bench coldstart
 
@@ -67,6 +77,11 @@ bench: setup
 PORT ?= 3000
 serve: setup
 	$(VENV)/bin/snapllm local serve --port $(PORT)
+
+# Every event in events/ through its function on the local stack, against the answer recorded beside it
+# (NAME.expected.json); `snapllm replay --update` re-records after a deliberate change. `make test` runs it too.
+replay: setup
+	$(VENV)/bin/snapllm replay
 
 # Router overhead per request (everything but inference): p50/p95/p99, fails above a 10 ms p99.
 bench-router: setup

@@ -14,10 +14,19 @@ from collections.abc import Callable, Sequence
 from snapllm.bench.cli import add_parser as add_bench
 from snapllm.local.cli import add_parser as add_local
 from snapllm.preflight.cli import add_parser as add_preflight
+from snapllm.replay.cli import add_parser as add_replay
+from snapllm.samlocal.cli import add_parser as add_sam_local
 from snapllm.settings_doc import add_parser as add_settings
 
 SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
-REGISTRARS: list[SubcommandRegistrar] = [add_local, add_bench, add_preflight, add_settings]
+REGISTRARS: list[SubcommandRegistrar] = [
+    add_local,
+    add_bench,
+    add_preflight,
+    add_settings,
+    add_sam_local,
+    add_replay,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,7 +60,9 @@ def client_context(deadline: float) -> str:
 class LambdaInferenceClient:
     """Invokes a qualified inference alias (``...:live``), retrying throttles with jittered backoff.
 
-    ``read_timeout_s`` bounds the whole call: behind API Gateway (30 s) keep it below that.
+    ``read_timeout_s`` bounds the whole call: behind API Gateway (30 s) keep it below that. ``endpoint_url``
+    replaces the Lambda API's endpoint for this client only (a local stand-in such as ``sam local
+    start-lambda``), where ``AWS_ENDPOINT_URL_LAMBDA`` already names another service.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class LambdaInferenceClient:
         function_arn: str,
         *,
         lambda_client: Any = None,
+        endpoint_url: str | None = None,
         read_timeout_s: float = 28.0,
         max_attempts: int = 3,
         backoff_base_s: float = 0.2,
@@ -75,6 +78,7 @@ class LambdaInferenceClient:
         if lambda_client is None:
             lambda_client = boto3.client(
                 "lambda",
+                endpoint_url=endpoint_url or None,
                 config=Config(
                     connect_timeout=2,
                     read_timeout=read_timeout_s,

@@ -38,6 +38,29 @@ SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
 )
 
 
+#: The classes each function of template.yaml reads its variables through (`snapllm sam-local` compares
+#: them with what a running container was given).
+FUNCTION_SETTINGS: dict[str, tuple[type[EnvironmentSettings], ...]] = {
+    "InferenceFunction": (InferenceEnvironment,),
+    "StreamFunction": (InferenceEnvironment, StreamingEnvironment),
+    "RouterFunction": (RouterEnvironment, AgentRoutesEnvironment),
+    "AgentFunction": (AgentEnvironment,),
+}
+
+
+def declared_variables(function: str) -> dict[str, bool] | None:
+    """The variables ``function`` reads, each with whether it must be set; None for a function this package
+    declares no settings for."""
+    classes = FUNCTION_SETTINGS.get(function)
+    if classes is None:
+        return None
+    return {
+        cls.variable_name(name): _default(field) == "required"
+        for cls in classes
+        for name, field in cls.model_fields.items()
+    }
+
+
 def settings_classes() -> list[type[EnvironmentSettings]]:
     """Every settings class that reads environment variables, in the README's order."""
     return [cls for _, classes in SECTIONS for cls in classes]

@@ -31,6 +31,7 @@ from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import ConfigurationError
 from snapllm.inference_client import LambdaInferenceClient
 from snapllm.local.context import LocalContext
+from snapllm.replay.events import Manifest
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
@@ -167,7 +168,9 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour.
 # --- Events ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sorted(EVENTS.glob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [e.path for e in Manifest.load(EVENTS.parent).events([EVENTS])], ids=lambda p: p.name
+)
 def test_router_events_parse_with_powertools_models(path):
     event = json.loads(path.read_text())
     model = APIGatewayProxyEventV2Model.model_validate(event)

@@ -41,7 +41,9 @@ def dependencies_from_env() -> AgentDependencies:
         store=store,
         # Agent steps are not behind API Gateway's 30 s, so a generation may take as long as the model needs.
         inference=LambdaInferenceClient(
-            settings.inference_function_arn, read_timeout_s=settings.inference_timeout_s
+            settings.inference_function_arn,
+            read_timeout_s=settings.inference_timeout_s,
+            endpoint_url=settings.inference_endpoint_url,
         ),
         tools=ToolRegistry.builtin(),
     )

@@ -8,6 +8,7 @@ The agent never loads a model: it invokes the inference alias (or, locally, a re
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,13 @@ class ChatReply:
     finish_reason: str | None
 
 
+def prompt_seed(system: str, user: str) -> int:
+    """The sampling seed of a prompt: the same question gets the same answer, so an execution (and a replay
+    of its event) is reproducible, while different questions still sample differently."""
+    digest = hashlib.sha256(f"{system}\0{user}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 def chat(
     client: InferenceClient, *, system: str, user: str, max_tokens: int, temperature: float = 0.2
 ) -> ChatReply:
@@ -34,6 +42,7 @@ def chat(
                 "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
                 "max_tokens": max_tokens,
                 "temperature": temperature,
+                "seed": prompt_seed(system, user),
             }
         )
     except InferenceInvokeError:

@@ -36,6 +36,7 @@ class AgentSettings:
     artifacts_bucket: str
     artifacts_prefix: str = "agent/"
     inference_function_arn: str | None = None
+    inference_endpoint_url: str | None = None
     state_budget_bytes: int = 64 * KiB
     max_documents: int = 8
     chunks_per_document: int = 2
@@ -76,6 +77,9 @@ class AgentEnvironment(EnvironmentSettings):
     `{prefix}runs/`."""
     inference_function: str | None = Field(None, json_schema_extra={"unset": "required"})
     """Qualified ARN of the inference alias the agent invokes (the template sets it)."""
+    inference_endpoint_url: str | None = Field(None, json_schema_extra={"unset": "the region's Lambda API"})
+    """Lambda API endpoint for invoking the inference alias. Unset on AWS; `make sam-local` points it at
+    `sam local start-lambda`, since the durable emulator takes `AWS_ENDPOINT_URL_LAMBDA`."""
     state_budget_bytes: int = Field(
         AgentSettings.state_budget_bytes, ge=512, lt=SERVICE_OPERATION_LIMIT_BYTES
     )

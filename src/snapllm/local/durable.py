@@ -47,6 +47,7 @@ from snapllm.local.durable_service import LocalDurableLambda
 from snapllm.local.environment import function_environment
 from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.kinds import Kind, model_function, one_of_kind
+from snapllm.local.s3 import LocalS3
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm.sam import Function, Template
 
@@ -100,6 +101,19 @@ def agent_settings(template: Template, function: Function | None = None, **overr
     return AgentSettings.from_env(env)
 
 
+def upload_documents(s3: LocalS3, settings: AgentSettings, directory: Path) -> list[str]:
+    """Upload every file in ``directory``, if any, under the agent's ``{prefix}documents/`` on ``s3``, where
+    an event names them (``s3://snapllm-models-local/agent/documents/<file>``); returns their URIs."""
+    client = s3.client()
+    uris = []
+    files = sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+    for path in files:
+        key = f"{settings.artifacts_prefix}documents/{path.name}"
+        client.upload_file(str(path), settings.artifacts_bucket, key)
+        uris.append(f"s3://{settings.artifacts_bucket}/{key}")
+    return uris
+
+
 @dataclass
 class LocalAgent:
     """The local S3 endpoint, a restored inference environment and the agent's settings."""
@@ -137,14 +151,7 @@ class LocalAgent:
 
     def upload_documents(self, directory: Path) -> list[str]:
         """Upload every file in ``directory``, if any, under ``{prefix}documents/``; returns their URIs."""
-        client = self.deployment.s3.client()
-        uris = []
-        files = sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
-        for path in files:
-            key = f"{self.settings.artifacts_prefix}documents/{path.name}"
-            client.upload_file(str(path), self.settings.artifacts_bucket, key)
-            uris.append(f"s3://{self.settings.artifacts_bucket}/{key}")
-        return uris
+        return upload_documents(self.deployment.s3, self.settings, directory)
 
     def dependencies(
         self, *, settings: AgentSettings | None = None, inference: InferenceClient | None = None

@@ -2,11 +2,13 @@
 
 stop_process(process)                    # SIGTERM, then SIGKILL if it has not exited in 10 s
 stop_process(process, terminate=False)   # it was asked to exit already: wait, then SIGKILL
+exit_on_sigterm()                        # SIGTERM unwinds `with` blocks instead of orphaning children
 class LocalFunction(Closing): ...        # `with LocalFunction(...) as f:` calls f.close() on the way out
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from typing import Self
 
@@ -37,3 +39,13 @@ def stop_process(
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise SystemExit, so ``with`` blocks stop the child processes on the way out (Python's
+    default for SIGTERM ends the process at once and leaves them running)."""
+    signal.signal(signal.SIGTERM, _raise_exit)
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

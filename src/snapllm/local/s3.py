@@ -26,7 +26,8 @@ import boto3
 from snapllm.errors import SnapllmError
 from snapllm.local.processes import stop_process
 
-_LOCAL_CREDENTIALS = {
+#: Credentials for the local stand-ins (moto, SAM's emulators), which accept any: real ones never leave.
+LOCAL_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "snapllm-local",
     "AWS_SECRET_ACCESS_KEY": "snapllm-local",
     "AWS_SESSION_TOKEN": "snapllm-local",
@@ -39,9 +40,9 @@ class LocalS3Error(SnapllmError):
     """The local S3 endpoint did not start or stopped answering."""
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -54,23 +55,24 @@ def sha256_file(path: Path, *, chunk: int = 8 * 1024 * 1024) -> str:
 
 
 class LocalS3:
-    """A moto S3 server on 127.0.0.1. Use :meth:`start` (a context manager) and :meth:`stop`."""
+    """A moto S3 server on 127.0.0.1 (or ``host``: the address containers reach this machine on). Use
+    :meth:`start` (a context manager) and :meth:`stop`."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, host: str = "127.0.0.1") -> None:
         self._process = process
         self.port = port
-        self.endpoint_url = f"http://127.0.0.1:{port}"
+        self.endpoint_url = f"http://{host}:{port}"
 
     @classmethod
-    def start(cls, port: int | None = None, *, timeout_s: float = 30.0) -> LocalS3:
-        port = port or free_port()
+    def start(cls, port: int | None = None, *, host: str = "127.0.0.1", timeout_s: float = 30.0) -> LocalS3:
+        port = port or free_port(host)
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env={**os.environ, **_LOCAL_CREDENTIALS},
+            env={**os.environ, **LOCAL_CREDENTIALS},
         )
-        server = cls(process, port)
+        server = cls(process, port, host)
         server._wait_ready(timeout_s)
         return server
 
@@ -105,7 +107,7 @@ class LocalS3:
 
     def client_environment(self) -> dict[str, str]:
         """Environment variables that point boto3 (in any process) at this endpoint."""
-        return {"AWS_ENDPOINT_URL_S3": self.endpoint_url, **_LOCAL_CREDENTIALS}
+        return {"AWS_ENDPOINT_URL_S3": self.endpoint_url, **LOCAL_CREDENTIALS}
 
     def client(self, *, endpoint_url: str | None = None, config: Any = None) -> Any:
         """A boto3 S3 client for this endpoint (or for a proxy in front of it, ``endpoint_url``)."""
@@ -113,10 +115,10 @@ class LocalS3:
             "s3",
             endpoint_url=endpoint_url or self.endpoint_url,
             config=config,
-            region_name=_LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
-            aws_access_key_id=_LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=_LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            aws_session_token=_LOCAL_CREDENTIALS["AWS_SESSION_TOKEN"],
+            region_name=LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=LOCAL_CREDENTIALS["AWS_SESSION_TOKEN"],
         )
 
     def ensure_bucket(self, bucket: str) -> None:

@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from snapllm import sam
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError, SnapllmError
 from snapllm.local.gateway import LocalGateway, serve
+from snapllm.local.processes import exit_on_sigterm
 from snapllm.local.stack import LocalStack
 from snapllm.sam import Function, Template
 
@@ -46,14 +46,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; turning them into exceptions lets the
     # stack stop its child processes (local S3, the functions) on the way out.
-    signal.signal(signal.SIGTERM, _exit)
+    exit_on_sigterm()
     with stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
         serve(stack, port=args.port)
     return 0
-
-
-def _exit(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def invoke_http_api(args: argparse.Namespace, template: Template, function: Function, event_text: str) -> int:

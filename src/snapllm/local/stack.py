@@ -28,6 +28,7 @@ from snapllm.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm.local.environment import function_environment
 from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.kinds import Kind, model_function, of_kind, one_of_kind
+from snapllm.local.lifecycle import RestoredEnvironment
 from snapllm.local.lwa import WebAdapterProcess
 from snapllm.local.processes import Closing
 from snapllm.local.session import LocalDeployment
@@ -42,12 +43,19 @@ AGENT_DOCUMENTS = Path("events/agent/documents")
 @dataclass
 class LocalStack(Closing):
     """The router and the web-adapter function in front of the parts ``resources`` holds: local S3 with the
-    model, a restored model-function environment, durable agent runs behind ``/v1/agent/runs``."""
+    model, a restored model-function environment, durable agent runs behind ``/v1/agent/runs``.
+
+    ``model_environment`` (of ``model_function``) and ``agent`` are the ones the router uses, for callers
+    that invoke them directly (``snapllm replay``).
+    """
 
     router: RouterApp
     router_function: Function
     stream: WebAdapterProcess | None
     model: str
+    model_function: Function
+    model_environment: RestoredEnvironment
+    agent: LocalAgent | None
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     @classmethod
@@ -75,6 +83,7 @@ class LocalStack(Closing):
             model = inference.environment.get("SNAPLLM_MODEL_NAME") or model_fn.name
             # One client, so the router's and the agent's requests queue for the one environment.
             client = LocalInferenceClient(environment)
+            agent = None
             if agent_function is not None:
                 agent = LocalAgent(deployment, agent_settings(template, agent_function), client)
                 resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
@@ -86,7 +95,7 @@ class LocalStack(Closing):
                 resources.callback(stream.stop)
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
-        return cls(router, router_function, stream, model, owned)
+        return cls(router, router_function, stream, model, model_fn, environment, agent, owned)
 
     @staticmethod
     def _router(

@@ -25,3 +25,8 @@ class TemplateError(PreflightError):
 
 class ElfError(PreflightError):
     """A file that starts like an ELF file could not be parsed as one."""
+
+
+class ProbeError(PreflightError):
+    """The container probe could not look inside a function's container (no runtime process there, or its
+    interpreter failed)."""

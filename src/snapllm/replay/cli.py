@@ -1,0 +1,144 @@
+"""``snapllm replay``: each event through its function, compared with the answer recorded beside it.
+
+snapllm replay                              # every event under events/ (make replay)
+snapllm replay events/router/chat.json      # some events, or folders of them
+snapllm replay --update events/router       # re-record after a deliberate change; prints what changed
+
+A replay runs the events on the local stack (:mod:`snapllm.replay.runner`), masks what varies between runs
+(:mod:`snapllm.replay.masks`) and compares the rest with ``NAME.expected.json``. A difference prints as a
+unified diff of the two JSON documents, and the command exits 1; a missing recording fails the same way.
+Results go to stdout; the functions' logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TextIO
+
+from snapllm import sam
+from snapllm.errors import SnapllmError
+from snapllm.local.processes import exit_on_sigterm
+from snapllm.replay.events import Manifest, ReplayEvent, ReplaySetupError
+from snapllm.replay.runner import Replayer
+
+
+class Verdict(StrEnum):
+    PASSED = "passed"
+    FAILED = "FAILED"
+    UNRECORDED = "UNRECORDED"
+    UNUSABLE = "UNUSABLE"
+    RECORDED = "recorded"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class Result:
+    event: ReplayEvent
+    verdict: Verdict
+    seconds: float
+    diff: str = ""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    replay = commands.add_parser(
+        "replay", help="replay events/ through their functions against recorded answers"
+    )
+    replay.add_argument("paths", nargs="*", type=Path, metavar="EVENT_OR_DIR", help="default: every event")
+    replay.add_argument("--update", action="store_true", help="re-record the answers, printing what changed")
+    replay.add_argument("--events", type=Path, default=Path("events"), help="the folder with replay.toml")
+    replay.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    replay.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
+    replay.set_defaults(func=_replay)
+
+
+def render(document: Any) -> str:
+    """The text a recording holds: indented, keys sorted, so a change is a small diff."""
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def diff(expected: str, answered: str, name: str) -> str:
+    lines = difflib.unified_diff(
+        expected.splitlines(keepends=True),
+        answered.splitlines(keepends=True),
+        fromfile=f"recorded {name}",
+        tofile="answered now",
+    )
+    return "".join(lines)
+
+
+def check(event: ReplayEvent, answer: Any, *, update: bool) -> tuple[Verdict, str]:
+    """Compare ``answer`` with the event's recording (writing it instead, with ``update``)."""
+    answered = render(answer)
+    path = event.expected_path
+    recorded = path.read_text() if path.exists() else None
+    if recorded is not None and json.loads(recorded) == answer:
+        return (Verdict.UNCHANGED if update else Verdict.PASSED), ""
+    change = diff(recorded or "", answered, path.name)
+    if update:
+        path.write_text(answered)
+        return Verdict.RECORDED, change
+    return (Verdict.FAILED if recorded is not None else Verdict.UNRECORDED), change
+
+
+def _replay(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    exit_on_sigterm()
+    try:
+        manifest = Manifest.load(args.events)
+        events = manifest.events(args.paths)
+        template = sam.load(args.template)
+        # The functions log to stdout as on Lambda; keep stdout for the results.
+        with contextlib.redirect_stdout(sys.stderr):
+            results = _run(template, events, args, out)
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm replay: {exc}", file=sys.stderr)
+        return 2
+    return _summarize(results, out, update=args.update)
+
+
+def _run(
+    template: sam.Template, events: list[ReplayEvent], args: argparse.Namespace, out: TextIO
+) -> list[Result]:
+    results = []
+    with Replayer.start(template, events, model_path=args.model) as replayer:
+        for event in events:
+            started = time.perf_counter()
+            try:
+                verdict, change = check(event, replayer.answer(event), update=args.update)
+            except ReplaySetupError as exc:
+                verdict, change = Verdict.UNUSABLE, f"{exc}\n"
+            result = Result(event, verdict, time.perf_counter() - started, change)
+            print(f"{result.verdict:>10}  {event.name}  ({event.function}, {result.seconds:.2f} s)", file=out)
+            if change:
+                print(change, file=out)
+            out.flush()
+            results.append(result)
+    return results
+
+
+def _summarize(results: list[Result], out: TextIO, *, update: bool) -> int:
+    failed = [r for r in results if r.verdict in {Verdict.FAILED, Verdict.UNRECORDED, Verdict.UNUSABLE}]
+    counts = {verdict: sum(r.verdict is verdict for r in results) for verdict in Verdict}
+    print(
+        f"\n{len(results)} events replayed: "
+        + ", ".join(f"{count} {verdict.lower()}" for verdict, count in counts.items() if count),
+        file=out,
+    )
+    for result in failed:
+        if result.verdict is Verdict.UNUSABLE:
+            print(f"  {result.event.name} cannot be replayed: {result.diff.strip()}", file=out)
+            continue
+        how = "answered differently" if result.verdict is Verdict.FAILED else "has no recording"
+        print(
+            f"  {result.event.name} {how}: 'snapllm replay --update {result.event.path}' re-records it",
+            file=out,
+        )
+    return 1 if failed and (not update or any(r.verdict is Verdict.UNUSABLE for r in failed)) else 0

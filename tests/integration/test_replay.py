@@ -1,0 +1,70 @@
+"""`snapllm replay` (what `make replay` runs), as a subprocess: every event in events/ through its function on
+the local stack, with the real model, against the answers recorded beside them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.integration.test_cli import snapllm
+
+
+def test_every_event_in_the_repository_replays_as_recorded():
+    run = snapllm("replay", timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr[-4000:]
+    assert "FAILED" not in run.stdout and "passed" in run.stdout
+    # The recorded AWS shapes are among them: an IAM-authorized, base64 API Gateway event, the router's
+    # direct invoke payload, and a durable function's invocation envelope.
+    for name in (
+        "router/recorded-iam-chat.json",
+        "inference/recorded-router-invoke.json",
+        "agent/recorded-durable-invocation.json",
+    ):
+        assert f"passed  {name}" in run.stdout
+
+
+def _copy_events(tmp_path: Path, *names: str) -> Path:
+    root = tmp_path / "events"
+    root.mkdir()
+    shutil.copy(REPO / "events/replay.toml", root)
+    for name in names:
+        for path in (REPO / "events" / name, (REPO / "events" / name).with_suffix(".expected.json")):
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, root / path.relative_to(REPO / "events"))
+    return root
+
+
+def test_an_altered_expectation_fails_with_a_readable_diff_and_update_restores_it(tmp_path):
+    root = _copy_events(tmp_path, "inference/completion.json", "router/models.json")
+    expected = root / "inference/completion.expected.json"
+    recorded = json.loads(expected.read_text())
+    true_text = recorded["response"]["choices"][0]["text"]
+    recorded["response"]["choices"][0]["text"] = "an altered expectation"
+    expected.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+
+    failing = snapllm("replay", "--events", str(root), timeout=300)
+    assert failing.returncode == 1, failing.stdout + failing.stderr[-3000:]
+    assert "FAILED  inference/completion.json" in failing.stdout
+    assert "passed  router/models.json" in failing.stdout
+    assert '-        "text": "an altered expectation"' in failing.stdout
+    assert f'+        "text": {json.dumps(true_text)}' in failing.stdout
+    assert "snapllm replay --update" in failing.stdout and "Traceback" not in failing.stdout + failing.stderr
+
+    update = snapllm("replay", "--events", str(root), "--update", timeout=300)
+    assert update.returncode == 0, update.stdout + update.stderr[-3000:]
+    assert (
+        "recorded  inference/completion.json" in update.stdout
+        and "unchanged  router/models.json" in update.stdout
+    )
+    assert expected.read_text() == (REPO / "events/inference/completion.expected.json").read_text()
+
+
+def test_an_unusable_event_is_named_without_stopping_the_others(tmp_path):
+    root = _copy_events(tmp_path, "router/health.json")
+    (root / "router/broken.json").write_text("{not json")
+    run = snapllm("replay", "--events", str(root), timeout=300)
+    assert run.returncode == 1
+    assert "UNUSABLE  router/broken.json" in run.stdout and "is not valid JSON" in run.stdout
+    assert "passed  router/health.json" in run.stdout and "Traceback" not in run.stdout + run.stderr
