@@ -7,7 +7,7 @@ SAM := $(TOOLS)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
 .PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
-	sam-local replay
+	sam-local replay deploy-check
 
 setup: $(VENV)/.installed
 
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml requirements/dev.txt scripts/setup.sh
 # AWS SAM CLI pins its own boto3 range, so it lives in a venv of its own.
 tools: $(TOOLS)/.installed
 
-$(TOOLS)/.installed: requirements/tools.txt
+$(TOOLS)/.installed: requirements/tools.txt layers/llama-cpp/toolchain.txt
 	scripts/setup-tools.sh
 
 demo: setup
@@ -46,17 +46,26 @@ validate: tools
 ARCH ?= arm64
 # Where `sam build` writes (and its cache); `make sam-local` builds x86_64 beside the default arm64 build.
 BUILD_DIR ?= .aws-sam/build
-# SAM has no way to hand the template's architecture to a makefile layer, hence SNAPLLM_ARCH. The tools venv
-# goes first on PATH: its python3.13 is what SAM's Python builder needs and it carries zig (ziglang).
+# A shortcut for `sam build --parameter-overrides Architecture=$(ARCH)` that skips the other architecture's
+# layers: with SNAPLLM_ARCH set, their Makefile targets (layers/*/Makefile) write placeholders. The SAM cache
+# is per architecture, or a cached placeholder would stand in for a real layer after a change of ARCH. The
+# tools venv goes first on PATH: its python3.13 serves SAM's Python builder where none is on PATH.
 build: tools
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" SNAPLLM_ARCH=$(ARCH) $(SAM) build --parameter-overrides Architecture=$(ARCH) \
-		--build-dir $(BUILD_DIR) --cache-dir $(BUILD_DIR)-cache
+		--build-dir $(BUILD_DIR) --cache-dir $(BUILD_DIR)-cache-$(ARCH)
 
 preflight: setup
 	$(VENV)/bin/snapllm preflight $(BUILD_DIR) --parameter-overrides Architecture=$(ARCH)
 
 checkov: tools
 	$(TOOLS)/bin/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
+
+# The deploy rehearsal: everything before the first AWS call. The build and its preflight, SAM's linter,
+# checkov, then the template as CloudFormation would receive it (SAM's translator, offline): every SnapStart
+# version waits for the model, every role allows exactly what its function's code calls, every variable the
+# code needs is set.
+deploy-check: build preflight validate checkov
+	$(VENV)/bin/snapllm deploy-check --parameter-overrides Architecture=$(ARCH)
 
 # Builds for arm64, then loads the aarch64 layer in an arm64 Debian userland under qemu-user (Neoverse N1)
 # and checks that the tokens it generates match the host's.

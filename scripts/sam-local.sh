@@ -17,7 +17,7 @@ export DOCKER_HOST
 DOCKER_HOST=$(scripts/docker-daemon.sh start)
 trap 'scripts/docker-daemon.sh stop' EXIT
 
-# SAM's Python builder needs python3.13 on PATH, and the layer builds need zig: the tools venv has both.
+# `make build` rather than plain `sam build`: it builds only the x86_64 layers (arm64's are placeholders).
 mkdir -p .aws-sam
 make --no-print-directory build ARCH=x86_64 BUILD_DIR=.aws-sam/build-x86_64 >.aws-sam/build-x86_64.log 2>&1 || {
   tail -n 30 .aws-sam/build-x86_64.log >&2

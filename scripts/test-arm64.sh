@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Proves the built arm64 layer runs: loads .aws-sam/build/LlamaCppLayer in an arm64 Debian userland under
-# qemu-user emulating a Neoverse N1 (Graviton2: an SVE or i8mm instruction would die with SIGILL) and
+# Proves the built arm64 layer runs: loads .aws-sam/build/LlamaCppLayerArm64 in an arm64 Debian userland
+# under qemu-user emulating a Neoverse N1 (Graviton2: an SVE or i8mm instruction would die with SIGILL) and
 # greedy-generates tokens from the default model, which must match the host's own llama_cpp token for token.
 #
 #   usage: scripts/test-arm64.sh [BUILD_DIR]      (make test-arm64; needs make build first)
@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-.aws-sam/build}
 tokens=${SNAPLLM_ARM64_TOKENS:-8}
-layer=$(cd "$build/LlamaCppLayer/python" 2>/dev/null && pwd) || {
-  echo "test-arm64: no $build/LlamaCppLayer/python: run 'make build' first" >&2
+layer=$(cd "$build/LlamaCppLayerArm64/python" 2>/dev/null && pwd) || {
+  echo "test-arm64: no $build/LlamaCppLayerArm64/python: run 'make build' first" >&2
   exit 1
 }
 started=$(date +%s)

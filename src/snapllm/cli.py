@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from snapllm.bench.cli import add_parser as add_bench
+from snapllm.deploy.cli import add_parser as add_model
+from snapllm.deploycheck.cli import add_parser as add_deploy_check
 from snapllm.local.cli import add_parser as add_local
 from snapllm.preflight.cli import add_parser as add_preflight
 from snapllm.replay.cli import add_parser as add_replay
@@ -26,6 +28,8 @@ REGISTRARS: list[SubcommandRegistrar] = [
     add_settings,
     add_sam_local,
     add_replay,
+    add_model,
+    add_deploy_check,
 ]
 
 

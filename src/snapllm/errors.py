@@ -60,6 +60,63 @@ class ConfigurationError(SnapllmError):
     """An environment variable or setting has an invalid value."""
 
 
+# --- Putting a model in place (the ModelSource custom resource, `snapllm model push`) ---------------------
+
+
+class ModelCopyError(SnapllmError):
+    """The model could not be copied into the bucket; nothing was written (the multipart upload is aborted).
+
+    The message is what CloudFormation shows as the reason a stack operation failed.
+    """
+
+
+class ModelCopyInputError(ModelCopyError):
+    """A property of the copy is invalid: a URL that is not https://, a digest that is not 64 hex digits."""
+
+
+class ModelSourceHTTPError(ModelCopyError):
+    """The source URL answered with an error status that retrying does not fix (404, 403, 410...)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ModelSourceResumeError(ModelCopyError):
+    """The connection dropped and the server cannot continue where it stopped (it ignores Range requests,
+    or the file changed), so the copy cannot go on without starting over."""
+
+
+class ModelSourceDownloadError(ModelCopyError):
+    """Transient failures (resets, early ends, stalls, 5xx) persisted after every attempt."""
+
+
+class ModelCopySizeError(ModelCopyError):
+    """The bytes received differ in number from what the source announced."""
+
+
+class ModelDigestMismatchError(ModelCopyError):
+    """The SHA-256 of the bytes copied differs from the expected digest (``ModelSha256``)."""
+
+
+class ModelCopyTimeoutError(ModelCopyError):
+    """The copy would not finish before the function's deadline; the message says how far it got and how
+    fast, and what to do instead."""
+
+
+class ModelUploadError(ModelCopyError):
+    """S3 refused or failed a request of the upload (access denied, missing bucket, persistent 5xx)."""
+
+
+class StackError(SnapllmError):
+    """A deployed stack cannot be read or updated: it does not exist, lacks what this project's template
+    gives it (the ``ModelBucket`` output, the ``ModelKey`` parameter), or its update failed or rolled back."""
+
+
+class CustomResourceResponseError(SnapllmError):
+    """CloudFormation's response URL could not be reached, or refused the response (an expired URL)."""
+
+
 # --- Requests --------------------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit, single_metric
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from snapllm.contract import Generation
 from snapllm.errors import RequestError
@@ -23,16 +23,26 @@ from snapllm.errors import RequestError
 
 class MetricSink(Protocol):
     def add_metric(self, name: str, unit: MetricUnit, value: float) -> None: ...
+    def add_dimension(self, name: str, value: str) -> None: ...
+    def add_dimensions(self, **dimensions: str) -> None: ...
 
 
 def add_completion_metrics(
     metrics: MetricSink,
     *,
+    service: str,
+    model: str,
     latency_ms: float,
     usage: Mapping[str, Any] | None = None,
     timings: Mapping[str, Any] | None = None,
 ) -> None:
-    """One request's count and latency, and its tokens and speed when it generated."""
+    """One request's count and latency, and its tokens and speed when it generated.
+
+    Each data point is published per model and, as a second dimension set, per service alone: alarms and
+    the dashboard need one metric for the whole API, whatever models the routing table holds.
+    """
+    metrics.add_dimension("model", model)
+    metrics.add_dimensions(service=service)
     metrics.add_metric("RequestCount", MetricUnit.Count, 1)
     metrics.add_metric("Latency", MetricUnit.Milliseconds, latency_ms)
     if usage is not None:
@@ -43,18 +53,23 @@ def add_completion_metrics(
         metrics.add_metric("TokensPerSecond", MetricUnit.CountPerSecond, timings["tokens_per_second"])
 
 
+def status_class(status: int) -> str:
+    """``503`` -> ``"5xx"``: the ``status_class`` dimension of ``Errors``, which the 5xx-rate alarm reads."""
+    return f"{status // 100}xx"
+
+
 def record_error(*, namespace: str, service: str, model: str, error_type: str, status: int) -> None:
     """An ``Errors`` data point of its own, so errors break down by type and status without multiplying
-    the dimensions of every other metric."""
-    with single_metric(
-        name="Errors",
-        unit=MetricUnit.Count,
-        value=1,
-        namespace=namespace,
-        default_dimensions={"service": service, "model": model},
-    ) as metric:
-        metric.add_dimension("error_type", error_type)
-        metric.add_dimension("status", str(status))
+    the dimensions of every other metric. Besides the full breakdown, it is published per service and
+    status (the dashboard) and per service and status class (the 5xx-rate alarm)."""
+    metric = EphemeralMetrics(namespace=namespace, service=service)
+    metric.add_dimension("model", model)
+    metric.add_dimension("error_type", error_type)
+    metric.add_dimension("status", str(status))
+    metric.add_dimensions(service=service, status=str(status))
+    metric.add_dimensions(service=service, status_class=status_class(status))
+    metric.add_metric("Errors", MetricUnit.Count, 1)
+    metric.flush_metrics()
 
 
 class CompletionMetrics:
@@ -84,7 +99,13 @@ class CompletionMetrics:
         self, *, usage: Mapping[str, Any] | None = None, timings: Mapping[str, Any] | None = None
     ) -> None:
         metrics = EphemeralMetrics(namespace=self.namespace, service=self.service)
-        metrics.add_dimension("model", self.model)
         latency_ms = (time.perf_counter() - self.started) * 1000.0
-        add_completion_metrics(metrics, latency_ms=latency_ms, usage=usage, timings=timings)
+        add_completion_metrics(
+            metrics,
+            service=self.service,
+            model=self.model,
+            latency_ms=latency_ms,
+            usage=usage,
+            timings=timings,
+        )
         metrics.flush_metrics()

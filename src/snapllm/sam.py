@@ -91,7 +91,17 @@ def load(
     Raises:
         ConfigurationError: The file cannot be read or has no ``Resources`` mapping.
     """
-    document = read(path)
+    return from_document(read(path), path, overrides=overrides, pseudo_parameters=pseudo_parameters)
+
+
+def from_document(
+    document: Mapping[str, Any],
+    path: Path,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    pseudo_parameters: Mapping[str, str] = LOCAL_PSEUDO_PARAMETERS,
+) -> Template:
+    """:func:`load` of a template already read (``path``: where its relative paths start)."""
     resources = document.get("Resources")
     if not isinstance(resources, Mapping):
         raise ConfigurationError(f"{path}: no Resources")
@@ -117,6 +127,9 @@ class Unresolved:
     """A value only a deployment knows (``{"Ref": "ModelBucket"}``, ``{"Fn::GetAtt": [...]}``...)."""
 
     expression: Any
+    #: For an ``Fn::Sub``: its text with every variable that could be resolved substituted, the others left
+    #: as ``${Name}`` (an ARN with ``${AWS::Region}`` still names its layer and version).
+    partial: str | None = None
 
     @property
     def references(self) -> frozenset[str]:
@@ -399,7 +412,7 @@ class _Resolver:
             return scalar_text(value)
 
         result = _SUB_VARIABLE.sub(substitute, text)
-        return Unresolved(expression) if unresolved else result
+        return Unresolved(expression, partial=result) if unresolved else result
 
     def condition(self, name: str) -> bool | None:
         if name not in self._evaluated:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,29 @@ FUNCTION_SETTINGS: dict[str, tuple[type[EnvironmentSettings], ...]] = {
     "StreamFunction": (InferenceEnvironment, StreamingEnvironment),
     "RouterFunction": (RouterEnvironment, AgentRoutesEnvironment),
     "AgentFunction": (AgentEnvironment,),
+    # The CloudFormation custom resource reads its input from the resource's properties, not variables.
+    "ModelSourceFunction": (),
 }
+#: The prefix of the variables this project defines (others belong to AWS, Powertools, the web adapter).
+OWN_PREFIX = "SNAPLLM_"
+
+
+@dataclass(frozen=True)
+class VariableCheck:
+    """How the variables a function is given compare with the ones its code reads."""
+
+    unread: tuple[str, ...]  # this project's variables it is given that nothing reads (a typo, a leftover)
+    missing: tuple[str, ...]  # required variables it is not given
+    defaulted: tuple[str, ...]  # optional variables it is not given: their defaults apply
+
+
+def check_variables(declared: Mapping[str, bool], given: Collection[str]) -> VariableCheck:
+    """Compare ``given`` (the names a function is set) with ``declared`` (:func:`declared_variables`)."""
+    return VariableCheck(
+        unread=tuple(sorted(n for n in given if n.startswith(OWN_PREFIX) and n not in declared)),
+        missing=tuple(sorted(n for n, required in declared.items() if required and n not in given)),
+        defaulted=tuple(sorted(n for n, required in declared.items() if not required and n not in given)),
+    )
 
 
 def declared_variables(function: str) -> dict[str, bool] | None:

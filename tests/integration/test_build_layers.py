@@ -1,7 +1,8 @@
 """The layer builds SAM runs (`BuildMethod: makefile`), exercised the way SAM runs them.
 
-The SnapllmLayer build is real and quick (pip resolves aarch64 wheels from PyPI or its cache); the
-llama.cpp cross-compile takes minutes and runs in `make build` / `make test-arm64`, not here.
+The SnapllmLayerArm64 build is real and quick (pip resolves aarch64 wheels from PyPI or its cache); the
+llama.cpp cross-compile takes minutes and runs in `make build` / `make test-arm64`, not here (only the zig it
+would use, and the placeholder that `make build ARCH=...` writes for the other architecture).
 """
 
 from __future__ import annotations
@@ -13,11 +14,23 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
+from snapllm import sam
 from snapllm.preflight.package import scan_package
-from snapllm.preflight.rules import Target, check_elf, check_sizes, check_weights, check_wheels
+from snapllm.preflight.rules import (
+    LAYER_PLACEHOLDER,
+    Target,
+    check_elf,
+    check_sizes,
+    check_weights,
+    check_wheels,
+)
 from snapllm.preflight.template import Function, Layer
 
 ROOT = Path(__file__).resolve().parents[2]
+# The user's environment as SAM passes it on, without what `make build` adds.
+PLAIN_ENV = {k: v for k, v in os.environ.items() if k != "SNAPLLM_ARCH"}
 
 
 def _names(requirements: list[str]) -> set[str]:
@@ -45,10 +58,10 @@ def test_snapllm_layer_builds_for_arm64_the_way_sam_runs_it(tmp_path):
     # SAM copies the ContentUri folder (following symlinks) to a scratch dir and runs make there.
     scratch = tmp_path / "scratch"
     shutil.copytree(ROOT / "layers/snapllm", scratch, symlinks=False)
-    artifacts = tmp_path / "SnapllmLayer"
-    env = {**os.environ, "ARTIFACTS_DIR": str(artifacts), "SNAPLLM_ARCH": "arm64"}
+    artifacts = tmp_path / "SnapllmLayerArm64"
+    env = {**PLAIN_ENV, "ARTIFACTS_DIR": str(artifacts)}
     result = subprocess.run(
-        ["make", "--makefile", str(scratch / "Makefile"), "build-SnapllmLayer"],
+        ["make", "--makefile", str(scratch / "Makefile"), "build-SnapllmLayerArm64"],
         cwd=scratch,
         env=env,
         capture_output=True,
@@ -61,12 +74,12 @@ def test_snapllm_layer_builds_for_arm64_the_way_sam_runs_it(tmp_path):
     assert (python / "snapllm" / "__init__.py").is_file()
     assert not list(python.rglob("__pycache__"))
     assert not (python / "boto3").exists()
-    layer = scan_package(artifacts, "SnapllmLayer")
+    layer = scan_package(artifacts, "SnapllmLayerArm64")
     fn = Function(
         name="Fn",
         properties={"Runtime": "python3.13", "Architectures": ["arm64"]},
         path=None,
-        layers=(Layer("SnapllmLayer", artifacts),),
+        layers=(Layer("SnapllmLayerArm64", artifacts),),
     )
     target = Target(function=fn, code=None, layers=[layer])
     # pydantic-core is the compiled part: it must have come as an aarch64 wheel.
@@ -87,10 +100,91 @@ def test_llama_layer_build_rejects_an_unknown_architecture(tmp_path):
     assert "unknown architecture 'sparc'" in result.stderr
 
 
-def test_llama_layer_makefile_defaults_to_graviton():
-    makefile = (ROOT / "layers/llama-cpp/Makefile").read_text()
-    assert re.search(r"^SNAPLLM_ARCH \?= arm64$", makefile, re.MULTILINE)
+def test_each_layer_resource_has_a_makefile_target_for_its_own_architecture():
+    template = sam.load(ROOT / "template.yaml")
+    built = {
+        name: resource
+        for name, resource in template.resources(*sam.LAYER_TYPES)
+        if (resource.get("Metadata") or {}).get("BuildMethod") == "makefile"
+    }
+    assert set(built) == {"SnapllmLayerArm64", "SnapllmLayerX86", "LlamaCppLayerArm64", "LlamaCppLayerX86"}
+    for name, resource in built.items():
+        arch = resource["Metadata"]["BuildArchitecture"]
+        makefile = (ROOT / resource["Properties"]["ContentUri"] / "Makefile").read_text()
+        # The target passes its architecture to the shared recipe: `$(call layer,arm64...)`.
+        assert re.search(rf"^build-{name}:\n\t\$\(call layer,{arch}\b", makefile, re.MULTILINE), name
+
+
+def test_llama_layer_targets_graviton2_and_avx2():
     script = (ROOT / "layers/llama-cpp/build.sh").read_text()
     assert "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16" in script
     assert "-DGGML_NATIVE=OFF" in script and "-DGGML_OPENMP=OFF" in script
     assert "-DGGML_AVX512=OFF" in script
+
+
+def test_zig_is_pinned_once_beside_the_layer():
+    pins = [
+        line
+        for path in (ROOT / "requirements").glob("*.txt")
+        for line in path.read_text().splitlines()
+        if line.lower().startswith("ziglang")
+    ]
+    assert pins == [], "requirements/ includes layers/llama-cpp/toolchain.txt instead of pinning zig again"
+    assert (
+        "-r ../layers/llama-cpp/toolchain.txt" in (ROOT / "requirements/tools.txt").read_text().splitlines()
+    )
+    toolchain = (ROOT / "layers/llama-cpp/toolchain.txt").read_text()
+    assert re.search(r"^ziglang==\d+(\.\d+)+$", toolchain, re.MULTILINE)
+
+
+def test_the_llama_layer_build_brings_its_own_zig(tmp_path):
+    # SAM runs the layer's Makefile from a scratch copy, in the user's shell: nothing of .tools on PATH.
+    scratch = tmp_path / "scratch"
+    shutil.copytree(ROOT / "layers/llama-cpp", scratch)
+    path = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not d.startswith(str(ROOT / ".tools"))
+    )
+    result = subprocess.run(
+        ["bash", "./with-zig.sh", "bash", "-c", '"$SNAPLLM_BUILD_PYTHON" -m ziglang version'],
+        cwd=scratch,
+        env={**PLAIN_ENV, "PATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    pin = re.search(r"^ziglang==(\S+)$", (scratch / "toolchain.txt").read_text(), re.MULTILINE)
+    assert pin and result.stdout.strip() == pin.group(1)
+
+
+@pytest.mark.parametrize(
+    ("folder", "target"),
+    [("layers/snapllm", "SnapllmLayerArm64"), ("layers/llama-cpp", "LlamaCppLayerArm64")],
+)
+def test_make_build_of_the_other_architecture_writes_a_placeholder_that_preflight_refuses(
+    tmp_path, folder, target
+):
+    scratch = tmp_path / "scratch"
+    shutil.copytree(ROOT / folder, scratch, symlinks=False)
+    artifacts = tmp_path / target
+    result = subprocess.run(
+        ["make", "--makefile", str(scratch / "Makefile"), f"build-{target}"],
+        cwd=scratch,
+        env={**PLAIN_ENV, "ARTIFACTS_DIR": str(artifacts), "SNAPLLM_ARCH": "x86_64"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,  # a placeholder, not a build
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [p.name for p in artifacts.iterdir()] == [LAYER_PLACEHOLDER]
+    fn = Function(
+        name="Fn",
+        properties={"Runtime": "python3.13", "Architectures": ["arm64"]},
+        layers=(Layer(target, artifacts),),
+    )
+    findings = check_sizes(Target(function=fn, code=None, layers=[scan_package(artifacts, target)]))
+    assert [f.message for f in findings] == [
+        f"layer {target} is a placeholder: the build was for another architecture than arm64 "
+        "(make build ARCH=arm64 or plain sam build builds it)"
+    ]

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from snapllm import sam
 from snapllm.preflight.cli import main
 from snapllm.preflight.elf import is_elf, read_elf
 from snapllm.preflight.package import scan_package
+from snapllm.preflight.rules import LWA_SNAPSTART_MIN_LAYER
+from tests.conftest import TEMPLATE as REPO_TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +47,9 @@ def _zig() -> Path:
         check=False,
     )
     if result.returncode != 0:
-        pytest.fail(f"zig not found in {python}: run 'make tools' (requirements/tools.txt has ziglang)")
+        pytest.fail(
+            f"zig not found in {python}: run 'make tools' (it installs layers/llama-cpp/toolchain.txt)"
+        )
     return Path(result.stdout.strip())
 
 
@@ -425,3 +430,46 @@ def test_registers_as_a_snapllm_subcommand(tmp_path, capsys):
     args = parser.parse_args(["preflight", str(make_build(tmp_path, runtime="python3.11")), "--no-zip"])
     assert args.func(args) == 1
     assert "ERROR Fn: SnapStart needs python3.12 or later" in capsys.readouterr().out
+
+
+def test_snapstart_hooks_on_a_web_adapter_layer_older_than_v1_1_0_are_refused(tmp_path, capsys):
+    props = (
+        GOOD_PROPS
+        + """
+      Environment:
+        Variables:
+          AWS_LAMBDA_EXEC_WRAPPER: /opt/bootstrap
+          AWS_LWA_INVOKE_MODE: response_stream
+          AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH: /_snapllm/snapstart/before-checkpoint
+          AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH: /_snapllm/snapstart/after-restore"""
+    )
+
+    def with_adapter_layer(root: Path, version: int) -> Path:
+        build = make_build(root, props=props)
+        template = build / "template.yaml"
+        adapter = (
+            "        - !Sub arn:${AWS::Partition}:lambda:${AWS::Region}:753240598075:layer:"
+            f"LambdaAdapterLayerArm64:{version}"
+        )
+        template.write_text(
+            template.read_text().replace("        - !Ref Lib", f"        - !Ref Lib\n{adapter}")
+        )
+        return build
+
+    code, errors = run_preflight(with_adapter_layer(tmp_path / "old", 28), capsys)
+    assert code == 1
+    assert errors == [
+        "ERROR Fn: AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH and AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH need "
+        "Lambda Web Adapter v1.1.0 (layer version 30) or later, but the layer is version 28: the warm-up "
+        "never reaches the snapshot and restored environments are not re-seeded"
+    ]
+    assert run_preflight(with_adapter_layer(tmp_path / "ok", 30), capsys) == (0, [])
+
+
+def test_the_template_default_web_adapter_layer_has_the_snapstart_hooks():
+    template = sam.load(REPO_TEMPLATE, pseudo_parameters={})
+    stream = template.function("StreamFunction")
+    adapter = [
+        layer.partial for layer in stream.layers if isinstance(layer, sam.Unresolved) and layer.partial
+    ]
+    assert adapter and adapter[0].endswith(f":{LWA_SNAPSTART_MIN_LAYER}")

@@ -151,3 +151,23 @@ def test_the_repository_template_functions_by_kind():
         "ExecutionTimeout": 2592000,
         "RetentionPeriodInDays": 14,
     }
+
+
+@pytest.mark.parametrize(
+    ("architecture", "suffix", "condition"), [("arm64", "Arm64", "IsArm64"), ("x86_64", "X86", "IsX86")]
+)
+def test_every_function_takes_the_layers_built_for_its_architecture(architecture, suffix, condition):
+    # SAM gives a makefile build no architecture: each layer resource names its own, and a function picks its
+    # pair by the Architecture parameter; only that pair exists in the stack.
+    template = sam.load(TEMPLATE, overrides={"Architecture": architecture})
+    layers = dict(template.resources(*sam.LAYER_TYPES))
+    for name in (f"SnapllmLayer{suffix}", f"LlamaCppLayer{suffix}"):
+        layer = layers[name]
+        assert layer["Condition"] == condition and template.condition(condition) is True
+        assert layer["Properties"]["CompatibleArchitectures"] == [architecture]
+        assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": architecture}
+    for fn in template.functions:
+        assert fn.architecture == architecture
+        local = {ref for entry in fn.layers for ref in sam.references(entry) if ref in layers}
+        assert local <= {f"SnapllmLayer{suffix}", f"LlamaCppLayer{suffix}"}, fn.name
+        assert f"SnapllmLayer{suffix}" in local, fn.name

@@ -32,7 +32,7 @@ from tests.conftest import REPO, TEMPLATE
 # stderr of `sam local invoke InferenceFunction` (SAM 1.170, the stand-in image), less the function's logs.
 INVOKE_STDERR = """No current session found, using default AWS::AccountId
 Invoking app.handler (python3.13)
-SnapllmLayer is a local Layer in the template
+SnapllmLayerX86 is a local Layer in the template
 Mounting /work/.aws-sam/build-x86_64/InferenceFunction as /var/task:ro,delegated, inside runtime container
 START RequestId: f8e6efb3-2518-4f9f-b27e-d5aafdda87a7 Version: $LATEST
 {"timestamp": "2026-11-24T06:04:52Z", "level": "INFO", "message": "model ready", \

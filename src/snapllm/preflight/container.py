@@ -17,11 +17,11 @@ from typing import Any
 
 from snapllm.preflight.errors import ProbeError
 from snapllm.preflight.rules import LAYER_ROOT, TASK_ROOT, Finding
+from snapllm.settings_doc import check_variables
 
 LAYER_PYTHON = f"{LAYER_ROOT}/python"
 RUNTIME_ROOT = "/var/runtime"
 #: The project's own variables: one the template sets that no settings class declares is a mistake.
-OWN_PREFIX = "SNAPLLM_"
 
 
 @dataclass(frozen=True)
@@ -149,23 +149,20 @@ def check_environment(target: ContainerTarget) -> list[Finding]:
         return [
             _note(view, "this package declares no settings for the function: its variables are not checked")
         ]
+    # What the template sets: the local run's own additions (endpoints, never deployed) do not count.
     given = {name for name in view.environment if name in target.template_variables}
+    check = check_variables(target.declared, given - target.local_variables)
+    missing = [name for name in check.missing if name not in view.environment]
+    defaulted = [name for name in check.defaulted if name not in view.environment]
     findings = [
-        _error(view, f"the template sets {name}, which the function never reads")
-        for name in sorted(given - set(target.declared))
-        if name.startswith(OWN_PREFIX) and name not in target.local_variables
+        _error(view, f"the template sets {name}, which the function never reads") for name in check.unread
     ]
     findings += [
-        _error(view, f"the function needs {name}, which the template does not set")
-        for name, required in sorted(target.declared.items())
-        if required and name not in view.environment
+        _error(view, f"the function needs {name}, which the template does not set") for name in missing
     ]
-    defaults = sorted(
-        n for n, required in target.declared.items() if not required and n not in view.environment
-    )
-    if defaults:
+    if defaulted:
         findings.append(
-            _note(view, f"{len(defaults)} optional variables keep their defaults: {', '.join(defaults)}")
+            _note(view, f"{len(defaulted)} optional variables keep their defaults: {', '.join(defaulted)}")
         )
     return findings
 

@@ -3,7 +3,7 @@
 Example:
     >>> from pathlib import Path
     >>> from snapllm.preflight.package import scan_package
-    >>> pkg = scan_package(Path(".aws-sam/build/LlamaCppLayer"))  # doctest: +SKIP
+    >>> pkg = scan_package(Path(".aws-sam/build/LlamaCppLayerArm64"))  # doctest: +SKIP
     >>> pkg.unzipped_bytes, len(pkg.elves), pkg.zipped_bytes()  # doctest: +SKIP
     (98765432, 23, 31234567)
 """

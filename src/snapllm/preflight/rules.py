@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -49,10 +50,17 @@ LIBRARY_PATH = ("/var/task", "/var/task/lib", "/opt/lib")
 #: Lambda's quota on a function's code plus all its layers, unzipped (250 MB).
 MAX_UNZIPPED_BYTES = 250 * 1024 * 1024
 MAX_LAYERS = 5
+#: What the layers' Makefiles write in place of a layer that `make build ARCH=...` skipped (the other
+#: architecture's: SAM builds every layer of the template, whatever its Condition).
+LAYER_PLACEHOLDER = "snapllm-placeholder.txt"
 SNAPSTART_MIN_PYTHON = (3, 12)
 DURABLE_MIN_PYTHON = (3, 13)
 DURABLE_TIMEOUT_RANGE = (1, 31_622_400)
 DURABLE_RETENTION_RANGE = (1, 90)
+#: The layer version of Lambda Web Adapter v1.1.0, the first release that calls the SnapStart hook paths.
+LWA_SNAPSTART_MIN_LAYER = 30
+LWA_SNAPSTART_HOOKS = ("AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH", "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH")
+_LWA_LAYER_VERSION = re.compile(r":layer:LambdaAdapterLayer(?:Arm64|X86):(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,8 @@ def check_wheels(target: Target) -> list[Finding]:
 
 
 def check_sizes(target: Target) -> list[Finding]:
-    """Code plus layers fit in 250 MB unzipped; at most 5 layers; every layer has the ``python/`` prefix."""
+    """Code plus layers fit in 250 MB unzipped; at most 5 layers; every layer has the ``python/`` prefix and
+    none is a placeholder (:data:`LAYER_PLACEHOLDER`)."""
     findings = []
     fn = target.function
     if len(fn.layers) > MAX_LAYERS:
@@ -161,8 +170,19 @@ def check_sizes(target: Target) -> list[Finding]:
         findings.append(
             _error(fn, f"unzipped size {mb(total)} exceeds Lambda's {mb(MAX_UNZIPPED_BYTES)} ({parts})")
         )
+    for layer in target.layers:
+        if LAYER_PLACEHOLDER in layer.files:
+            findings.append(
+                _error(
+                    fn,
+                    f"layer {layer.name} is a placeholder: the build was for another architecture than "
+                    f"{fn.architecture} (make build ARCH={fn.architecture} or plain sam build builds it)",
+                )
+            )
     if fn.runtime.startswith("python"):
         for layer in target.layers:
+            if LAYER_PLACEHOLDER in layer.files:
+                continue
             if layer.files and not any(rel.startswith("python/") for rel in layer.files):
                 findings.append(
                     _error(fn, f"layer {layer.name} has no python/ folder: Python will not import from it")
@@ -261,7 +281,8 @@ def check_web_adapter(target: Target) -> list[Finding]:
                 f"AWS_LWA_INVOKE_MODE {mode!r} is not buffered or response_stream (LWA would buffer)",
             )
         )
-    if fn.snapstart:
+    hooks = [name for name in LWA_SNAPSTART_HOOKS if variables.get(name)]
+    if fn.snapstart and not hooks:
         findings.append(
             _note(
                 fn,
@@ -269,6 +290,18 @@ def check_web_adapter(target: Target) -> list[Finding]:
                 "use AWS_LWA_SNAPSTART_* paths (LWA >= 1.1.0)",
             )
         )
+    if fn.snapstart and hooks:
+        for layer in fn.layers:
+            match = _LWA_LAYER_VERSION.search(layer.name)
+            if match and int(match.group(1)) < LWA_SNAPSTART_MIN_LAYER:
+                findings.append(
+                    _error(
+                        fn,
+                        f"{' and '.join(hooks)} need Lambda Web Adapter v1.1.0 (layer version "
+                        f"{LWA_SNAPSTART_MIN_LAYER}) or later, but the layer is version {match.group(1)}: "
+                        "the warm-up never reaches the snapshot and restored environments are not re-seeded",
+                    )
+                )
     return findings
 
 

@@ -11,7 +11,7 @@ Example:
     >>> from snapllm.preflight.template import load_build
     >>> build = load_build(Path(".aws-sam/build"))  # doctest: +SKIP
     >>> [(f.name, f.architecture, [x.name for x in f.layers]) for f in build.functions]  # doctest: +SKIP
-    [('InferenceFunction', 'arm64', ['SnapllmLayer', 'LlamaCppLayer'])]
+    [('InferenceFunction', 'arm64', ['SnapllmLayerArm64', 'LlamaCppLayerArm64'])]
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ def load_build(build_dir: Path, overrides: Mapping[str, str] | None = None) -> B
 
 
 def _layer_for(entry: Any, layers: Mapping[str, Layer]) -> Layer:
+    if isinstance(entry, sam.Unresolved) and entry.partial is not None:
+        return Layer(name=entry.partial, path=None)  # an ARN with only pseudo-parameters left
     expression = entry.expression if isinstance(entry, sam.Unresolved) else entry
     if isinstance(expression, Mapping) and expression.get("Ref") in layers:
         return layers[expression["Ref"]]

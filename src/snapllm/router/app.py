@@ -380,10 +380,14 @@ class RouterApp:
         model = state.model if state.model in self.settings.routes else "unknown"
         elapsed_ms = (time.perf_counter() - state.started) * 1000.0
         metrics = self.metrics
-        metrics.add_dimension("model", model)
         response = state.response or {}
         add_completion_metrics(
-            metrics, latency_ms=elapsed_ms, usage=response.get("usage"), timings=response.get("timings")
+            metrics,
+            service=self.settings.service,
+            model=model,
+            latency_ms=elapsed_ms,
+            usage=response.get("usage"),
+            timings=response.get("timings"),
         )
         if state.invoke_s:
             metrics.add_metric("RouterOverhead", MetricUnit.Milliseconds, elapsed_ms - state.invoke_s * 1000)

@@ -1,0 +1,88 @@
+"""``snapllm deploy-check``: the deploy rules (:mod:`snapllm.deploycheck.rules`) on the template as
+CloudFormation would receive it, once as given and once with ``ModelSource`` set (the stack then puts the
+model in place itself, and its SnapStart versions must wait for it).
+
+    snapllm deploy-check                                   # template.yaml, default parameters
+    snapllm deploy-check --parameter-overrides Architecture=x86_64 ApiAuth=JWT
+
+Prints each function's AWS calls and the findings; exits 1 on any error, 2 when the template cannot be
+transformed. ``make deploy-check`` runs it after ``sam build``, ``sam validate --lint``, ``snapllm
+preflight`` and checkov.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from snapllm import sam
+from snapllm.deploycheck.calls import aws_calls
+from snapllm.deploycheck.rules import DeployView, run_deploy_rules
+from snapllm.deploycheck.transform import Stack, transformed
+from snapllm.errors import ConfigurationError
+from snapllm.preflight.rules import Finding
+
+#: Parameters under which the stack copies the model itself (any https URL and digest will do here).
+MODEL_SOURCE_SCENARIO = {
+    "ModelSource": "https://deploy-check.invalid/model.gguf",
+    "ModelSha256": "0" * 64,
+}
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "deploy-check", help="check the transformed template: SnapStart after the model, roles, variables"
+    )
+    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    parser.add_argument(
+        "--parameter-overrides", nargs="*", default=[], metavar="NAME=VALUE", help="as for sam deploy"
+    )
+    parser.set_defaults(func=run)
+
+
+def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    """The parameter sets to check: as given, and with ModelSource set when the template has it."""
+    found = [("as given", overrides)]
+    parameters = sam.read(template).get("Parameters") or {}
+    if "ModelSource" in parameters and not overrides.get("ModelSource"):
+        found.append(("with ModelSource", {**overrides, **MODEL_SOURCE_SCENARIO}))
+    return found
+
+
+def check(template: Path, overrides: dict[str, str]) -> list[tuple[str, list[Finding]]]:
+    """Findings per scenario; ConfigurationError when the template cannot be read or transformed."""
+    results = []
+    for name, parameters in scenarios(template, overrides):
+        stack = Stack.of(transformed(template, parameters), parameters, path=template)
+        source = sam.load(template, overrides=parameters)
+        calls = {fn.name: aws_calls(fn) for fn in source.functions if fn.name in stack.resources}
+        view = DeployView(stack, calls, places_model=bool(parameters.get("ModelSource")))
+        results.append((name, run_deploy_rules(view)))
+        if name == "as given":
+            for function, function_calls in sorted(calls.items()):
+                actions = sorted({call.action for call in function_calls}) or ["none"]
+                print(f"  {function} calls: {', '.join(actions)}")
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        overrides = dict(item.split("=", 1) for item in args.parameter_overrides)
+    except ValueError:
+        print("snapllm deploy-check: --parameter-overrides takes NAME=VALUE pairs", file=sys.stderr)
+        return 2
+    print(f"deploy-check {args.template}")
+    try:
+        results = check(args.template, overrides)
+    except (ConfigurationError, OSError) as exc:
+        print(f"snapllm deploy-check: {exc}", file=sys.stderr)
+        return 2
+    errors = 0
+    for name, findings in results:
+        print(f"\n{name}: {len(findings)} findings")
+        for finding in findings:
+            print(f"  {finding}")
+        errors += sum(finding.severity == "error" for finding in findings)
+    print(f"\ndeploy-check: {'FAILED, ' + str(errors) + ' errors' if errors else 'passed'}")
+    return 1 if errors else 0

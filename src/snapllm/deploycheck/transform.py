@@ -1,0 +1,98 @@
+"""template.yaml as CloudFormation receives it: the SAM transform applied offline by ``samtranslator``.
+
+    document = transformed(Path("template.yaml"), {"ModelSource": "https://...", "ModelSha256": "..."})
+    stack = Stack.of(document, parameters)          # resources that exist under these parameters
+    stack.depends_on("InferenceFunctionVersion...")  # every logical ID it waits for, directly or not
+
+``sam deploy`` uploads the code first and then submits the template with S3 locations; the translator
+needs those, so local ``CodeUri``/``ContentUri`` folders become placeholder S3 URIs (the code is not part of
+what is checked here). Managed policies named by their short name would need IAM to resolve; this template
+names them by ARN. The region and account are placeholders: no call leaves this machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+from samtranslator.model.exceptions import InvalidDocumentException
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+from samtranslator.yaml_helper import yaml_parse
+
+from snapllm import sam
+from snapllm.errors import ConfigurationError
+
+PLACEHOLDER_REGION = "us-east-1"
+_CODE_PROPERTIES = ("CodeUri", "ContentUri")
+
+
+class TransformError(ConfigurationError):
+    """SAM's translator refused the template; the message lists its reasons."""
+
+
+def transformed(template: Path, parameters: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The CloudFormation document ``sam deploy`` would submit for ``template`` with ``parameters``."""
+    document = yaml_parse(template.read_text())
+    for resource in (document.get("Resources") or {}).values():
+        properties = resource.get("Properties") or {}
+        for name in _CODE_PROPERTIES:
+            value = properties.get(name)
+            if isinstance(value, str) and not value.startswith("s3://"):
+                properties[name] = f"s3://deploy-check-placeholder/{value.strip('/')}"
+    translator = Translator(
+        managed_policy_map=None,
+        sam_parser=Parser(),
+        boto_session=boto3.session.Session(region_name=PLACEHOLDER_REGION),
+    )
+    try:
+        return translator.translate(document, dict(parameters or {}), get_managed_policy_map=dict)
+    except InvalidDocumentException as exc:
+        reasons = "; ".join(str(cause) for cause in exc.causes)
+        raise TransformError(f"SAM's translator refused {template}: {reasons}") from None
+    finally:
+        # The translator counts its work for a publisher; here there is none (a dummy that drops them).
+        translator.metrics.publish()
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The resources of a transformed template that exist under given parameter values, resolved."""
+
+    template: sam.Template
+    resources: Mapping[str, Mapping[str, Any]]
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any], parameters: Mapping[str, str], *, path: Path) -> Stack:
+        """``path``: the template the document was transformed from."""
+        template = sam.from_document(document, path, overrides=parameters, pseudo_parameters={})
+        resources = {
+            name: {**resource, "Properties": template.resolve(resource.get("Properties") or {})}
+            for name, resource in (document.get("Resources") or {}).items()
+            if resource.get("Condition") is None or template.condition(resource["Condition"]) is not False
+        }
+        return cls(template, resources)
+
+    def of_type(self, kind: str) -> dict[str, Mapping[str, Any]]:
+        return {name: resource for name, resource in self.resources.items() if resource.get("Type") == kind}
+
+    def references(self, name: str) -> frozenset[str]:
+        """The resources ``name`` waits for directly: ``DependsOn`` and what its properties refer to."""
+        resource = self.resources[name]
+        depends = resource.get("DependsOn") or []
+        explicit = {depends} if isinstance(depends, str) else set(depends)
+        return frozenset((explicit | set(sam.references(resource["Properties"]))) & set(self.resources))
+
+    def depends_on(self, name: str) -> frozenset[str]:
+        """Every resource CloudFormation finishes before it creates ``name``."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for reference in self.references(todo.pop()):
+                if reference not in seen:
+                    seen.add(reference)
+                    todo.append(reference)
+        return frozenset(seen)

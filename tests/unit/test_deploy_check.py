@@ -1,0 +1,108 @@
+"""`snapllm deploy-check` on template.yaml and on copies of it with one deliberate fault each: the transform
+is SAM's own translator (offline), the calls are read from the functions' real source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from snapllm import sam
+from snapllm.deploycheck.calls import AwsCall, aws_calls
+from snapllm.deploycheck.cli import check
+from tests.conftest import REPO, TEMPLATE
+
+MODEL_DIGEST_FROM_THE_COPY = (
+    "SNAPLLM_MODEL_SHA256: !If [HasModelSource, !GetAtt ModelObject.Sha256, !Ref ModelSha256]"
+)
+
+READ_THE_MODEL = (
+    "            - Sid: ReadTheModelObjectOnly\n              Effect: Allow\n              Action: "
+)
+
+
+def errors(template: Path) -> list[str]:
+    return [str(f) for _, findings in check(template, {}) for f in findings if f.severity == "error"]
+
+
+def variant(tmp_path: Path, old: str, new: str, *, count: int = 1) -> Path:
+    """template.yaml with ``old`` replaced, beside links to the code folders it names."""
+    text = TEMPLATE.read_text()
+    assert text.count(old) == count, f"template.yaml no longer has {old!r} {count} time(s)"
+    for folder in ("functions", "layers"):
+        (tmp_path / folder).symlink_to(REPO / folder)
+    path = tmp_path / "template.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_the_template_passes():
+    assert errors(TEMPLATE) == []
+
+
+def test_each_function_calls_what_its_code_calls():
+    template = sam.load(TEMPLATE)
+    actions = {fn.name: {call.action for call in aws_calls(fn)} for fn in template.functions}
+    assert actions["InferenceFunction"] == {"s3:GetObject"}
+    assert actions["StreamFunction"] == {"s3:GetObject"}  # read from app.py: its handler is run.sh
+    assert {"s3:GetObject", "s3:PutObject", "lambda:InvokeFunction"} <= actions["AgentFunction"]
+    assert "lambda:CheckpointDurableExecution" in actions["AgentFunction"]  # the durable SDK's
+    assert "lambda:SendDurableExecutionCallbackSuccess" in actions["RouterFunction"]
+
+
+def test_a_snapstart_version_that_does_not_wait_for_the_model_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path, MODEL_DIGEST_FROM_THE_COPY, "SNAPLLM_MODEL_SHA256: !Ref ModelSha256", count=2
+    )
+    found = errors(template)
+    assert any(
+        e.startswith("ERROR InferenceFunctionVersion")
+        and "the SnapStart version of InferenceFunction does not wait for ModelObject" in e
+        for e in found
+    ), found
+    assert any("SnapStart version of StreamFunction does not wait for ModelObject" in e for e in found)
+
+
+def test_a_role_missing_an_action_the_code_uses_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        "                - s3:GetObject\n                - s3:PutObject\n              Resource: !Sub\n"
+        '                - "arn:${AWS::Partition}:s3:::${Bucket}/${AgentArtifactsPrefix}*"',
+        "                - s3:GetObject\n              Resource: !Sub\n"
+        '                - "arn:${AWS::Partition}:s3:::${Bucket}/${AgentArtifactsPrefix}*"',
+    )
+    assert (
+        "ERROR AgentFunction: its code calls s3 PutObject (snapllm.agent.artifacts), but its role does not "
+        "allow s3:PutObject"
+    ) in errors(template)
+
+
+def test_a_role_that_allows_more_than_the_code_calls_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        READ_THE_MODEL + "s3:GetObject",
+        READ_THE_MODEL + "[s3:GetObject, s3:DeleteObject]",
+        count=2,
+    )
+    assert "ERROR InferenceFunction: its role allows s3:DeleteObject, which its code never calls" in errors(
+        template
+    )
+
+
+def test_a_variable_the_code_needs_but_the_template_drops_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        "          SNAPLLM_AGENT_INFERENCE_FUNCTION:",
+        "          SNAPLLM_AGENT_INFERENCE_FUNCTION_X:",
+    )
+    found = errors(template)
+    assert (
+        "ERROR AgentFunction: needs SNAPLLM_AGENT_INFERENCE_FUNCTION, which the template does not set"
+        in found
+    )
+    assert "ERROR AgentFunction: sets SNAPLLM_AGENT_INFERENCE_FUNCTION_X, which its code never reads" in found
+
+
+@pytest.mark.parametrize("call", [AwsCall("lambda", "Invoke", "m"), AwsCall("s3", "HeadObject", "m")])
+def test_operations_map_to_the_iam_actions_that_authorize_them(call):
+    assert call.action == {"Invoke": "lambda:InvokeFunction", "HeadObject": "s3:GetObject"}[call.operation]
