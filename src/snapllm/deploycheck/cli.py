@@ -53,14 +53,17 @@ def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict
 def check(template: Path, overrides: dict[str, str]) -> list[tuple[str, list[Finding]]]:
     """Findings per scenario; ConfigurationError when the template cannot be read or transformed."""
     results = []
+    printed: set[str] = set()
     for name, parameters in scenarios(template, overrides):
         stack = Stack.of(transformed(template, parameters), parameters, path=template)
         source = sam.load(template, overrides=parameters)
         calls = {fn.name: aws_calls(fn) for fn in source.functions if fn.name in stack.resources}
         view = DeployView(stack, calls, places_model=bool(parameters.get("ModelSource")))
         results.append((name, run_deploy_rules(view)))
-        if name == "as given":
-            for function, function_calls in sorted(calls.items()):
+        # Each function once, from the first scenario that has it (ModelSourceFunction: with ModelSource).
+        for function, function_calls in sorted(calls.items()):
+            if function not in printed:
+                printed.add(function)
                 actions = sorted({call.action for call in function_calls}) or ["none"]
                 print(f"  {function} calls: {', '.join(actions)}")
     return results
