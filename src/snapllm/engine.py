@@ -16,7 +16,7 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,6 +43,13 @@ from snapllm.limits import Limits
 from snapllm.system import available_cpus
 
 _WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
+#: The requests the before-snapshot warm-up runs (``max_tokens`` is the ``warmup_tokens`` setting): every
+#: path a request can take through the engine, so none runs for the first time after a restore.
+WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
+    {"messages": _WARMUP_MESSAGES, "seed": 0},  # chat, seeded (the prompt re-evaluated), sampled
+    {"messages": _WARMUP_MESSAGES, "temperature": 0.0},  # chat, unseeded, greedy, cached prefix
+    {"prompt": "Hello, my name is"},  # text, unseeded, sampled
+)
 
 
 @dataclass(frozen=True)
@@ -260,20 +267,8 @@ class Engine:
                 {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                 for m in request.messages
             ]
-            try:
-                formatted = self._formatter(messages=messages)
-            except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
-                raise InvalidRequestError(
-                    f"the model's chat template rejected the messages: {exc}", param="messages"
-                ) from None
-            tokens = llama.tokenize(
-                formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
-            )
-            stop += [
-                s
-                for s in ([formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or [])
-                if s
-            ]
+            tokens, template_stops = self._chat_tokens(messages)
+            stop += template_stops
             param = "messages"
         else:
             tokens = llama.tokenize(request.text.encode(), add_bos=True, special=True)
@@ -366,18 +361,49 @@ class Engine:
             deadline_reached=progress.deadline_reached,
         )
 
-    def warm_up(self) -> Generation:
-        """Generate a few tokens so compute buffers, the sampler and the chat template are primed.
+    def warm_up(self, requests: Iterable[InferenceRequest]) -> None:
+        """Generate and stream a few tokens of each request, so compute buffers, the sampler, the chat
+        template and every code path are primed; then leave the chat template's common prefix evaluated.
 
-        The KV cache is cleared afterwards so no request inherits the warm-up's tokens.
+        The KV cache then holds only what every chat without its own system message starts with (for many
+        templates, a default system prompt): the first request after a restore reuses it as a warm one
+        would, and no request inherits a warm-up's own tokens.
         """
-        request = ChatCompletionRequest(
-            messages=_WARMUP_MESSAGES, max_tokens=max(1, self._settings.warmup_tokens), seed=0
-        )
-        generation = self.generate(request)
+        for request in requests:
+            self.generate(request)
+            for _ in self.stream(request):
+                pass
         with self._lock:
             self._llama.reset()
-        return generation
+            prefix = self._chat_prefix()
+            if prefix:
+                self._llama.eval(prefix)
+
+    def _chat_tokens(self, messages: list[dict[str, str]]) -> tuple[list[int], list[str]]:
+        """The messages formatted by the model's chat template and tokenized, and the template's stops."""
+        try:
+            formatted = self._formatter(messages=messages)
+        except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
+            raise InvalidRequestError(
+                f"the model's chat template rejected the messages: {exc}", param="messages"
+            ) from None
+        tokens = self._llama.tokenize(
+            formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
+        )
+        stops = [formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or []
+        return tokens, [stop for stop in stops if stop]
+
+    def _chat_prefix(self) -> list[int]:
+        """The tokens every single-user-message chat begins with, as this model's template formats it."""
+        if self._formatter is None:
+            return []
+        first, second = (
+            self._chat_tokens([{"role": "user", "content": text}])[0] for text in ("Hello.", "Goodbye.")
+        )
+        common = 0
+        while common < min(len(first), len(second)) and first[common] == second[common]:
+            common += 1
+        return first[:common]
 
     def _completion(
         self,
