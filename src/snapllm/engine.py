@@ -229,6 +229,11 @@ class Engine:
             )
 
     @property
+    def supports_chat(self) -> bool:
+        """Whether the model has a chat template (without one, only text completions are served)."""
+        return self._formatter is not None
+
+    @property
     def threads(self) -> int:
         return int(self._llama.n_threads)
 

@@ -85,7 +85,11 @@ class InferenceRuntime:
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
         tokens = max(1, self.settings.engine.warmup_tokens)
-        bodies = [{**body, "model": self.engine.model_name, "max_tokens": tokens} for body in WARMUP_REQUESTS]
+        bodies = [
+            {**body, "model": self.engine.model_name, "max_tokens": tokens}
+            for body in WARMUP_REQUESTS
+            if self.engine.supports_chat or "messages" not in body  # a base model serves text only
+        ]
         with phases.measure("warm_up"):
             # Through the handler first, so decoding, validation, rendering and logging have run once too.
             for body in bodies:

@@ -55,24 +55,23 @@ from snapllm.models import PACKAGED_MODELS, model_path
 from snapllm.prefault import PREFAULT_MODES
 from snapllm.runtime import InferenceRuntime
 
-#: The first request after a restore and the warm reference (see the module docstring). Greedy, so the
-#: first and the warm invoke of FIRST generate the same tokens.
+#: The first request after a restore and the warm reference (see the module docstring): text completions,
+#: which every model serves, of the same token count with SmolLM2's and Gemma 3's tokenizers. Greedy, so
+#: the first and the warm invoke of FIRST generate the same tokens.
 FIRST: dict[str, Any] = {
-    "messages": [
-        {"role": "system", "content": "You are a concise assistant for cloud engineers."},
-        {"role": "user", "content": "List three uses of a serverless function."},
-    ],
+    "prompt": "Three common uses of a serverless function are",
     "max_tokens": 32,
     "temperature": 0.0,
 }
-OTHER: dict[str, Any] = {
-    **FIRST,
-    "messages": [
-        {"role": "system", "content": "Answer briefly, like a friendly painting teacher."},
-        {"role": "user", "content": "Name three colors of a summer sunset sky."},
-    ],
+OTHER: dict[str, Any] = {**FIRST, "prompt": "Three warm colours of a summer sunset sky are"}
+#: The lifecycle's and the warm comparison's request: a chat, or for a model without a chat template (a
+#: base model) a text completion of the same text.
+TEXT_REQUEST: dict[str, Any] = {
+    "prompt": "List three uses of a serverless function.",
+    "max_tokens": 48,
+    "temperature": 0.0,
 }
-REQUEST: dict[str, Any] = {
+CHAT_REQUEST: dict[str, Any] = {
     "messages": [{"role": "user", "content": "List three uses of a serverless function."}],
     "max_tokens": 48,
     # Greedy and unseeded on both sides, so both reuse the cached prompt prefix alike (a seeded request
@@ -171,7 +170,11 @@ def _measure_loads(
 
 
 def _measure_invokes(
-    deployment: LocalDeployment, settings: InferenceSettings, invokes: int, samples: Samples
+    deployment: LocalDeployment,
+    settings: InferenceSettings,
+    request: dict[str, Any],
+    invokes: int,
+    samples: Samples,
 ) -> tuple[dict[str, Any], int]:
     """Warm invokes of the real handler against bare llama_cpp; returns a response and the KV cache size."""
     source = ModelSource(
@@ -193,17 +196,18 @@ def _measure_invokes(
     )
 
     def bare_chat() -> Any:  # top_p: llama_cpp's default, 0.95, as the handler's default
-        return bare.create_chat_completion(
-            messages=REQUEST["messages"], max_tokens=REQUEST["max_tokens"], temperature=REQUEST["temperature"]
-        )
+        limits = {"max_tokens": request["max_tokens"], "temperature": request["temperature"]}
+        if "messages" in request:
+            return bare.create_chat_completion(messages=request["messages"], **limits)
+        return bare.create_completion(prompt=request["prompt"], **limits)
 
     # One untimed round on each side, so both time requests whose prompt prefix is already cached.
     bare_chat()
-    runtime.handle(dict(REQUEST), LocalContext.create("bench", timeout_s=120, memory_mb=10240))
+    runtime.handle(dict(request), LocalContext.create("bench", timeout_s=120, memory_mb=10240))
     sample_response: dict[str, Any] = {}
     for _ in range(invokes):
         context = LocalContext.create("bench", timeout_s=120, memory_mb=10240)
-        ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(REQUEST), c))
+        ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(request), c))
         bare_s, bare_response = _timed(bare_chat)
         if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:
             raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
@@ -212,15 +216,17 @@ def _measure_invokes(
     return sample_response, kv_cache_bytes(engine)
 
 
-def _measure_lifecycle(deployment: LocalDeployment) -> tuple[dict[str, Any], dict[str, str]]:
+def _measure_lifecycle(
+    deployment: LocalDeployment, request: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The phases of one init -> snapshot -> restore -> invoke, and the environment the function had."""
     with deployment.function(model_function(deployment.template).name) as function:
         environment_variables = function.environment
         init = function.init()
         snapshot = function.snapshot()
         with function.restore() as environment:
-            first = environment.invoke(dict(REQUEST))
-            warm = environment.invoke(dict(REQUEST))
+            first = environment.invoke(dict(request))
+            warm = environment.invoke(dict(request))
             restore_s = environment.restore_s
     phases = snapshot["phases"]
     return {
@@ -284,6 +290,10 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
     return {name: _spread(values) for name, values in samples.values.items()}
 
 
+def _has_chat_template(model: Path) -> bool:
+    return "tokenizer.chat_template" in Llama(model_path=str(model), vocab_only=True, verbose=False).metadata
+
+
 def kv_cache_bytes(engine: Engine) -> int:
     """Bytes of an f16 KV cache for the engine's context size, from the model's own metadata."""
     meta = engine.llama.metadata
@@ -305,12 +315,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
         return 2
     with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
-        lifecycle, environment_variables = _measure_lifecycle(deployment)
+        request = CHAT_REQUEST if _has_chat_template(model) else TEXT_REQUEST
+        lifecycle, environment_variables = _measure_lifecycle(deployment, request)
         after_restore = {mode: measure_restores(deployment, mode, args.restores) for mode in args.prefault}
         # The in-process paths use the settings the function ran with (template, local profile, overrides).
         settings = InferenceSettings.from_env(environment_variables)
         _measure_loads(deployment, settings, args.rounds, samples)
-        response, kv = _measure_invokes(deployment, settings, args.invokes, samples)
+        response, kv = _measure_invokes(deployment, settings, request, args.invokes, samples)
         model_bytes = deployment.model_path.stat().st_size
     engine_settings = settings.engine
     budget = model_bytes + kv + 300_000_000
