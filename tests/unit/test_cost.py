@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,7 @@ from snapllm.cost.model import (
     lambda_monthly,
     request_seconds,
     restores_per_day,
+    streams_of,
 )
 
 PRICES = prices.load()
@@ -171,3 +173,13 @@ def test_cli_refuses_bad_input_with_a_message(argv, message, capsys):
         main(["cost", "--no-plot", *argv])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_cpu_streams_follow_the_lambda_memory_setting():
+    c7g, g5 = PRICES.option("c7g.2xlarge"), PRICES.option("g5.xlarge")
+    # 10,240 MB is 6 vCPUs: one generation per 6 of the c7g's 8. 2,048 MB is one vCPU: 8 generations.
+    assert streams_of(c7g, WORKLOAD) == 1
+    small = Workload.flat(10_000, prompt_tokens=200, completion_tokens=100, memory_mb=2048)
+    assert streams_of(c7g, small) == 8
+    assert streams_of(g5, small) == streams_of(g5, WORKLOAD) == 8  # a GPU's streams are its own
+    assert streams_of(c7g, replace(small, vcpus_per_stream=2)) == 4

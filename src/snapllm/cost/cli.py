@@ -43,6 +43,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--cold-extra-ms", type=float, help="billed time a cold start adds (restore etc.)")
     parser.add_argument("--snapstart-versions", type=int, default=1, help="live published versions")
     parser.add_argument("--environment-minutes", type=float, default=15.0, help="life of one environment")
+    parser.add_argument(
+        "--vcpus-per-stream",
+        type=int,
+        help="vCPUs per generation on CPU options (default: Lambda's at --memory-mb)",
+    )
     parser.add_argument("--option", action="append", help="always-on option by name (default: all)")
     parser.add_argument("--prices", type=Path, help="price file (default: the packaged prices.toml)")
     parser.add_argument("--plot", type=Path, default=Path("snapllm-cost.png"), help="PNG to write")
@@ -92,6 +97,7 @@ def _workload(args: argparse.Namespace) -> Workload:
         peak_concurrency=args.peak_concurrency,
         snapstart_versions=args.snapstart_versions,
         environment_minutes=args.environment_minutes,
+        vcpus_per_stream=args.vcpus_per_stream,
     )
 
 

@@ -18,6 +18,9 @@ from snapllm.cost.prices import AlwaysOnPrice, Architecture, Prices
 Term = Literal["on_demand", "reserved_1y"]
 TERMS: tuple[Term, ...] = ("on_demand", "reserved_1y")
 HOURS_PER_DAY = 24
+# Lambda's CPU share: 1,769 MB is one vCPU, up to 6 vCPUs at 10,240 MB.
+LAMBDA_MB_PER_VCPU = 1769
+LAMBDA_MAX_VCPUS = 6
 # Break-even search range, requests per day.
 SEARCH_FLOOR, SEARCH_CEILING = 1.0, 1e9
 
@@ -50,6 +53,8 @@ class Workload:
     """Published SnapStart versions kept alive (each pays the snapshot cache all month)."""
     environment_minutes: float = 15.0
     """How long one execution environment serves before a new one restores (idle reclaim, recycling)."""
+    vcpus_per_stream: int | None = None
+    """vCPUs one generation gets on a CPU instance; None: as many as Lambda gives the memory setting."""
 
     @classmethod
     def flat(cls, requests_per_day: float, **fields: object) -> Workload:
@@ -70,6 +75,18 @@ class Workload:
         return replace(
             self, hourly_requests=tuple(h * factor for h in self.hourly_requests), peak_concurrency=peak
         )
+
+
+def lambda_vcpus(memory_mb: int) -> int:
+    return max(1, min(LAMBDA_MAX_VCPUS, round(memory_mb / LAMBDA_MB_PER_VCPU)))
+
+
+def streams_of(option: AlwaysOnPrice, workload: Workload) -> int:
+    """Generations one unit runs at once at the measured speed."""
+    if option.streams is not None:
+        return option.streams
+    per_stream = workload.vcpus_per_stream or lambda_vcpus(workload.memory_mb)
+    return max(1, option.vcpus // per_stream)
 
 
 def request_seconds(workload: Workload, speed: Speed) -> float:
@@ -152,14 +169,15 @@ def always_on_monthly(
     """Enough units for the peak concurrency, running all month; at least one."""
     busy_s_per_day = workload.requests_per_day * request_seconds(workload, speed)
     streams_needed = max(peak_concurrency(workload, speed), busy_s_per_day / 86400)
-    units = max(1, math.ceil(streams_needed / option.streams - 1e-9))
+    streams = streams_of(option, workload)
+    units = max(1, math.ceil(streams_needed / streams - 1e-9))
     hourly = option.on_demand_usd_per_hour if term == "on_demand" else option.reserved_1y_usd_per_hour
     return AlwaysOnCost(
         option=option,
         term=term,
         units=units,
         total=units * hourly * prices.hours_per_month,
-        utilization=busy_s_per_day / (86400 * units * option.streams),
+        utilization=busy_s_per_day / (86400 * units * streams),
     )
 
 

@@ -73,7 +73,9 @@ class AlwaysOnPrice(Sourced):
 
     name: str
     kind: str
-    streams: int = Field(ge=1)
+    vcpus: int = Field(ge=1)
+    streams: int | None = Field(default=None, ge=1)
+    """Generations at once for an accelerator; None: a CPU option, whose streams come from its vCPUs."""
     on_demand_usd_per_hour: float
     reserved_1y_usd_per_hour: float
 
