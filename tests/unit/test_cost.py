@@ -127,6 +127,11 @@ def test_speed_from_bench_coldstart_json():
     assert speed == Speed(
         tokens_per_s=120.0, ttft_s=0.04, ttft_prompt_tokens=37, cold_extra_s=pytest.approx(0.15)
     )
+    # `snapllm bench aws --json` carries its speed under "speed".
+    aws = {"speed": {"tokens_per_s": 90.0, "ttft_ms": 120.0, "prompt_tokens": 39, "cold_extra_ms": 650.0}}
+    assert measured.speed_from_bench(aws) == Speed(
+        tokens_per_s=90.0, ttft_s=0.12, ttft_prompt_tokens=39, cold_extra_s=0.65
+    )
     with pytest.raises(measured.NoSpeedError, match="no speed"):
         measured.speed_from_bench({"lifecycle": {"restore_s": 0.01}})
 

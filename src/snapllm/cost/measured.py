@@ -14,6 +14,8 @@ class NoSpeedError(ValueError):
 def speed_from_bench(result: dict[str, Any]) -> Speed:
     if "speed" in result:  # snapllm bench aws --json
         speed = result["speed"]
+        if not speed:
+            raise NoSpeedError("the `snapllm bench aws` run measured no warm invoke (--warm 0?)")
         return Speed(
             tokens_per_s=float(speed["tokens_per_s"]),
             ttft_s=float(speed["ttft_ms"]) / 1000,
