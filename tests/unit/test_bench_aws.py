@@ -7,6 +7,7 @@ examples) and JSON (``LogFormat: JSON``, the Telemetry API's ``platform.report``
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
@@ -16,6 +17,7 @@ import time
 
 import pytest
 
+from snapllm.bench import aws
 from snapllm.bench.aws import BenchAwsError, Spending, speed_of, worst_case_usd
 from snapllm.bench.lambda_reports import ReportFormatError, parse_line, parse_log, percentiles, summarize
 from snapllm.cost.prices import load
@@ -216,3 +218,120 @@ def test_without_credentials_it_stops_at_once(tmp_path):
     assert "no AWS credentials found" in result.stderr
     assert "Traceback" not in result.stderr
     assert elapsed < 15
+
+
+# --- The run's orchestration, against stand-ins for the AWS clients -------------------------------------
+# A deployed stack cannot run here: these fakes answer the few calls `measure` makes, and record them.
+
+
+class _Payload:
+    def __init__(self, body: dict):
+        self._raw = json.dumps(body).encode()
+
+    def read(self) -> bytes:
+        return self._raw
+
+
+class FakeLambda:
+    def __init__(self):
+        self.environment = {"SNAPLLM_MODEL_KEY": "models/m.gguf"}
+        self.versions: list[str] = []
+        self.deleted: list[str] = []
+        self.invoked: list[str] = []
+        self.fresh: set[str] = set()
+
+    def get_function_configuration(self, FunctionName):
+        return {
+            "MemorySize": 10240,
+            "Timeout": 60,
+            "Architectures": ["arm64"],
+            "SnapStart": {"ApplyOn": "PublishedVersions", "OptimizationStatus": "On"},
+            "Environment": {"Variables": dict(self.environment)},
+        }
+
+    def update_function_configuration(self, FunctionName, Environment):
+        self.environment = dict(Environment["Variables"])
+
+    def get_waiter(self, name):
+        class _Waiter:
+            def wait(self, **kwargs):
+                pass
+
+        return _Waiter()
+
+    def publish_version(self, FunctionName, Description):
+        version = str(len(self.versions) + 1)
+        self.versions.append(version)
+        self.fresh.add(version)
+        return {"Version": version}
+
+    def invoke(self, FunctionName, Qualifier, LogType, Payload):
+        self.invoked.append(Qualifier)
+        line = SNAPSTART_RESTORE if Qualifier in self.fresh else WARM
+        self.fresh.discard(Qualifier)
+        body = {
+            "object": "chat.completion",
+            "usage": {"prompt_tokens": 39, "completion_tokens": 48},
+            "timings": {"tokens_per_second": 118.0, "time_to_first_token_ms": 35.0},
+        }
+        return {"Payload": _Payload(body), "LogResult": base64.b64encode(line.encode()).decode()}
+
+    def delete_function(self, FunctionName, Qualifier):
+        self.deleted.append(Qualifier)
+
+
+class FakeCloudFormation:
+    def describe_stack_resources(self, StackName):
+        resource = {
+            "LogicalResourceId": "InferenceFunction",
+            "ResourceType": "AWS::Lambda::Function",
+            "PhysicalResourceId": "snapllm-dev-Inference",
+        }
+        return {"StackResources": [resource]}
+
+    def describe_stacks(self, StackName):
+        return {"Stacks": [{"Outputs": []}]}
+
+
+class FakeSession:
+    region_name = "us-east-1"
+
+    def __init__(self):
+        self.lambda_, self.cloudformation = FakeLambda(), FakeCloudFormation()
+
+    def client(self, name):
+        return self.lambda_ if name == "lambda" else self.cloudformation
+
+
+def _args(**overrides):
+    fields = {"stack": "snapllm-dev", "region": None, "function": "InferenceFunction", "cold": 2, "warm": 3}
+    fields |= {"stream": 0, "budget_usd": 5.0, "yes": False, "json": True}
+    return argparse.Namespace(**(fields | overrides))
+
+
+def test_measure_publishes_invokes_counts_and_cleans_up(monkeypatch):
+    session = FakeSession()
+    monkeypatch.setattr(aws, "session_with_credentials", lambda region: session)
+    result = aws.measure(_args(), ask=lambda q: False)
+    fake = session.lambda_
+    # Two cold rounds, each on a version published after a configuration change, then warm invokes.
+    assert fake.invoked == ["1", "2", "2", "2", "2"]
+    assert result["reports"]["restore"]["restore_duration_ms"]["n"] == 2
+    assert result["reports"]["warm"]["duration_ms"]["n"] == 3
+    # Cleaned up: the versions deleted, the variables as they were.
+    assert fake.deleted == ["1", "2"] and result["versions_published_and_deleted"] == ["1", "2"]
+    assert fake.environment == {"SNAPLLM_MODEL_KEY": "models/m.gguf"}
+    spent = result["spent"]
+    assert spent["invocations"] == 5
+    cache = 2 * 3 * 3600 * 10 * 0.0000015046
+    assert spent["by_item"]["SnapStart cache (3 h minimum per version)"] == pytest.approx(cache, abs=1e-4)
+    assert spent["usd"] > cache
+    assert result["speed"]["tokens_per_s"] == 118.0
+
+
+def test_measure_stops_before_publishing_when_over_budget(monkeypatch):
+    session = FakeSession()
+    monkeypatch.setattr(aws, "session_with_credentials", lambda region: session)
+    with pytest.raises(BenchAwsError, match="stopped before spending"):
+        aws.measure(_args(budget_usd=0.01), ask=lambda q: False)
+    assert session.lambda_.versions == [] and session.lambda_.invoked == []
