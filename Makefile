@@ -11,7 +11,7 @@ export SAM_CLI_TELEMETRY := 0
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/dev.txt scripts/setup.sh
+$(VENV)/.installed: pyproject.toml requirements/dev.txt scripts/setup.sh layers/llama-cpp/cpu-flags.sh
 	scripts/setup.sh
 
 # AWS SAM CLI pins its own boto3 range, so it lives in a venv of its own.

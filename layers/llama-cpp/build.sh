@@ -15,6 +15,8 @@ set -euo pipefail
 arch=${1:?usage: build.sh arm64|x86_64 ARTIFACTS_DIR}
 out=${2:?usage: build.sh arm64|x86_64 ARTIFACTS_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=cpu-flags.sh
+source "$here/cpu-flags.sh"
 version=0.3.36
 glibc=2.34
 jobs=${SNAPLLM_BUILD_JOBS:-$(nproc)}
@@ -24,21 +26,18 @@ case "$arch" in
     triple=aarch64-linux-gnu.$glibc
     processor=aarch64
     wheel_arch=aarch64
-    cpu_args=(-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16)
     ;;
   x86_64)
     triple=x86_64-linux-gnu.$glibc
     processor=x86_64
     wheel_arch=x86_64
-    cpu_args=(-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-      -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
-      -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
     ;;
   *)
     echo "build.sh: unknown architecture '$arch' (expected arm64 or x86_64)" >&2
     exit 2
     ;;
 esac
+mapfile -t cpu_args < <(cpu_flags "$arch")
 
 # A Python that can run zig and pip: an explicit choice, then PATH (`make build` puts .tools/bin first), then
 # the project's tools venv when sam was started from the project root.
@@ -59,7 +58,7 @@ zig=$("$py" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang._
 zig_version=$("$zig" version)
 
 cache_root=${SNAPLLM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/snapllm}/llama-cpp
-key=$( (cat "$here/build.sh" "$here/requirements.txt"; echo "$arch $version $glibc $zig_version") | sha256sum | cut -c1-16)
+key=$( (cat "$here/build.sh" "$here/cpu-flags.sh" "$here/requirements.txt"; echo "$arch $version $glibc $zig_version") | sha256sum | cut -c1-16)
 done_dir=$cache_root/$arch-$key
 
 install_layer() {
@@ -147,7 +146,7 @@ cmake -S "$src/vendor/llama.cpp" -B "$build" -G Ninja \
   -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_MTMD=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DGGML_OPENMP_FETCH=OFF -DGGML_BACKEND_DL=OFF \
+  -DGGML_OPENMP=OFF -DGGML_OPENMP_FETCH=OFF -DGGML_BACKEND_DL=OFF \
   -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BLAS=OFF -DGGML_CPU_KLEIDIAI=OFF \
   "${cpu_args[@]}" >"$work/configure.log"
 if [ "$arch" = arm64 ]; then

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from snapllm.bench.cli import add_parser as add_bench
+from snapllm.cost.cli import add_parser as add_cost
 from snapllm.deploy.cli import add_parser as add_model
 from snapllm.deploycheck.cli import add_parser as add_deploy_check
 from snapllm.local.cli import add_parser as add_local
@@ -30,6 +31,7 @@ REGISTRARS: list[SubcommandRegistrar] = [
     add_replay,
     add_model,
     add_deploy_check,
+    add_cost,
 ]
 
 

@@ -1,4 +1,5 @@
-"""Call the inference function on AWS, through Lambda ``Invoke`` (locally: :mod:`snapllm.local.inference`).
+"""Call the inference function on AWS, through Lambda ``Invoke`` (locally: :mod:`snapllm.local.inference`),
+or an always-on OpenAI-compatible HTTP endpoint (llama-server, vLLM, ``llama_cpp.server``) in its place.
 
 The router and the agent depend on the :class:`InferenceClient` protocol only::
 
@@ -15,9 +16,13 @@ caller decodes a status from a payload: that happens here, once.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import random
+import socket
 import time
+import urllib.error
+import urllib.request
 from typing import Any, Protocol
 
 import boto3
@@ -27,9 +32,11 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutErr
 from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import (
     InferenceFailedError,
+    InferenceInvokeError,
     InferenceNotReadyError,
     InferenceThrottledError,
     InferenceTimeoutError,
+    RequestError,
     error_from_body,
 )
 
@@ -125,6 +132,74 @@ class LambdaInferenceClient:
                 raise InferenceFailedError(f"the model function failed: {message}")
             return checked_response(body)
         raise AssertionError("unreachable")
+
+
+def is_endpoint(target: str) -> bool:
+    """Whether a routing-table target is an always-on endpoint's base URL rather than a Lambda ARN."""
+    return target.startswith(("http://", "https://"))
+
+
+class HttpInferenceClient:
+    """Sends the request to an always-on OpenAI-compatible endpoint (``base_url`` ends in ``/v1``).
+
+    The same errors as a Lambda invoke come out of it, so the router answers and falls back alike: 429 ->
+    :class:`InferenceThrottledError`; 503, or nothing listening -> :class:`InferenceNotReadyError`; other
+    5xx, a reset or a closed connection -> :class:`InferenceFailedError` (502); no answer before the
+    deadline -> :class:`InferenceTimeoutError` (504); the endpoint's own 4xx as the error it names.
+    """
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, read_timeout_s: float = 28.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._read_timeout_s = read_timeout_s
+
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
+        path = "/chat/completions" if "messages" in payload else "/completions"
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        request = urllib.request.Request(
+            self.base_url + path, data=json.dumps(payload).encode(), headers=headers, method="POST"
+        )
+        timeout = self._read_timeout_s
+        if deadline is not None:
+            timeout = max(0.05, min(timeout, deadline - time.time()))
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise self._status_error(exc.code, exc.read()) from exc
+        except TimeoutError as exc:
+            raise InferenceTimeoutError("the model did not answer in time") from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError | socket.timeout):
+                raise InferenceTimeoutError("the model did not answer in time") from exc
+            raise InferenceNotReadyError(f"the model's endpoint is not reachable ({exc.reason})") from exc
+        except (ConnectionError, http.client.HTTPException) as exc:
+            raise InferenceFailedError(
+                f"the model's endpoint broke the connection ({type(exc).__name__})"
+            ) from exc
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise InferenceFailedError(
+                "the model's endpoint answered with something that is not JSON"
+            ) from exc
+        return checked_response(body)
+
+    @staticmethod
+    def _status_error(status: int, raw: bytes) -> InferenceInvokeError | RequestError:
+        if status == 429:
+            return InferenceThrottledError("the model's endpoint is at its limit; retry shortly")
+        if status == 503:
+            return InferenceNotReadyError("the model's endpoint is unavailable; retry shortly")
+        if status >= 500:
+            return InferenceFailedError(f"the model's endpoint failed with HTTP {status}")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        return error_from_body(status, body if isinstance(body, dict) else {})
 
 
 def checked_response(body: Any) -> dict[str, Any]:

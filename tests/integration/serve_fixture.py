@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class ServeProcess:
         timeout_s: float = 180.0,
         stdout: Any = subprocess.DEVNULL,
         stderr: Any = None,
+        args: Sequence[str] = (),
     ) -> ServeProcess:
         port = free_port()
         command = [
@@ -71,6 +72,7 @@ class ServeProcess:
             str(port),
             "-t",
             str(template),
+            *args,
         ]
         process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=stderr)
         server = cls(process, port)

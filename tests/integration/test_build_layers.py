@@ -7,6 +7,7 @@ would use, and the placeholder that `make build ARCH=...` writes for the other a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -115,11 +116,36 @@ def test_each_layer_resource_has_a_makefile_target_for_its_own_architecture():
         assert re.search(rf"^build-{name}:\n\t\$\(call layer,{arch}\b", makefile, re.MULTILINE), name
 
 
+def _cpu_flags(arch: str) -> list[str]:
+    script = f'source "{ROOT}/layers/llama-cpp/cpu-flags.sh"; cpu_flags {arch}'
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
+
+
 def test_llama_layer_targets_graviton2_and_avx2():
-    script = (ROOT / "layers/llama-cpp/build.sh").read_text()
-    assert "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16" in script
-    assert "-DGGML_NATIVE=OFF" in script and "-DGGML_OPENMP=OFF" in script
-    assert "-DGGML_AVX512=OFF" in script
+    assert "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16" in _cpu_flags("arm64")
+    assert {"-DGGML_AVX2=ON", "-DGGML_AVX512=OFF", "-DGGML_NATIVE=OFF"} <= set(_cpu_flags("x86_64"))
+    assert "-DGGML_NATIVE=OFF" in _cpu_flags("arm64")
+    assert "-DGGML_OPENMP=OFF" in (ROOT / "layers/llama-cpp/build.sh").read_text()
+
+
+def test_the_local_build_uses_the_layers_cpu_flags_not_the_machines_own():
+    # Local runs and tests execute the x86_64 layer's kernels, so recorded answers hold on any machine.
+    setup = (ROOT / "scripts/setup.sh").read_text()
+    assert "source layers/llama-cpp/cpu-flags.sh" in setup and 'cpu_flags "$(uname -m)"' in setup
+    assert (
+        (ROOT / ".venv/.llama-cpp-build")
+        .read_text()
+        .strip()
+        .endswith(
+            "-"
+            + hashlib.sha256(
+                (
+                    " ".join(_cpu_flags("x86_64")) + " -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF "
+                    "-DLLAMA_BUILD_EXAMPLES=OFF"
+                ).encode()
+            ).hexdigest()[:12]
+        )
+    )
 
 
 def test_zig_is_pinned_once_beside_the_layer():

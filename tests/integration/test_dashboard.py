@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from snapllm import errors, sam
+from snapllm.local.s3 import free_port
 from snapllm.metrics import status_class
 from tests.conftest import TEMPLATE
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
@@ -145,11 +146,16 @@ def _alarm_metrics(template: sam.Template) -> Iterator[tuple[str, MetricRef]]:
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory) -> list[dict[str, Any]]:
     """Every EMF blob ``snapllm local serve`` printed while answering, buffered and streamed, a good and
-    a refused request."""
+    a refused request, and one that falls back from an always-on target nothing listens on."""
     output = tmp_path_factory.mktemp("serve") / "serve.out"
-    with output.open("w") as sink, ServeProcess.start(env=SERVE_ENV, stdout=sink, stderr=sink) as server:
+    down = ["--route", f"always-down=http://127.0.0.1:{free_port()}/v1", "--fallback", f"always-down={MODEL}"]
+    with (
+        output.open("w") as sink,
+        ServeProcess.start(env=SERVE_ENV, stdout=sink, stderr=sink, args=down) as server,
+    ):
         url = f"{server.base_url}/chat/completions"
         assert httpx.post(url, json=CHAT, timeout=120).status_code == 200
+        assert httpx.post(url, json={**CHAT, "model": "always-down"}, timeout=120).status_code == 200
         with httpx.stream("POST", url, json={**CHAT, "stream": True}, timeout=120) as response:
             assert response.status_code == 200 and list(response.iter_lines())
         for stream in (False, True):

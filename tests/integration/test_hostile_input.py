@@ -1,7 +1,8 @@
 """One table of hostile requests against every entry point a request can reach.
 
 Entry points: the HTTP server (``snapllm local serve``: local gateway, router, streaming process, agent
-routes, over real TCP), the router's Lambda handler with API Gateway events, the streaming function's ASGI
+routes, over real TCP), the router's Lambda handler with API Gateway events (routed to the inference
+function, and routed to an always-on endpoint: llama-cpp-python's own server), the streaming function's ASGI
 app under uvicorn (as Lambda Web Adapter reaches it), and the inference function's direct invoke (a
 restored local environment, fed JSON as Lambda's runtime feeds it). Every hostile request must get a 4xx
 in the OpenAI error shape (never a 5xx, never a traceback), and a good request must still succeed on the
@@ -24,14 +25,17 @@ import pytest
 import uvicorn
 
 from snapllm.config import InferenceSettings
+from snapllm.inference_client import HttpInferenceClient
 from snapllm.local.context import LocalContext
 from snapllm.local.inference import LocalInferenceClient
+from snapllm.local.processes import stop_process
 from snapllm.local.s3 import free_port
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.app import create_app
+from tests.integration.llama_server import start_llama_cpp_server
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
 
 pytestmark = pytest.mark.slow
@@ -73,7 +77,9 @@ class Case:
 
 HTTP_ONLY = frozenset({"invoke"})
 NOT_JSON = frozenset({"invoke"})
-AGENT = frozenset({"router", "stream", "invoke"})  # the agent's routes: the HTTP server mounts them
+AGENT = frozenset(
+    {"router", "router-always-on", "stream", "invoke"}
+)  # the agent's routes: the HTTP server mounts them
 
 CASES = [
     # Nesting, numbers and JSON that Python accepts but JSON does not.
@@ -235,15 +241,16 @@ def environment(deployment) -> Iterator[Any]:
             yield restored
 
 
-def _router_entry(environment: Any) -> EntryPoint:
+def _router_entry(environment: Any, endpoint: str | None = None) -> EntryPoint:
     settings = RouterSettings.from_env(
         {
-            "SNAPLLM_ROUTES": json.dumps({MODEL: "local:InferenceFunction"}),
+            "SNAPLLM_ROUTES": json.dumps({MODEL: endpoint or "local:InferenceFunction"}),
             "SNAPLLM_MAX_TOKENS": "16",
             "SNAPLLM_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         }
     )
-    router = RouterApp(settings, {MODEL: LocalInferenceClient(environment)})
+    client = HttpInferenceClient(endpoint) if endpoint else LocalInferenceClient(environment)
+    router = RouterApp(settings, {MODEL: client})
 
     def send(case: Case) -> Answer:
         # The path arrives percent-decoded in the event, as API Gateway decodes it.
@@ -289,20 +296,25 @@ def _invoke_entry(environment: Any) -> EntryPoint:
 
 
 @pytest.fixture(scope="module")
-def entry_points(runtime, environment) -> Iterator[dict[str, EntryPoint]]:
-    with _stream_server(runtime) as stream_url:
-        yield {
-            "http": _http(shared_server().url),
-            "router": _router_entry(environment),
-            "stream": _http(stream_url),
-            "invoke": _invoke_entry(environment),
-        }
+def entry_points(runtime, environment, model_path) -> Iterator[dict[str, EntryPoint]]:
+    llama_server, endpoint = start_llama_cpp_server(model_path)
+    try:
+        with _stream_server(runtime) as stream_url:
+            yield {
+                "http": _http(shared_server().url),
+                "router": _router_entry(environment),
+                "router-always-on": _router_entry(environment, endpoint),
+                "stream": _http(stream_url),
+                "invoke": _invoke_entry(environment),
+            }
+    finally:
+        stop_process(llama_server)
 
 
 # --- The table -------------------------------------------------------------------------------------------
 
 
-ENTRY_POINTS = ["http", "router", "stream", "invoke"]
+ENTRY_POINTS = ["http", "router", "router-always-on", "stream", "invoke"]
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

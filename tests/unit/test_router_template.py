@@ -44,7 +44,13 @@ def test_router_may_invoke_only_the_routed_aliases_and_the_agent():
         "InvokeTheRoutedAliasesOnly",
         "StartAgentRunsAsynchronously",
         "ReadAndApproveAgentRuns",
+        "ReadTheEndpointKeyOnly",
     }
+    # The always-on endpoints' key: the one secret named by EndpointSecretArn, no wildcard.
+    key = statements["ReadTheEndpointKeyOnly"]
+    assert key["Action"] == "secretsmanager:GetSecretValue"
+    assert key["Resource"]["Fn::If"][:2] == ["HasEndpointSecret", {"Ref": "EndpointSecretArn"}]
+    assert "*" not in str(key["Resource"])
     routed = statements["InvokeTheRoutedAliasesOnly"]
     assert routed["Action"] == "lambda:InvokeFunction"
     assert "InferenceFunction.Alias" in str(routed["Resource"])

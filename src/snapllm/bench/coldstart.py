@@ -238,6 +238,11 @@ def _measure_lifecycle(
         "first_invoke_s": first.duration_s,
         "first_token_ms": first.response["timings"]["time_to_first_token_ms"],
         "warm_invoke_s": warm.duration_s,
+        # The speed `snapllm cost` reads: a warm environment's time to first token and decode rate.
+        "warm_first_token_ms": warm.response["timings"]["time_to_first_token_ms"],
+        "warm_tokens_per_s": warm.response["timings"]["tokens_per_second"],
+        "prompt_tokens": warm.response["usage"]["prompt_tokens"],
+        "completion_tokens": warm.response["usage"]["completion_tokens"],
         "rss_after_init_bytes": init["rss_bytes"],
         "peak_rss_bytes": snapshot["peak_rss_bytes"],
     }, environment_variables

@@ -143,8 +143,12 @@ def _http_response(result: Mapping[str, Any]) -> Response:
 def serve(stack: LocalStack, *, port: int = 3000, host: str = "127.0.0.1") -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM)."""
     gateway = LocalGateway(stack)
+    others = [
+        f"{name!r} -> {url}" for name, url in stack.router.settings.routes.items() if name != stack.model
+    ]
+    also = f", and {', '.join(others)}" if others else ""
     print(
-        f"snapllm: serving model {stack.model!r} on http://{host}:{port}/v1 "
+        f"snapllm: serving model {stack.model!r}{also} on http://{host}:{port}/v1 "
         f"(streaming {'on' if stack.stream else 'off'}); Ctrl-C stops",
         file=sys.stderr,
         flush=True,

@@ -15,11 +15,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import boto3
 
@@ -58,21 +59,27 @@ class LocalS3:
     """A moto S3 server on 127.0.0.1 (or ``host``: the address containers reach this machine on). Use
     :meth:`start` (a context manager) and :meth:`stop`."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], port: int, host: str = "127.0.0.1", *, log: IO[bytes]
+    ) -> None:
         self._process = process
+        self._log = log
         self.port = port
         self.endpoint_url = f"http://{host}:{port}"
 
     @classmethod
     def start(cls, port: int | None = None, *, host: str = "127.0.0.1", timeout_s: float = 30.0) -> LocalS3:
         port = port or free_port(host)
+        # A file, not a pipe: moto logs a line per request, and a pipe nobody reads fills up after about
+        # 64 KB, blocking the server mid-request. The log's tail explains a server that exits at start.
+        log = tempfile.TemporaryFile(prefix="snapllm-moto-")  # noqa: SIM115 (closed by stop())
         process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
             env={**os.environ, **LOCAL_CREDENTIALS},
         )
-        server = cls(process, port, host)
+        server = cls(process, port, host, log=log)
         server._wait_ready(timeout_s)
         return server
 
@@ -80,7 +87,8 @@ class LocalS3:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                self._log.seek(0)
+                err = self._log.read().decode(errors="replace")
                 raise LocalS3Error(f"moto server exited with {self._process.returncode}: {err[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1):
@@ -96,8 +104,7 @@ class LocalS3:
 
     def stop(self) -> None:
         stop_process(self._process)
-        if self._process.stderr:
-            self._process.stderr.close()
+        self._log.close()
 
     def __enter__(self) -> LocalS3:
         return self

@@ -34,13 +34,42 @@ def add_serve_parser(verbs: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--no-stream", action="store_true", help="do not start the streaming (web adapter) function"
     )
+    serve.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="also route model NAME to an always-on OpenAI-compatible server (base URL ending in /v1)",
+    )
+    serve.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        metavar="NAME=OTHER[,OTHER]",
+        help="on a 429/503 from NAME's target, send the request on to OTHER (a route name)",
+    )
     serve.set_defaults(func=_serve)
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in items]
+    if any(len(pair) != 2 or not pair[0] or not pair[1] for pair in pairs):
+        raise ValueError(f"{flag} takes NAME=VALUE")
+    return dict(pairs)
 
 
 def _serve(args: argparse.Namespace) -> int:
     try:
         template = sam.load(args.template)
-        stack = LocalStack.start(template, model_path=args.model, streaming=not args.no_stream)
+        endpoints = _pairs(args.route, "--route")
+        fallbacks = {name: value.split(",") for name, value in _pairs(args.fallback, "--fallback").items()}
+        stack = LocalStack.start(
+            template,
+            model_path=args.model,
+            streaming=not args.no_stream,
+            endpoints=endpoints,
+            fallbacks=fallbacks,
+        )
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local serve: {exc}", file=sys.stderr)
         return 1

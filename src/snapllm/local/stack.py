@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.agent import routes as agent_routes
+from snapllm.inference_client import HttpInferenceClient, InferenceClient
 from snapllm.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm.local.environment import function_environment
 from snapllm.local.inference import LocalInferenceClient
@@ -66,10 +68,15 @@ class LocalStack(Closing):
         *,
         model_path: Path | None = None,
         streaming: bool = True,
+        endpoints: Mapping[str, str] | None = None,
+        fallbacks: Mapping[str, Sequence[str]] | None = None,
     ) -> LocalStack:
         """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
         HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
-        no model function."""
+        no model function.
+
+        ``endpoints`` adds routes to always-on OpenAI-compatible servers (``{"name": "http://host:port/v1"}``)
+        beside the model function's; ``fallbacks`` is the router's fallback order over all of them."""
         router_function = router_function or one_of_kind(template, Kind.HTTP_API)
         durable = of_kind(template, Kind.DURABLE)
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
@@ -87,7 +94,7 @@ class LocalStack(Closing):
             if agent_function is not None:
                 agent = LocalAgent(deployment, agent_settings(template, agent_function), client)
                 resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
-            router = cls._router(router_function, model, model_fn, client)
+            router = cls._router(router_function, model, model_fn, client, endpoints or {}, fallbacks or {})
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
@@ -99,16 +106,29 @@ class LocalStack(Closing):
 
     @staticmethod
     def _router(
-        function: Function, model: str, model_fn: Function, client: LocalInferenceClient
+        function: Function,
+        model: str,
+        model_fn: Function,
+        client: LocalInferenceClient,
+        endpoints: Mapping[str, str],
+        fallbacks: Mapping[str, Sequence[str]],
     ) -> RouterApp:
+        routes = {model: f"local:{model_fn.name}", **endpoints}
         env = function_environment(
             function,
             # The template's routing table names the deployed alias; locally the model routes to the
             # restored environment. The agent's alias is wired by agent_runs().
-            overrides={"SNAPLLM_ROUTES": json.dumps({model: f"local:{model_fn.name}"})},
+            overrides={
+                "SNAPLLM_ROUTES": json.dumps(routes),
+                "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
+            },
             wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
         )
-        return RouterApp(RouterSettings.from_env(env), {model: client}, routers=[agent_routes.router])
+        settings = RouterSettings.from_env(env)
+        clients: dict[str, InferenceClient] = {model: client}
+        for name, url in endpoints.items():
+            clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
+        return RouterApp(settings, clients, routers=[agent_routes.router])
 
     @staticmethod
     def _web_adapter(deployment: LocalDeployment, function: Function) -> WebAdapterProcess:

@@ -19,6 +19,7 @@ import functools
 import json
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,8 @@ from snapllm.edge import (
     decode_json,
 )
 from snapllm.errors import (
+    InferenceNotReadyError,
+    InferenceThrottledError,
     InvalidRequestError,
     RequestError,
     RouteNotFoundError,
@@ -51,7 +54,12 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.inference_client import InferenceClient, LambdaInferenceClient
+from snapllm.inference_client import (
+    HttpInferenceClient,
+    InferenceClient,
+    LambdaInferenceClient,
+    is_endpoint,
+)
 from snapllm.limits import Limits
 from snapllm.metrics import add_completion_metrics, record_error
 from snapllm.responses import ChatCompletion, Completion, Health, ModelList
@@ -60,6 +68,8 @@ from snapllm.router.config import RouterSettings
 JSON = "application/json"
 # Requests that invoke nothing (health, models, OpenAPI) publish no metric; Powertools would warn each time.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+# A target that answers these is throttled or down: the request goes to the next target of its fallback order.
+FALLBACK_ERRORS = (InferenceThrottledError, InferenceNotReadyError)
 STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
@@ -76,6 +86,16 @@ class _Request:
     error_type: str | None = None
     invoke_s: float = 0.0
     response: dict[str, Any] | None = None
+
+
+def endpoint_api_key(secret_arn: str) -> str:
+    """The always-on endpoints' API key from Secrets Manager: the secret string, or its JSON ``api_key``."""
+    secret = boto3.client("secretsmanager").get_secret_value(SecretId=secret_arn)["SecretString"]
+    try:
+        value = json.loads(secret)
+    except ValueError:
+        return secret.strip()
+    return str(value["api_key"]) if isinstance(value, dict) and "api_key" in value else secret.strip()
 
 
 def error_response(error: RequestError) -> Response:
@@ -113,6 +133,8 @@ class RouterApp:
         self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
         self._created = int(time.time())
         self._request = _Request()
+        #: Requests sent on to the next target, per (failed target, next target); also a metric.
+        self.fallbacks: Counter[tuple[str, str]] = Counter()
         self._register_routes()
         for router in routers:
             self.resolver.include_router(router)
@@ -136,14 +158,17 @@ class RouterApp:
                 retries={"mode": "standard", "total_max_attempts": 1},
             ),
         )
-        clients = {
-            name: LambdaInferenceClient(
-                arn,
+        api_key = endpoint_api_key(settings.endpoint_secret_arn) if settings.endpoint_secret_arn else None
+        clients: dict[str, InferenceClient] = {
+            name: HttpInferenceClient(target, api_key=api_key, read_timeout_s=settings.invoke_timeout_s)
+            if is_endpoint(target)
+            else LambdaInferenceClient(
+                target,
                 lambda_client=lambda_client,
                 read_timeout_s=settings.invoke_timeout_s,
                 max_attempts=settings.invoke_max_attempts,
             )
-            for name, arn in settings.routes.items()
+            for name, target in settings.routes.items()
         }
         return cls(settings, clients, routers=routers)
 
@@ -315,9 +340,7 @@ class RouterApp:
         # The router stops waiting after its invoke timeout; the model need not generate past it.
         deadline = time.time() + self.settings.invoke_timeout_s
         try:
-            with self.tracer.provider.in_subsegment("## invoke inference") as subsegment:
-                subsegment.put_annotation("model", model)
-                body = self.clients[model].invoke(payload, deadline=deadline)
+            body = self._invoke(model, payload, deadline)
         finally:
             state.invoke_s = time.perf_counter() - invoked
         state.response = body
@@ -331,6 +354,31 @@ class RouterApp:
             },
         )
         return self._json(200, body)
+
+    def _invoke(self, model: str, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """The model's target, then each of its fallbacks while one is throttled or down and time is left.
+        A fallback gets the request as its own model's."""
+        targets = self.settings.targets(model)
+        for index, target in enumerate(targets):
+            try:
+                with self.tracer.provider.in_subsegment("## invoke inference") as subsegment:
+                    subsegment.put_annotation("model", target)
+                    sent = payload if target == model else {**payload, "model": target}
+                    return self.clients[target].invoke(sent, deadline=deadline)
+            except FALLBACK_ERRORS as exc:
+                if index + 1 == len(targets) or time.time() >= deadline:
+                    raise
+                self._count_fallback(model, target, targets[index + 1], exc)
+        raise AssertionError("unreachable")
+
+    def _count_fallback(self, model: str, failed: str, next_target: str, error: Exception) -> None:
+        self.fallbacks[(failed, next_target)] += 1
+        self.metrics.add_metric("TargetFallback", MetricUnit.Count, 1)
+        self.metrics.add_metadata("fallback", f"{failed}->{next_target}")
+        self.logger.warning(
+            "target fallback",
+            extra={"model": model, "failed": failed, "next": next_target, "error_type": type(error).__name__},
+        )
 
     def _check_limits(self, request: InferenceRequest) -> None:
         if request.stream:

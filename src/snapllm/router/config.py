@@ -1,9 +1,13 @@
 """Settings of the router function, read once from environment variables (:class:`RouterEnvironment`).
 
 The routing table maps the ``model`` a client sends to the qualified ARN of the inference alias that
-serves it, so several models can be deployed side by side, each its own SnapStart function::
+serves it, so several models can be deployed side by side, each its own SnapStart function; or to the base
+URL of an always-on OpenAI-compatible endpoint (llama-server, vLLM) that serves it instead. A fallback
+order names, per model, the routes to try when its target is throttled (429) or unavailable (503)::
 
-    SNAPLLM_ROUTES='{"smollm2-135m-instruct": "arn:aws:lambda:...:function:snapllm-Inference:live"}'
+    SNAPLLM_ROUTES='{"smollm2-135m-instruct": "arn:aws:lambda:...:function:snapllm-Inference:live",
+                     "smollm2-always-on": "https://llm.internal.example/v1"}'
+    SNAPLLM_FALLBACKS='{"smollm2-always-on": ["smollm2-135m-instruct"]}'
     settings = RouterSettings.from_env()
     settings.routes["smollm2-135m-instruct"], settings.default_model, settings.max_body_bytes
 """
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import Field, Json, StringConstraints
@@ -30,6 +34,8 @@ class RouterSettings:
     """Routing table and the limits checked before any inference is invoked."""
 
     routes: Mapping[str, str]
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    endpoint_secret_arn: str | None = None
     default_model: str | None = None
     max_body_bytes: int = 256 * 1024
     max_prompt_chars: int = 32_000
@@ -47,11 +53,22 @@ class RouterSettings:
                 f"SNAPLLM_DEFAULT_MODEL {self.default_model!r} is not in the routing table "
                 f"({', '.join(sorted(self.routes)) or 'empty'})"
             )
+        for model, order in self.fallbacks.items():
+            unknown = [name for name in (model, *order) if name not in self.routes]
+            if unknown or model in order:
+                raise ConfigurationError(
+                    f"SNAPLLM_FALLBACKS for {model!r} must name other routes of the routing table "
+                    f"({', '.join(sorted(self.routes)) or 'empty'}); not {', '.join(unknown) or model!r}"
+                )
         if not 0 < self.invoke_timeout_s < API_GATEWAY_LIMIT_S:
             raise ConfigurationError(
                 f"SNAPLLM_INVOKE_TIMEOUT_S must be between 0 and {API_GATEWAY_LIMIT_S:g} "
                 "(API Gateway's limit)"
             )
+
+    def targets(self, model: str) -> tuple[str, ...]:
+        """The routes to try for ``model``, in order: its own, then its fallbacks."""
+        return (model, *self.fallbacks.get(model, ()))
 
     def resolve_model(self, requested: str | None) -> str | None:
         """The routing-table name for ``requested`` (the default model when the client sent none)."""
@@ -75,9 +92,16 @@ class RouterEnvironment(EnvironmentSettings):
 
     routes: _Routes | None = Field(None, json_schema_extra={"unset": "no routes"})
     """Routing table: a JSON object `{"model name": "qualified ARN of the inference alias"}` (the template
-    routes its own model)."""
+    routes its own model); a target may instead be an always-on OpenAI-compatible endpoint's base URL
+    (`https://host/v1`), which gets the routing-table name as `model`."""
     extra_routes: _Routes | None = Field(None, json_schema_extra={"unset": "no routes"})
     """More routes of the same shape, e.g. a second stack's models; a name in both tables takes this one."""
+    fallbacks: Json[dict[_Name, list[_Name]]] | None = Field(None, json_schema_extra={"unset": "none"})
+    """Fallback order: `{"model name": ["other route", ...]}`; on a 429 or 503 from a model's target the
+    request goes to the next route (as that route's model), and the `TargetFallback` metric counts it."""
+    endpoint_secret_arn: str | None = Field(None, json_schema_extra={"unset": "no key"})
+    """Secrets Manager secret holding the API key of the always-on endpoints (the secret string, or JSON
+    with `api_key`); sent as `Authorization: Bearer`."""
     default_model: str | None = Field(None, json_schema_extra={"unset": "first route"})
     """Model of a request that names none; must be in the routing table."""
     max_body_bytes: int = Field(RouterSettings.max_body_bytes, ge=1)
@@ -102,4 +126,9 @@ class RouterEnvironment(EnvironmentSettings):
 
     def router_settings(self) -> RouterSettings:
         routes = {**(self.routes or {}), **(self.extra_routes or {})}
-        return RouterSettings(**self.model_dump(exclude={"routes", "extra_routes"}), routes=routes)
+        fallbacks = {model: tuple(order) for model, order in (self.fallbacks or {}).items()}
+        return RouterSettings(
+            **self.model_dump(exclude={"routes", "extra_routes", "fallbacks"}),
+            routes=routes,
+            fallbacks=fallbacks,
+        )

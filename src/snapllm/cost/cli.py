@@ -1,0 +1,185 @@
+"""``snapllm cost``: a workload's monthly cost on Lambda and on always-on options, and where to switch.
+
+    snapllm cost --requests-per-day 20000 --prompt-tokens 300 --completion-tokens 150 \\
+        --from-bench coldstart.json --plot cost.png
+    snapllm cost --profile 0,0,0,0,0,0,200,900,...(24 hourly counts) --tokens-per-s 40 --ttft-ms 300 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from snapllm.cost import measured, plot
+from snapllm.cost.model import HOURS_PER_DAY, Estimate, Speed, Workload, estimate
+from snapllm.cost.prices import Prices, load
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "cost", help="monthly cost on Lambda vs always-on options, break-even, and a plot"
+    )
+    volume = parser.add_mutually_exclusive_group(required=True)
+    volume.add_argument("--requests-per-day", type=float, help="a flat daily volume")
+    volume.add_argument("--profile", help="24 comma-separated hourly request counts (a daily profile)")
+    parser.add_argument("--prompt-tokens", type=int, default=200)
+    parser.add_argument("--completion-tokens", type=int, default=100)
+    parser.add_argument(
+        "--peak-concurrency",
+        type=float,
+        help="generations at once at the peak (default: busiest hour's mean)",
+    )
+    parser.add_argument("--memory-mb", type=int, default=10240, help="Lambda memory setting (128-10240)")
+    parser.add_argument("--architecture", choices=("arm64", "x86_64"), default="arm64")
+    parser.add_argument(
+        "--from-bench", type=Path, help="speed from `snapllm bench coldstart --json` or `bench aws --json`"
+    )
+    parser.add_argument("--tokens-per-s", type=float, help="decode rate (overrides --from-bench)")
+    parser.add_argument("--ttft-ms", type=float, help="time to first token (overrides --from-bench)")
+    parser.add_argument("--ttft-prompt-tokens", type=int, help="prompt length --ttft-ms was measured at")
+    parser.add_argument("--cold-extra-ms", type=float, help="billed time a cold start adds (restore etc.)")
+    parser.add_argument("--snapstart-versions", type=int, default=1, help="live published versions")
+    parser.add_argument("--environment-minutes", type=float, default=15.0, help="life of one environment")
+    parser.add_argument(
+        "--vcpus-per-stream",
+        type=int,
+        help="vCPUs per generation on CPU options (default: Lambda's at --memory-mb)",
+    )
+    parser.add_argument("--option", action="append", help="always-on option by name (default: all)")
+    parser.add_argument("--prices", type=Path, help="price file (default: the packaged prices.toml)")
+    parser.add_argument("--plot", type=Path, default=Path("snapllm-cost.png"), help="PNG to write")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout")
+    parser.set_defaults(func=run, parser=parser)
+
+
+def _speed(args: argparse.Namespace) -> Speed:
+    base = Speed(tokens_per_s=0.0, ttft_s=0.0)
+    if args.from_bench:
+        base = measured.speed_from_bench(json.loads(args.from_bench.read_text()))
+    speed = Speed(
+        tokens_per_s=args.tokens_per_s if args.tokens_per_s is not None else base.tokens_per_s,
+        ttft_s=args.ttft_ms / 1000 if args.ttft_ms is not None else base.ttft_s,
+        ttft_prompt_tokens=args.ttft_prompt_tokens
+        or (None if args.ttft_ms is not None else base.ttft_prompt_tokens),
+        cold_extra_s=args.cold_extra_ms / 1000 if args.cold_extra_ms is not None else base.cold_extra_s,
+    )
+    if speed.tokens_per_s <= 0 or speed.ttft_s < 0 or speed.cold_extra_s < 0:
+        raise ValueError("give the speed: --from-bench FILE, or --tokens-per-s (> 0) and --ttft-ms (>= 0)")
+    return speed
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    if args.profile is not None:
+        try:
+            hourly = tuple(float(v) for v in args.profile.split(","))
+        except ValueError:
+            raise ValueError("--profile takes 24 comma-separated numbers") from None
+        if len(hourly) != HOURS_PER_DAY:
+            raise ValueError(f"--profile takes 24 hourly counts, got {len(hourly)}")
+    else:
+        hourly = (args.requests_per_day / HOURS_PER_DAY,) * HOURS_PER_DAY
+    if any(h < 0 for h in hourly) or sum(hourly) <= 0:
+        raise ValueError("the volume must be positive")
+    if not 128 <= args.memory_mb <= 10240:
+        raise ValueError("--memory-mb must be within Lambda's 128-10240 MB")
+    if args.prompt_tokens < 1 or args.completion_tokens < 1:
+        raise ValueError("--prompt-tokens and --completion-tokens must be at least 1")
+    return Workload(
+        hourly_requests=hourly,
+        prompt_tokens=args.prompt_tokens,
+        completion_tokens=args.completion_tokens,
+        memory_mb=args.memory_mb,
+        architecture=args.architecture,
+        peak_concurrency=args.peak_concurrency,
+        snapstart_versions=args.snapstart_versions,
+        environment_minutes=args.environment_minutes,
+        vcpus_per_stream=args.vcpus_per_stream,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        prices = load(args.prices)
+        options = tuple(prices.option(name) for name in args.option) if args.option else None
+        result = estimate(prices, _workload(args), _speed(args), options)
+    except (ValueError, KeyError, OSError) as exc:
+        args.parser.error(str(exc).strip("'\""))
+    plotted = None if args.no_plot else plot.write(prices, result, args.plot)
+    if args.json:
+        print(json.dumps(as_json(prices, result, plotted), indent=2))
+    else:
+        print(render(result))
+        if plotted:
+            print(f"\nplot: {plotted}")
+    return 0
+
+
+def as_json(prices: Prices, result: Estimate, plotted: Path | None = None) -> dict[str, Any]:
+    lam = result.lambda_cost
+    workload = result.workload
+    return {
+        "verdict": result.verdict(),
+        "requests_per_day": workload.requests_per_day,
+        "request_s": result.request_s,
+        "workload": {k: v for k, v in asdict(workload).items() if k != "hourly_requests"}
+        | {"hourly_requests": list(workload.hourly_requests)},
+        "speed": asdict(result.speed),
+        "lambda": asdict(lam) | {"total": lam.total},
+        "always_on": [
+            {
+                "option": c.cost.option.name,
+                "term": c.cost.term,
+                "units": c.cost.units,
+                "monthly_usd": c.cost.total,
+                "utilization": c.cost.utilization,
+                "break_even": asdict(c.break_even) if c.break_even else None,
+                "price_date": c.cost.option.date,
+                "price_source": c.cost.option.source,
+            }
+            for c in result.options
+        ],
+        "lambda_price_date": prices.lambda_.arm64.date,
+        "plot": str(plotted) if plotted else None,
+    }
+
+
+def render(result: Estimate) -> str:
+    lam = result.lambda_cost
+    workload = result.workload
+    header = (
+        f"{workload.requests_per_day:,.0f} requests/day, {workload.prompt_tokens} + "
+        f"{workload.completion_tokens} tokens, {result.request_s:.3f} s billed each, "
+        f"Lambda {workload.architecture} {workload.memory_mb:,} MB"
+    )
+    rows = [("option", "units", "$/month", "busy", "break-even req/day", "busy there")]
+    rows.append(("Lambda (SnapStart)", "-", f"{lam.total:,.2f}", "-", "-", "-"))
+    for c in sorted(result.options, key=lambda c: c.cost.total):
+        point = c.break_even
+        rows.append(
+            (
+                c.cost.label,
+                str(c.cost.units),
+                f"{c.cost.total:,.2f}",
+                f"{c.cost.utilization:.1%}",
+                f"{point.requests_per_day:,.0f}" if point else "never",
+                f"{point.utilization:.1%}" if point else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    breakdown = (
+        f"Lambda: duration ${lam.duration:,.2f} ({lam.gb_s:,.0f} GB-s), requests ${lam.requests:,.2f}, "
+        f"SnapStart cache ${lam.snapstart_cache:,.2f}, restores ${lam.snapstart_restore:,.2f} "
+        f"({lam.restores:,.0f}/month)"
+    )
+    return "\n".join([header, "", *lines, "", breakdown, "", result.verdict()])
