@@ -20,10 +20,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
-from snapllm.contract import ChatCompletionRequest, Generation, InferenceRequest, Timings
+from snapllm.contract import (
+    ChatCompletionRequest,
+    FinishReason,
+    Generation,
+    InferenceRequest,
+    Timings,
+    ToolCall,
+)
 from snapllm.errors import ErrorResponse
-
-FinishReason = Literal["stop", "length"]
 
 __all__ = ["ErrorResponse"]
 
@@ -46,10 +51,19 @@ class OpenAIObject(BaseModel):
         return data
 
 
+class PromptTokensDetails(OpenAIObject):
+    cached_tokens: int
+
+
 class Usage(OpenAIObject):
+    """Token counts; ``prompt_tokens_details.cached_tokens`` is the prompt prefix reused from the KV cache."""
+
+    omit_when_none = frozenset({"prompt_tokens_details"})
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @classmethod
     def of(cls, generation: Generation) -> Usage:
@@ -57,6 +71,7 @@ class Usage(OpenAIObject):
             prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens,
             total_tokens=generation.prompt_tokens + generation.completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=generation.cached_tokens),
         )
 
 
@@ -82,9 +97,31 @@ class _Generated(OpenAIObject):
         }
 
 
+class FunctionCallOut(OpenAIObject):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(OpenAIObject):
+    """A call in ``message.tool_calls``: ``arguments`` is a JSON string valid against the parameters."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallOut:
+        return cls(id=call.id, function=FunctionCallOut(name=call.name, arguments=call.arguments))
+
+
 class ChatMessageOut(OpenAIObject):
+    """The answer: text in ``content``, or ``tool_calls`` (and a null ``content``)."""
+
+    omit_when_none = frozenset({"tool_calls"})
+
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(OpenAIObject):
@@ -117,11 +154,31 @@ class Completion(_Generated):
     usage: Usage | None = None
 
 
+class FunctionCallDelta(OpenAIObject):
+    omit_when_none = frozenset({"name", "arguments"})
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(OpenAIObject):
+    """A piece of a streamed tool call: the first names it (``id``, ``type``, function name), the next
+    carry its ``arguments``; clients join the pieces by ``index``."""
+
+    omit_when_none = frozenset({"id", "type"})
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta
+
+
 class ChatDelta(OpenAIObject):
-    omit_when_none = frozenset({"role", "content"})
+    omit_when_none = frozenset({"role", "content", "tool_calls"})
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(OpenAIObject):
@@ -146,7 +203,15 @@ def completion_response(
     common = {"created": int(time.time()), "model": model, **_Generated.extras(generation)}
     usage = Usage.of(generation)
     if isinstance(request, ChatCompletionRequest):
-        message = ChatMessageOut(role="assistant", content=generation.text)
+        message = (
+            ChatMessageOut(
+                role="assistant",
+                content=None,
+                tool_calls=[ToolCallOut.of(call) for call in generation.tool_calls],
+            )
+            if generation.tool_calls
+            else ChatMessageOut(role="assistant", content=generation.text)
+        )
         return ChatCompletion(
             id=new_completion_id("chatcmpl"),
             choices=[ChatChoice(index=0, message=message, finish_reason=generation.finish_reason)],

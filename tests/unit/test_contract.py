@@ -15,6 +15,21 @@ from snapllm.responses import render_response
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 
 
+def tool(name: str, parameters: dict | None = None) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters or {"type": "object"}}}
+
+
+TOOL = tool("get_weather")
+
+
+def NAMED(name: str) -> dict:  # noqa: N802 - reads like the constant it builds
+    return {"type": "function", "function": {"name": name}}
+
+
+def SCHEMA_FORMAT(schema: dict) -> dict:  # noqa: N802
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+
+
 def test_chat_and_completion_forms():
     chat = parse_request({**CHAT, "max_tokens": 8, "stop": "\n", "seed": 3})
     assert isinstance(chat, ChatCompletionRequest)
@@ -71,15 +86,41 @@ def test_commonly_sent_client_fields_are_accepted():
         ({**CHAT, "n": 2}, UnsupportedParameterError, "n"),
         ({**CHAT, "logprobs": True}, UnsupportedParameterError, "logprobs"),
         ({**CHAT, "logit_bias": {"50256": -100}}, UnsupportedParameterError, "logit_bias"),
-        ({**CHAT, "tools": [{"type": "function"}]}, UnsupportedParameterError, "tools"),
-        ({**CHAT, "response_format": {"type": "json_object"}}, UnsupportedParameterError, "response_format"),
+        ({**CHAT, "tools": [{"type": "function"}]}, InvalidRequestError, "tools.0.function"),
+        ({**CHAT, "tools": [TOOL, TOOL]}, InvalidRequestError, "tools"),
+        ({**CHAT, "tool_choice": "required"}, InvalidRequestError, "tool_choice"),
+        ({**CHAT, "tools": [TOOL], "tool_choice": NAMED("other")}, InvalidRequestError, "tool_choice"),
+        ({**CHAT, "tools": [TOOL], "tool_choice": "sometimes"}, InvalidRequestError, "tool_choice"),
+        (
+            {**CHAT, "tools": [tool("f", {"type": "object", "not": {}})]},
+            UnsupportedParameterError,
+            "tools[0].function.parameters",
+        ),
+        ({**CHAT, "response_format": {"type": "xml"}}, InvalidRequestError, "response_format"),
+        (
+            {**CHAT, "response_format": SCHEMA_FORMAT({"type": "integer", "minimum": 1})},
+            UnsupportedParameterError,
+            "response_format",
+        ),
+        (
+            {**CHAT, "response_format": SCHEMA_FORMAT({"$ref": "https://x.test/s.json"})},
+            UnsupportedParameterError,
+            "response_format",
+        ),
+        (
+            {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}},
+            InvalidRequestError,
+            "response_format.json_schema.name",
+        ),
+        ({"messages": [{"role": "tool", "content": "42"}]}, InvalidRequestError, "messages.0"),
+        ({"messages": [{"role": "user", "content": None}]}, InvalidRequestError, "messages.0"),
         ({"prompt": "x", "echo": True}, UnsupportedParameterError, "echo"),
         ({"prompt": "x", "suffix": "y"}, UnsupportedParameterError, "suffix"),
         ({"prompt": ["a", "b"]}, InvalidRequestError, "prompt"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-            InvalidRequestError,
-            "messages.0.content",
+            UnsupportedParameterError,
+            "messages",
         ),
     ],
 )
@@ -131,7 +172,12 @@ def test_render_chat_and_completion_responses():
     assert chat["object"] == "chat.completion"
     assert chat["id"].startswith("chatcmpl-")
     assert chat["choices"][0]["message"] == {"role": "assistant", "content": "Hello!"}
-    assert chat["usage"] == {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+    assert chat["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 3,
+        "total_tokens": 13,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert chat["timings"]["tokens_per_second"] == 100.0
     assert chat["seed"] == 9
     text = render_response(parse_request({"prompt": "x"}), generation, model="m")

@@ -13,16 +13,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapllm.contract import ChatCompletionRequest, Generation, InferenceRequest
+from snapllm.contract import ChatCompletionRequest, FinishReason, Generation, InferenceRequest
 from snapllm.errors import RequestError
 from snapllm.responses import (
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatDelta,
     Completion,
-    FinishReason,
+    FunctionCallDelta,
     OpenAIObject,
     TextChoice,
+    ToolCallDelta,
     Usage,
     new_completion_id,
 )
@@ -84,10 +85,28 @@ class ChunkEncoder:
     def delta(self, text: str) -> bytes:
         return event(self._chunk(ChatDelta(content=text) if self.chat else text))
 
+    def tool_calls(self, generation: Generation) -> bytes:
+        """The answer's tool calls as OpenAI streams them: per call, one delta that opens it (id, type,
+        name, empty arguments) and one with its arguments."""
+        out = b""
+        for index, call in enumerate(generation.tool_calls):
+            opening = ToolCallDelta(
+                index=index,
+                id=call.id,
+                type="function",
+                function=FunctionCallDelta(name=call.name, arguments=""),
+            )
+            arguments = ToolCallDelta(index=index, function=FunctionCallDelta(arguments=call.arguments))
+            out += event(self._chunk(ChatDelta(tool_calls=[opening])))
+            out += event(self._chunk(ChatDelta(tool_calls=[arguments])))
+        return out
+
     def finish(self, generation: Generation) -> bytes:
-        """The finish_reason chunk (with snapllm's timings), the usage chunk if asked for, and ``[DONE]``."""
+        """Any tool calls, the finish_reason chunk (with snapllm's timings), the usage chunk if asked for,
+        and ``[DONE]``."""
         finished = self._chunk(None, generation.finish_reason, **Completion.extras(generation))
-        out = event(finished)
+        out = self.tool_calls(generation) if self.chat else b""
+        out += event(finished)
         if self.include_usage:
             out += event(self._chunk(None, usage=Usage.of(generation)))
         return out + DONE
