@@ -22,11 +22,11 @@ def tool(name: str, parameters: dict | None = None) -> dict:
 TOOL = tool("get_weather")
 
 
-def NAMED(name: str) -> dict:  # noqa: N802 - reads like the constant it builds
+def named(name: str) -> dict:
     return {"type": "function", "function": {"name": name}}
 
 
-def SCHEMA_FORMAT(schema: dict) -> dict:  # noqa: N802
+def schema_format(schema: dict) -> dict:
     return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
 
@@ -89,7 +89,7 @@ def test_commonly_sent_client_fields_are_accepted():
         ({**CHAT, "tools": [{"type": "function"}]}, InvalidRequestError, "tools.0.function"),
         ({**CHAT, "tools": [TOOL, TOOL]}, InvalidRequestError, "tools"),
         ({**CHAT, "tool_choice": "required"}, InvalidRequestError, "tool_choice"),
-        ({**CHAT, "tools": [TOOL], "tool_choice": NAMED("other")}, InvalidRequestError, "tool_choice"),
+        ({**CHAT, "tools": [TOOL], "tool_choice": named("other")}, InvalidRequestError, "tool_choice"),
         ({**CHAT, "tools": [TOOL], "tool_choice": "sometimes"}, InvalidRequestError, "tool_choice"),
         (
             {**CHAT, "tools": [tool("f", {"type": "object", "not": {}})]},
@@ -98,12 +98,12 @@ def test_commonly_sent_client_fields_are_accepted():
         ),
         ({**CHAT, "response_format": {"type": "xml"}}, InvalidRequestError, "response_format"),
         (
-            {**CHAT, "response_format": SCHEMA_FORMAT({"type": "integer", "minimum": 1})},
+            {**CHAT, "response_format": schema_format({"type": "integer", "minimum": 1})},
             UnsupportedParameterError,
             "response_format",
         ),
         (
-            {**CHAT, "response_format": SCHEMA_FORMAT({"$ref": "https://x.test/s.json"})},
+            {**CHAT, "response_format": schema_format({"$ref": "https://x.test/s.json"})},
             UnsupportedParameterError,
             "response_format",
         ),
