@@ -91,7 +91,7 @@ class ChatMessage(BaseModel):
 
     model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None
+    content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCallIn] | None = None
