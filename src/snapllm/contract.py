@@ -289,7 +289,7 @@ class ChatCompletionRequest(GenerationParameters):
             raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
         for index, tool in enumerate(self.tools or []):
             if tool.function.parameters is not None:
-                check_schema(tool.function.parameters, param=f"tools[{index}].function.parameters")
+                check_schema(tool.function.parameters, param=f"tools.{index}.function.parameters")
         if isinstance(self.response_format, JSONSchemaResponseFormat):
             check_schema(self.response_format.json_schema.json_schema, param="response_format")
         return self

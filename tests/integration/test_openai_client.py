@@ -92,7 +92,12 @@ CHAT_ERRORS = [
     ({"max_tokens": 17}, openai.BadRequestError, "max_tokens", None),
     ({"max_tokens": 0}, openai.BadRequestError, "max_tokens", None),
     ({"logprobs": True}, openai.BadRequestError, "logprobs", "unsupported_parameter"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, openai.BadRequestError, "tools", None),
+    (
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}]},
+        openai.BadRequestError,
+        "tools.0.function.parameters",
+        "unsupported_parameter",
+    ),
     ({"extra_body": {"max_token": 3}}, openai.BadRequestError, "max_token", None),
     ({"messages": [{"role": "user", "content": "x" * 2001}]}, openai.BadRequestError, "messages", None),
 ]

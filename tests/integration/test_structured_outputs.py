@@ -264,7 +264,7 @@ def test_auto_tool_choice_answers_in_text_or_with_a_valid_call(client):
         ),
         (
             {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}]},
-            "tools[0].function.parameters",
+            "tools.0.function.parameters",
             "not",
         ),
     ],

@@ -94,7 +94,7 @@ def test_commonly_sent_client_fields_are_accepted():
         (
             {**CHAT, "tools": [tool("f", {"type": "object", "not": {}})]},
             UnsupportedParameterError,
-            "tools[0].function.parameters",
+            "tools.0.function.parameters",
         ),
         ({**CHAT, "response_format": {"type": "xml"}}, InvalidRequestError, "response_format"),
         (

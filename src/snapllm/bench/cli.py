@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from snapllm.bench import coldstart, router
+from snapllm.bench import coldstart, grammar, router
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -12,3 +12,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     kinds = bench.add_subparsers(dest="bench", required=True)
     coldstart.add_parser(kinds)
     router.add_parser(kinds)
+    grammar.add_parser(kinds)
