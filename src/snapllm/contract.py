@@ -37,6 +37,8 @@ from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 from snapllm.structured import check_schema
 
 MAX_STOP_SEQUENCES = 4
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
+MAX_COMPLETION_LOGPROBS = 5
 MAX_SEED = 2**32 - 1
 # A caller that stops waiting earlier than the function's own timeout (the router, behind API Gateway's
 # 30 s) sends its deadline in the invoke's ClientContext (``custom``), as Unix epoch milliseconds, so the
@@ -220,7 +222,7 @@ class GenerationParameters(RequestBody):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     store: bool | None = None
@@ -243,8 +245,8 @@ class GenerationParameters(RequestBody):
     def _supported(self) -> GenerationParameters:
         if self.n != 1:
             raise UnsupportedParameterError("only n=1 is supported", param="n")
-        if self.logprobs or self.top_logprobs:
-            raise UnsupportedParameterError("logprobs are not supported", param="logprobs")
+        if self.top_logprobs and not self.logprobs:
+            raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.logit_bias:
             raise UnsupportedParameterError("logit_bias is not supported", param="logit_bias")
         if (
@@ -256,6 +258,11 @@ class GenerationParameters(RequestBody):
                 "max_tokens and max_completion_tokens disagree; send one of them", param="max_tokens"
             )
         return self
+
+    @property
+    def logprobs_count(self) -> int | None:
+        """How many alternatives to report per token (0: only the chosen one), or None for no logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -319,6 +326,8 @@ class CompletionRequest(GenerationParameters):
     """``POST /v1/completions`` and the plain form of a direct invoke."""
 
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    # Text completions take a number here: how many alternatives to report per token (OpenAI's max is 5).
+    logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None  # type: ignore[assignment]
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -332,6 +341,10 @@ class CompletionRequest(GenerationParameters):
         if self.best_of not in (None, 1):
             raise UnsupportedParameterError("only best_of=1 is supported", param="best_of")
         return self
+
+    @property
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
 
     @property
     def text(self) -> str:
@@ -441,6 +454,18 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability and, best first, the ``top`` alternatives (token, logprob).
+
+    The probabilities are the model's own, before sampling settings and any grammar narrow the choice."""
+
+    token: str
+    token_bytes: tuple[int, ...]
+    logprob: float
+    top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Generation:
     """What the engine produced for one request. With ``tool_calls``, ``text`` is the raw call JSON."""
 
@@ -453,6 +478,7 @@ class Generation:
     deadline_reached: bool = False
     tool_calls: tuple[ToolCall, ...] = ()
     cached_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     def usage(self) -> dict[str, int]:
         return {

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import llama_cpp.llama_cpp as low_level
-from llama_cpp import Llama, StoppingCriteriaList
+import numpy as np
+from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
@@ -36,6 +37,7 @@ from snapllm.contract import (
     InferenceRequest,
     JSONSchemaResponseFormat,
     Timings,
+    TokenLogprob,
     ToolCall,
 )
 from snapllm.errors import (
@@ -112,9 +114,62 @@ class PreparedPrompt:
 
 @dataclass(frozen=True)
 class TokenDelta:
-    """One piece of streamed text (usually one token; may be empty for a special token)."""
+    """One piece of streamed text (usually one token; may be empty for a special token), with the
+    log probabilities of its tokens when the request asked for them."""
 
     text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+class _LogprobRecorder:
+    """Records each sampled token's log probability and its ``top`` alternatives.
+
+    It runs as a llama-cpp-python logits processor (first in the sampler chain, so it sees the model's
+    raw logits, before temperature or a grammar) and keeps the distribution; the next step's input, or
+    :meth:`finish`, tells which token was sampled from it."""
+
+    def __init__(self, llama: Llama, top: int) -> None:
+        self._llama = llama
+        self._top = top
+        self._pending: np.ndarray | None = None
+        self.tokens: list[TokenLogprob] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self._pending is not None:
+            self._record(int(input_ids[-1]))
+        shifted = scores.astype(np.float64) - float(np.max(scores))
+        self._pending = shifted - np.log(np.exp(shifted).sum())
+        return scores
+
+    def finish(self, text: str, finish_reason: str) -> tuple[TokenLogprob, ...]:
+        """Every recorded token, the last one included.
+
+        No later step reveals the last sampled token: an end-of-turn token is not part of the answer and
+        is dropped; a token cut off by ``max_tokens`` is what remains of ``text`` after the others."""
+        if self._pending is not None and finish_reason == "length":
+            before = b"".join(bytes(t.token_bytes) for t in self.tokens).decode("utf-8", errors="replace")
+            rest = text[len(before) :] if text.startswith(before) else ""
+            ids = self._llama.tokenize(rest.encode(), add_bos=False, special=False) if rest else []
+            if len(ids) == 1:
+                self._record(ids[0])
+        self._pending = None
+        return tuple(self.tokens)
+
+    def _piece(self, token: int) -> tuple[str, tuple[int, ...]]:
+        data = self._llama.detokenize([token])
+        return data.decode("utf-8", errors="replace"), tuple(data)
+
+    def _record(self, token: int) -> None:
+        logprobs = self._pending
+        assert logprobs is not None
+        self._pending = None
+        top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+        if self._top:
+            best = np.argpartition(-logprobs, self._top)[: self._top]
+            best = best[np.argsort(-logprobs[best])]
+            top = tuple((*self._piece(int(i)), float(logprobs[i])) for i in best)
+        text, data = self._piece(token)
+        self.tokens.append(TokenLogprob(text, data, float(logprobs[token]), top))
 
 
 StreamItem = TokenDelta | Generation
@@ -128,8 +183,9 @@ class _GenerationProgress:
     counts sampled tokens.
     """
 
-    def __init__(self, deadline: Deadline | None) -> None:
+    def __init__(self, deadline: Deadline | None, logprobs: _LogprobRecorder | None = None) -> None:
         self.deadline = deadline
+        self.logprobs = logprobs
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.sampled = 0
@@ -428,7 +484,7 @@ class Engine:
         """Run one request to completion (or to the deadline) and return the text with usage and timings."""
         prepared = self.prepare(request)
         with self._lock:
-            progress = _GenerationProgress(deadline)
+            progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request, prepared)
             result = self._completion(request, prepared, progress, stream=False)
         usage = result["usage"]
@@ -469,7 +525,8 @@ class Engine:
         # of it when the answer must call, and under "auto" until the first character shows a call.
         holding = prepared.tool_calls is not None
         with self._lock:
-            progress = _GenerationProgress(deadline)
+            progress = _GenerationProgress(deadline, self._logprob_recorder(request))
+            recorded = 0
             cached = self._cached_prefix(request, prepared)
             chunks = self._completion(request, prepared, progress, stream=True)
             try:
@@ -489,7 +546,13 @@ class Engine:
                         holding = False
                         yield TokenDelta(started)
                         continue
-                    yield TokenDelta(choice["text"])
+                    logprobs = None
+                    if progress.logprobs is not None:
+                        # A token's probabilities are known one step later: each delta carries those
+                        # recorded since the last one, and the final delta the rest.
+                        logprobs = tuple(progress.logprobs.tokens[recorded:])
+                        recorded += len(logprobs)
+                    yield TokenDelta(choice["text"], logprobs)
             finally:
                 # Closing the inner generator here, under the lock, stops llama.cpp before another
                 # request may use the context.
@@ -504,6 +567,8 @@ class Engine:
         )
         if holding and not generation.tool_calls and generation.text:
             yield TokenDelta(generation.text)  # a call cut short: the text is what there is
+        elif generation.logprobs is not None and len(generation.logprobs) > recorded:
+            yield TokenDelta("", generation.logprobs[recorded:])
         yield generation
 
     def warm_up(self) -> Generation:
@@ -518,6 +583,10 @@ class Engine:
         with self._lock:
             self._llama.reset()
         return generation
+
+    def _logprob_recorder(self, request: InferenceRequest) -> _LogprobRecorder | None:
+        count = request.logprobs_count
+        return None if count is None else _LogprobRecorder(self._llama, count)
 
     def _cached_prefix(self, request: InferenceRequest, prepared: PreparedPrompt) -> int:
         """How many prompt tokens llama.cpp will reuse from the KV cache (the common prefix with the last
@@ -557,6 +626,7 @@ class Engine:
             stop=prepared.stop,
             seed=prepared.seed,
             stopping_criteria=StoppingCriteriaList([progress]),
+            logits_processor=LogitsProcessorList([progress.logprobs]) if progress.logprobs else None,
             stream=stream,
         )
 
@@ -598,7 +668,11 @@ def _generation(
         )
         if calls:
             finish_reason = "tool_calls"
+    logprobs = None
+    if progress.logprobs is not None:
+        logprobs = progress.logprobs.finish(text, finish)[:completion_tokens]
     return Generation(
+        logprobs=logprobs,
         text=text,
         finish_reason=finish_reason,
         prompt_tokens=len(prepared.tokens),

@@ -26,6 +26,7 @@ from snapllm.contract import (
     Generation,
     InferenceRequest,
     Timings,
+    TokenLogprob,
     ToolCall,
 )
 from snapllm.errors import ErrorResponse
@@ -124,10 +125,70 @@ class ChatMessageOut(OpenAIObject):
     tool_calls: list[ToolCallOut] | None = None
 
 
+class TopLogprob(OpenAIObject):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ContentLogprob(OpenAIObject):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(OpenAIObject):
+    """``choices[].logprobs`` of a chat completion: one entry per generated token."""
+
+    content: list[ContentLogprob]
+    refusal: None = None
+
+    @classmethod
+    def of(cls, tokens: tuple[TokenLogprob, ...] | None) -> ChatLogprobs | None:
+        if tokens is None:
+            return None
+        return cls(
+            content=[
+                ContentLogprob(
+                    token=t.token,
+                    logprob=t.logprob,
+                    bytes=list(t.token_bytes),
+                    top_logprobs=[TopLogprob(token=a, logprob=lp, bytes=list(b)) for a, b, lp in t.top],
+                )
+                for t in tokens
+            ]
+        )
+
+
+class CompletionLogprobs(OpenAIObject):
+    """``choices[].logprobs`` of a text completion (the older, column-wise shape)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+    @classmethod
+    def of(cls, tokens: tuple[TokenLogprob, ...] | None, *, offset: int = 0) -> CompletionLogprobs | None:
+        if tokens is None:
+            return None
+        offsets = []
+        for t in tokens:
+            offsets.append(offset)
+            offset += len(t.token)
+        return cls(
+            tokens=[t.token for t in tokens],
+            token_logprobs=[t.logprob for t in tokens],
+            top_logprobs=[{a: lp for a, _, lp in t.top} for t in tokens],
+            text_offset=offsets,
+        )
+
+
 class ChatChoice(OpenAIObject):
     index: int
     message: ChatMessageOut
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
 
 
@@ -142,7 +203,7 @@ class ChatCompletion(_Generated):
 class TextChoice(OpenAIObject):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None
 
 
@@ -184,7 +245,7 @@ class ChatDelta(OpenAIObject):
 class ChatChunkChoice(OpenAIObject):
     index: int
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None
 
 
@@ -214,13 +275,27 @@ def completion_response(
         )
         return ChatCompletion(
             id=new_completion_id("chatcmpl"),
-            choices=[ChatChoice(index=0, message=message, finish_reason=generation.finish_reason)],
+            choices=[
+                ChatChoice(
+                    index=0,
+                    message=message,
+                    logprobs=ChatLogprobs.of(generation.logprobs),
+                    finish_reason=generation.finish_reason,
+                )
+            ],
             usage=usage,
             **common,
         )
     return Completion(
         id=new_completion_id("cmpl"),
-        choices=[TextChoice(index=0, text=generation.text, finish_reason=generation.finish_reason)],
+        choices=[
+            TextChoice(
+                index=0,
+                text=generation.text,
+                logprobs=CompletionLogprobs.of(generation.logprobs),
+                finish_reason=generation.finish_reason,
+            )
+        ],
         usage=usage,
         **common,
     )

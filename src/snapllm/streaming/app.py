@@ -90,7 +90,7 @@ async def _events(
             if item is done:
                 return
             if isinstance(item, TokenDelta):
-                yield encoder.delta(item.text)
+                yield encoder.delta(item.text, item.logprobs)
             else:
                 metrics.succeeded(item)
                 yield encoder.finish(item)

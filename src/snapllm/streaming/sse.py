@@ -13,13 +13,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapllm.contract import ChatCompletionRequest, FinishReason, Generation, InferenceRequest
+from snapllm.contract import (
+    ChatCompletionRequest,
+    FinishReason,
+    Generation,
+    InferenceRequest,
+    TokenLogprob,
+)
 from snapllm.errors import RequestError
 from snapllm.responses import (
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatDelta,
+    ChatLogprobs,
     Completion,
+    CompletionLogprobs,
     FunctionCallDelta,
     OpenAIObject,
     TextChoice,
@@ -62,17 +70,31 @@ class ChunkEncoder:
         )
 
     def _chunk(
-        self, delta: ChatDelta | str | None, finish_reason: FinishReason | None = None, **extra: Any
+        self,
+        delta: ChatDelta | str | None,
+        finish_reason: FinishReason | None = None,
+        logprobs: tuple[TokenLogprob, ...] | None = None,
+        **extra: Any,
     ) -> ChatCompletionChunk | Completion:
         """One chunk: a chat delta or a piece of text, a finish reason, or neither (the usage chunk)."""
         common = {"id": self.id, "created": self.created, "model": self.model, **extra}
         if self.chat:
             choices = [] if delta is None and finish_reason is None else [
-                ChatChunkChoice(index=0, delta=delta or ChatDelta(), finish_reason=finish_reason)
+                ChatChunkChoice(
+                    index=0,
+                    delta=delta or ChatDelta(),
+                    logprobs=ChatLogprobs.of(logprobs),
+                    finish_reason=finish_reason,
+                )
             ]  # fmt: skip
             return ChatCompletionChunk(choices=choices, **common)
         texts = [] if delta is None and finish_reason is None else [
-            TextChoice(index=0, text=str(delta or ""), finish_reason=finish_reason)
+            TextChoice(
+                index=0,
+                text=str(delta or ""),
+                logprobs=CompletionLogprobs.of(logprobs),
+                finish_reason=finish_reason,
+            )
         ]  # fmt: skip
         return Completion(choices=texts, **common)
 
@@ -82,8 +104,8 @@ class ChunkEncoder:
             return b""
         return event(self._chunk(ChatDelta(role="assistant", content="")))
 
-    def delta(self, text: str) -> bytes:
-        return event(self._chunk(ChatDelta(content=text) if self.chat else text))
+    def delta(self, text: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> bytes:
+        return event(self._chunk(ChatDelta(content=text) if self.chat else text, logprobs=logprobs))
 
     def tool_calls(self, generation: Generation) -> bytes:
         """The answer's tool calls as OpenAI streams them: per call, one delta that opens it (id, type,
