@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,6 +34,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from snapllm.edge import check_json_value
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.openai_fields import Endpoint, decision
 from snapllm.structured import check_schema
 
 MAX_STOP_SEQUENCES = 4
@@ -207,7 +208,30 @@ class NamedToolChoice(BaseModel):
 
 
 class GenerationParameters(RequestBody):
-    """Sampling and limits shared by chat and text completions."""
+    """Sampling and limits shared by chat and text completions.
+
+    Fields of OpenAI's request types that snapllm refuses or ignores are decided in one table,
+    :data:`snapllm.openai_fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
+    one that no field here declares is dropped before validation.
+    """
+
+    endpoint: ClassVar[Endpoint]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decided(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        dropped = []
+        for field in data:
+            found = decision(cls.endpoint, field) if isinstance(field, str) else None
+            if found is None:
+                continue
+            if found.kind == "refused":
+                raise UnsupportedParameterError(f"{field} is not supported: {found.reason}", param=field)
+            if found.kind == "ignored" and field not in cls.model_fields:
+                dropped.append(field)
+        return {k: v for k, v in data.items() if k not in dropped} if dropped else data
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -275,14 +299,21 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 class ChatCompletionRequest(GenerationParameters):
     """``POST /v1/chat/completions`` and the chat form of a direct invoke."""
 
+    endpoint: ClassVar[Endpoint] = "chat"
+
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
 
     @model_validator(mode="after")
     def _chat_supported(self) -> ChatCompletionRequest:
+        if self.modalities and "audio" in self.modalities:
+            raise UnsupportedParameterError(
+                "modalities: the models served here produce text only", param="modalities"
+            )
         names = [tool.function.name for tool in self.tools or []]
         if len(set(names)) != len(names):
             raise InvalidRequestError("tools: function names must be unique", param="tools")
@@ -324,6 +355,8 @@ class ChatCompletionRequest(GenerationParameters):
 
 class CompletionRequest(GenerationParameters):
     """``POST /v1/completions`` and the plain form of a direct invoke."""
+
+    endpoint: ClassVar[Endpoint] = "completion"
 
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
     # Text completions take a number here: how many alternatives to report per token (OpenAI's max is 5).

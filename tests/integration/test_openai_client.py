@@ -66,6 +66,24 @@ def test_chat_completion_streams_token_by_token(client):
     assert chunks[-1].choices == [] and usage.completion_tokens == len(pieces) <= 8
 
 
+def test_fields_current_clients_send_are_accepted(client):
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=4,
+        reasoning_effort="low",
+        prompt_cache_key="k",
+        safety_identifier="user-1",
+        modalities=["text"],
+        parallel_tool_calls=True,
+        store=False,
+        metadata={"team": "a"},
+        service_tier="auto",
+    )
+    assert completion.choices[0].message.content is not None
+    assert completion.usage.prompt_tokens_details.cached_tokens >= 0
+
+
 def test_chat_logprobs_cover_every_token(client):
     completion = client.chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=6, seed=1, logprobs=True, top_logprobs=3
