@@ -512,6 +512,7 @@ class Generation:
     tool_calls: tuple[ToolCall, ...] = ()
     cached_tokens: int = 0
     logprobs: tuple[TokenLogprob, ...] | None = None
+    system_fingerprint: str | None = None
 
     def usage(self) -> dict[str, int]:
         return {

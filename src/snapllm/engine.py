@@ -13,6 +13,7 @@ deadline with what it has instead of letting the invoke time out.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import secrets
@@ -25,9 +26,11 @@ from typing import Any, Literal
 import llama_cpp.llama_cpp as low_level
 import numpy as np
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
+from llama_cpp import __version__ as llama_cpp_version
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
+from snapllm import __version__ as snapllm_version
 from snapllm.config import EngineSettings
 from snapllm.contract import (
     CALLER_DEADLINE_KEY,
@@ -249,8 +252,13 @@ def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
 class Engine:
     """A loaded model that generates for one request at a time (llama.cpp contexts are not thread-safe)."""
 
-    def __init__(self, llama: Llama, settings: EngineSettings, *, model_name: str) -> None:
+    def __init__(
+        self, llama: Llama, settings: EngineSettings, *, model_name: str, model_digest: str | None = None
+    ) -> None:
         self._llama = llama
+        # OpenAI's system_fingerprint: changes when the model's bytes or the software that runs it change.
+        build = f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
+        self.fingerprint = "fp_" + hashlib.sha256(build.encode()).hexdigest()[:12]
         self._settings = settings
         self._lock = threading.Lock()
         self.model_name = model_name
@@ -261,7 +269,13 @@ class Engine:
 
     @classmethod
     def load(
-        cls, model_path: str, settings: EngineSettings, *, model_name: str, source: str | None = None
+        cls,
+        model_path: str,
+        settings: EngineSettings,
+        *,
+        model_name: str,
+        source: str | None = None,
+        model_digest: str | None = None,
     ) -> Engine:
         """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped.
 
@@ -286,7 +300,7 @@ class Engine:
                 f"llama.cpp could not load the model {model_name!r} from {source or model_path}: {exc} "
                 "(set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
             ) from exc
-        return cls(llama, settings, model_name=model_name)
+        return cls(llama, settings, model_name=model_name, model_digest=model_digest)
 
     @property
     def llama(self) -> Llama:
@@ -495,6 +509,7 @@ class Engine:
             finish=result["choices"][0]["finish_reason"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=cached,
+            fingerprint=self.fingerprint,
         )
 
     def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
@@ -564,6 +579,7 @@ class Engine:
             finish=finish,
             completion_tokens=completion_tokens,
             cached_tokens=cached,
+            fingerprint=self.fingerprint,
         )
         if holding and not generation.tool_calls and generation.text:
             yield TokenDelta(generation.text)  # a call cut short: the text is what there is
@@ -656,6 +672,7 @@ def _generation(
     finish: str,
     completion_tokens: int,
     cached_tokens: int,
+    fingerprint: str | None = None,
 ) -> Generation:
     """The :class:`Generation` of a finished completion; a tool-call answer becomes its calls."""
     finish_reason: FinishReason = "length" if progress.deadline_reached or finish == "length" else "stop"
@@ -672,6 +689,7 @@ def _generation(
     if progress.logprobs is not None:
         logprobs = progress.logprobs.finish(text, finish)[:completion_tokens]
     return Generation(
+        system_fingerprint=fingerprint,
         logprobs=logprobs,
         text=text,
         finish_reason=finish_reason,

@@ -79,12 +79,13 @@ class Usage(OpenAIObject):
 class _Generated(OpenAIObject):
     """Fields every completion object shares, snapllm's extras included."""
 
-    omit_when_none = frozenset({"timings", "seed", "deadline_reached", "usage"})
+    omit_when_none = frozenset({"timings", "seed", "deadline_reached", "usage", "system_fingerprint"})
 
     id: str
     object: str  # each object's own literal
     created: int
     model: str
+    system_fingerprint: str | None = None
     timings: Timings | None = None
     seed: int | None = None
     deadline_reached: Literal[True] | None = None
@@ -95,6 +96,7 @@ class _Generated(OpenAIObject):
             "timings": generation.timings,
             "seed": generation.seed,
             "deadline_reached": True if generation.deadline_reached else None,
+            "system_fingerprint": generation.system_fingerprint,
         }
 
 

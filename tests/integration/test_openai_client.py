@@ -82,6 +82,7 @@ def test_fields_current_clients_send_are_accepted(client):
     )
     assert completion.choices[0].message.content is not None
     assert completion.usage.prompt_tokens_details.cached_tokens >= 0
+    assert completion.system_fingerprint.startswith("fp_")
 
 
 def test_chat_logprobs_cover_every_token(client):
