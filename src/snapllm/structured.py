@@ -20,6 +20,7 @@ Tool calls are generated as JSON in one format whatever the model (see :func:`to
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +78,11 @@ JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "obje
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("items", "additionalProperties")
+# Counts the grammar spells out one by one (a string of minLength 10**9 would be a grammar of 10**9 rules):
+# bounded so a small request cannot make a huge grammar.
+MAX_REPEAT = 4096
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+_PATTERN_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 # More parallel calls than this would only let a small model repeat itself.
 MAX_PARALLEL_TOOL_CALLS = 4
 
@@ -107,6 +113,14 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
                 yield f"type {value!r}", where
         elif keyword == "pattern" and not isinstance(value, str):
             yield "a pattern that is not a string", where
+        elif keyword == "pattern" and any(
+            int(n) > MAX_REPEAT for match in _PATTERN_COUNT.findall(value) for n in match if n
+        ):
+            yield f"a pattern repeat over {MAX_REPEAT}", where
+        elif keyword in _COUNTS and (
+            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REPEAT
+        ):
+            yield f"{keyword} {value!r} (0 to {MAX_REPEAT})", where
         elif keyword in _SCHEMA_MAPS:
             if not isinstance(value, Mapping):
                 yield f"{keyword} that is not an object", where

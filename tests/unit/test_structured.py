@@ -38,6 +38,9 @@ def test_enforceable_schemas_pass():
         ({"$ref": "#/$defs/Missing"}, "does not exist"),
         ({"type": "array", "uniqueItems": True}, "uniqueItems"),
         ({"type": "thing"}, "type 'thing'"),
+        ({"type": "string", "maxLength": 10**9}, "maxLength 1000000000"),
+        ({"type": "array", "minItems": -1}, "minItems -1"),
+        ({"type": "string", "pattern": "^a{5000}$"}, "a pattern repeat over 4096"),
     ],
 )
 def test_constructs_the_grammar_cannot_enforce_are_named(schema, named):
