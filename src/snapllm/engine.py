@@ -113,6 +113,7 @@ class PreparedPrompt:
     grammar: str | None = None
     # "all": the answer must be tool calls; "auto": it is tool calls when it opens with JSON.
     tool_calls: Literal["all", "auto"] | None = None
+    tool_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -390,6 +391,7 @@ class Engine:
             seed=seed,
             grammar=grammar,
             tool_calls=tool_calls,
+            tool_names=tuple(t.function.name for t in getattr(request, "tools", None) or []),
         )
 
     # --- Chats with tools and structured output ------------------------------------------------------------
@@ -678,7 +680,7 @@ def _generation(
     finish_reason: FinishReason = "length" if progress.deadline_reached or finish == "length" else "stop"
     calls: tuple[ToolCall, ...] = ()
     if prepared.tool_calls is not None and finish_reason == "stop":
-        parsed = parse_tool_calls(text) or []
+        parsed = parse_tool_calls(text, prepared.tool_names) or []
         calls = tuple(
             ToolCall(id=f"call_{secrets.token_hex(12)}", name=name, arguments=arguments)
             for name, arguments in parsed

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from snapllm.errors import UnsupportedParameterError
@@ -298,9 +298,9 @@ def generic_tool_call_text(calls: Sequence[tuple[str, str]]) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def parse_tool_calls(text: str) -> list[tuple[str, str]] | None:
-    """The (name, JSON arguments) of the calls in a generated tool-call text; None if it is not one
-    (a reply in text, or a call cut short by ``max_tokens``)."""
+def parse_tool_calls(text: str, names: Collection[str]) -> list[tuple[str, str]] | None:
+    """The (name, JSON arguments) of the calls to ``names`` in a generated tool-call text; None if it is
+    not one (a reply in text or in JSON of another shape, or a call cut short by ``max_tokens``)."""
     stripped = text.strip()
     if not stripped.startswith(("{", "[")):
         return None
@@ -311,7 +311,7 @@ def parse_tool_calls(text: str) -> list[tuple[str, str]] | None:
     items = value if isinstance(value, list) else [value]
     calls: list[tuple[str, str]] = []
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "arguments" not in item:
+        if not isinstance(item, dict) or item.get("name") not in names or set(item) != {"name", "arguments"}:
             return None
         calls.append((item["name"], json.dumps(item["arguments"], ensure_ascii=False)))
     return calls or None

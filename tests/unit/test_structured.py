@@ -61,13 +61,17 @@ def test_tool_call_schema_names_each_function_and_keeps_their_defs():
 
 
 def test_tool_calls_parse_from_the_generated_format_only():
-    assert parse_tool_calls('{"name": "a", "arguments": {"x": 1}}') == [("a", '{"x": 1}')]
-    assert parse_tool_calls('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]') == [
+    names = {"a", "b"}
+    assert parse_tool_calls('{"name": "a", "arguments": {"x": 1}}', names) == [("a", '{"x": 1}')]
+    assert parse_tool_calls('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]', names) == [
         ("a", "{}"),
         ("b", "{}"),
     ]
-    assert parse_tool_calls("Sunny today.") is None
-    assert parse_tool_calls('{"name": "a", "argu') is None
+    assert parse_tool_calls("Sunny today.", names) is None
+    assert parse_tool_calls('{"name": "a", "argu', names) is None
+    # An answer in JSON (tool_choice "auto" with a response_format) is not a call.
+    assert parse_tool_calls('{"name": "Paris", "arguments": {}}', names) is None
+    assert parse_tool_calls('{"name": "a", "arguments": {}, "extra": 1}', names) is None
     assert json.loads(generic_tool_call_text([("a", '{"x": 1}')])) == {"name": "a", "arguments": {"x": 1}}
 
 
