@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_serializer,
     field_validator,
@@ -32,8 +34,12 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from snapllm.edge import check_json_value
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.openai_fields import Endpoint, decision
+from snapllm.structured import check_schema
 
 MAX_STOP_SEQUENCES = 4
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
+MAX_COMPLETION_LOGPROBS = 5
 MAX_SEED = 2**32 - 1
 # A caller that stops waiting earlier than the function's own timeout (the router, behind API Gateway's
 # 30 s) sends its deadline in the invoke's ClientContext (``custom``), as Unix epoch milliseconds, so the
@@ -65,23 +71,167 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    """The function an earlier assistant turn called; ``arguments`` is a JSON string, as OpenAI's."""
+
+    model_config = STRICT
+    name: str
+    arguments: str
+
+
+class ToolCallIn(BaseModel):
+    """A tool call of an earlier assistant turn, sent back with the conversation."""
+
+    model_config = STRICT
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
-    """A chat turn. ``content`` is a string or a list of text parts."""
+    """A chat turn. ``content`` is a string or a list of text parts; an assistant turn that called tools
+    carries ``tool_calls`` (and may have no content); a ``tool`` turn answers one call by its id."""
 
     model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart]
+    content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    refusal: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        """Image, audio and file parts get a plain answer instead of a dump of every union branch."""
+        parts = data.get("content") if isinstance(data, dict) else None
+        if isinstance(parts, list):
+            for part in parts:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if isinstance(kind, str) and kind != "text":
+                    raise UnsupportedParameterError(
+                        f"messages: a {kind!r} content part was sent; this model takes text only "
+                        "(send text parts or a string)",
+                        param="messages",
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _roles(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content may be null only in an assistant message with tool_calls")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
 
 
+class JSONSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the answer must validate against."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True, validate_by_name=True)
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["text"]
+
+
+class JSONObjectFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["json_object"]
+
+
+class JSONSchemaResponseFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaFormat
+
+
+def _format_tag(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"type={kind}" if isinstance(kind, str) else None
+
+
+# Tagged "type=..." so an error's location names the field, not the branch (see _param).
+ResponseFormat = Annotated[
+    Annotated[TextFormat, Tag("type=text")]
+    | Annotated[JSONObjectFormat, Tag("type=json_object")]
+    | Annotated[JSONSchemaResponseFormat, Tag("type=json_schema")],
+    Discriminator(
+        _format_tag,
+        custom_error_type="invalid_response_format",
+        custom_error_message="type must be one of 'text', 'json_object' or 'json_schema'",
+    ),
+]
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call: its name and its arguments' JSON schema."""
+
+    model_config = STRICT
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = STRICT
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    model_config = STRICT
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice`` naming the one function the model must call."""
+
+    model_config = STRICT
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class GenerationParameters(RequestBody):
-    """Sampling and limits shared by chat and text completions."""
+    """Sampling and limits shared by chat and text completions.
+
+    Fields of OpenAI's request types that snapllm refuses or ignores are decided in one table,
+    :data:`snapllm.openai_fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
+    one that no field here declares is dropped before validation.
+    """
+
+    endpoint: ClassVar[Endpoint]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decided(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        dropped = []
+        for field in data:
+            found = decision(cls.endpoint, field) if isinstance(field, str) else None
+            if found is None:
+                continue
+            if found.kind == "refused":
+                raise UnsupportedParameterError(f"{field} is not supported: {found.reason}", param=field)
+            if found.kind == "ignored" and field not in cls.model_fields:
+                dropped.append(field)
+        return {k: v for k, v in data.items() if k not in dropped} if dropped else data
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -96,7 +246,7 @@ class GenerationParameters(RequestBody):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     store: bool | None = None
@@ -119,8 +269,8 @@ class GenerationParameters(RequestBody):
     def _supported(self) -> GenerationParameters:
         if self.n != 1:
             raise UnsupportedParameterError("only n=1 is supported", param="n")
-        if self.logprobs or self.top_logprobs:
-            raise UnsupportedParameterError("logprobs are not supported", param="logprobs")
+        if self.top_logprobs and not self.logprobs:
+            raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.logit_bias:
             raise UnsupportedParameterError("logit_bias is not supported", param="logit_bias")
         if (
@@ -134,34 +284,83 @@ class GenerationParameters(RequestBody):
         return self
 
     @property
+    def logprobs_count(self) -> int | None:
+        """How many alternatives to report per token (0: only the chosen one), or None for no logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
 class ChatCompletionRequest(GenerationParameters):
     """``POST /v1/chat/completions`` and the chat form of a direct invoke."""
 
+    endpoint: ClassVar[Endpoint] = "chat"
+
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
 
     @model_validator(mode="after")
     def _chat_supported(self) -> ChatCompletionRequest:
-        if self.tools or self.tool_choice not in (None, "none"):
-            raise UnsupportedParameterError("tool calling is not supported", param="tools")
-        if self.response_format and self.response_format.get("type") != "text":
+        if self.modalities and "audio" in self.modalities:
             raise UnsupportedParameterError(
-                "only response_format type 'text' is supported", param="response_format"
+                "modalities: the models served here produce text only", param="modalities"
             )
+        names = [tool.function.name for tool in self.tools or []]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError("tools: function names must be unique", param="tools")
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise InvalidRequestError(
+                f"tool_choice names the function {choice.function.name!r}, which is not in tools",
+                param="tool_choice",
+            )
+        if choice in ("required",) and not names:
+            raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
+        for index, tool in enumerate(self.tools or []):
+            if tool.function.parameters is not None:
+                check_schema(tool.function.parameters, param=f"tools.{index}.function.parameters")
+        if isinstance(self.response_format, JSONSchemaResponseFormat):
+            check_schema(self.response_format.json_schema.json_schema, param="response_format")
         return self
+
+    @property
+    def calls_tools(self) -> bool:
+        """Whether the model may answer with tool calls (tools given, and tool_choice is not "none")."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def forced_tools(self) -> list[FunctionDefinition]:
+        """The functions the answer must call (``required`` or a named function), else empty."""
+        choice = self.tool_choice
+        if not self.tools or choice in (None, "none", "auto"):
+            return []
+        if isinstance(choice, NamedToolChoice):
+            return [t.function for t in self.tools if t.function.name == choice.function.name]
+        return [t.function for t in self.tools]
+
+    @property
+    def parallel_calls(self) -> bool:
+        """OpenAI's default: parallel calls allowed unless refused (and never with one named function)."""
+        return self.parallel_tool_calls is not False and not isinstance(self.tool_choice, NamedToolChoice)
 
 
 class CompletionRequest(GenerationParameters):
     """``POST /v1/completions`` and the plain form of a direct invoke."""
 
+    endpoint: ClassVar[Endpoint] = "completion"
+
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    # Text completions take a number here: how many alternatives to report per token (OpenAI's max is 5).
+    logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None  # type: ignore[assignment]
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
@@ -175,6 +374,10 @@ class CompletionRequest(GenerationParameters):
         if self.best_of not in (None, 1):
             raise UnsupportedParameterError("only best_of=1 is supported", param="best_of")
         return self
+
+    @property
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
 
     @property
     def text(self) -> str:
@@ -192,6 +395,8 @@ def _param(location: tuple[int | str, ...]) -> str | None:
     parts: list[str] = []
     for part in location:
         text = str(part)
+        if isinstance(part, str) and text.startswith("type="):
+            continue  # a tagged union's branch
         if isinstance(part, str) and (text in _UNION_TAGS or "[" in text or text[:1].isupper()):
             break
         parts.append(text)
@@ -270,16 +475,44 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A function call the model generated; ``arguments`` is the JSON string OpenAI clients expect."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability and, best first, the ``top`` alternatives (token, logprob).
+
+    The probabilities are the model's own, before sampling settings and any grammar narrow the choice."""
+
+    token: str
+    token_bytes: tuple[int, ...]
+    logprob: float
+    top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Generation:
-    """What the engine produced for one request."""
+    """What the engine produced for one request. With ``tool_calls``, ``text`` is the raw call JSON."""
 
     text: str
-    finish_reason: Literal["stop", "length"]
+    finish_reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
     timings: Timings
     seed: int
     deadline_reached: bool = False
+    tool_calls: tuple[ToolCall, ...] = ()
+    cached_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    system_fingerprint: str | None = None
 
     def usage(self) -> dict[str, int]:
         return {

@@ -13,6 +13,9 @@ deadline with what it has instead of letting the invoke time out.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import re
 import secrets
 import threading
 import time
@@ -21,16 +24,24 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import llama_cpp.llama_cpp as low_level
-from llama_cpp import Llama, StoppingCriteriaList
+import numpy as np
+from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
+from llama_cpp import __version__ as llama_cpp_version
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
+from snapllm import __version__ as snapllm_version
 from snapllm.config import EngineSettings
 from snapllm.contract import (
     CALLER_DEADLINE_KEY,
     ChatCompletionRequest,
+    FinishReason,
     Generation,
     InferenceRequest,
+    JSONSchemaResponseFormat,
     Timings,
+    TokenLogprob,
+    ToolCall,
 )
 from snapllm.errors import (
     ContextLengthExceededError,
@@ -40,6 +51,12 @@ from snapllm.errors import (
     UnsupportedParameterError,
 )
 from snapllm.limits import Limits
+from snapllm.structured import (
+    generic_tool_call_text,
+    generic_tool_instructions,
+    parse_tool_calls,
+    tool_call_schema,
+)
 from snapllm.system import available_cpus
 
 _WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -49,7 +66,29 @@ WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
     {"messages": _WARMUP_MESSAGES, "seed": 0},  # chat, seeded (the prompt re-evaluated), sampled
     {"messages": _WARMUP_MESSAGES, "temperature": 0.0},  # chat, unseeded, greedy, cached prefix
     {"prompt": "Hello, my name is"},  # text, unseeded, sampled
+    {"messages": _WARMUP_MESSAGES, "logprobs": True, "top_logprobs": 2},
+    {"messages": _WARMUP_MESSAGES, "response_format": {"type": "json_object"}},
+    {
+        "messages": _WARMUP_MESSAGES,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "greeting",
+                "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            },
+        },
+    },
+    {
+        "messages": _WARMUP_MESSAGES,
+        "tools": [{"type": "function", "function": {"name": "wave", "parameters": {"type": "object"}}}],
+        "tool_choice": "auto",
+    },
 )
+# The free-text branch of a tool_choice="auto" grammar: anything that does not open a JSON call (and
+# does not start with whitespace, so the first character alone tells a call from an answer).
+_TEXT_RULE = "free-text ::= [^{[ \\t\\r\\n] [^\\x00]*"
+_RULE_NAME = re.compile(r"^([A-Za-z0-9-]+) ::=", re.MULTILINE)
+_GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9-]+|.', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -95,13 +134,70 @@ class PreparedPrompt:
     stop: list[str]
     max_tokens: int
     seed: int
+    grammar: str | None = None
+    # "all": the answer must be tool calls; "auto": it is tool calls when it opens with JSON.
+    tool_calls: Literal["all", "auto"] | None = None
+    tool_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class TokenDelta:
-    """One piece of streamed text (usually one token; may be empty for a special token)."""
+    """One piece of streamed text (usually one token; may be empty for a special token), with the
+    log probabilities of its tokens when the request asked for them."""
 
     text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+class _LogprobRecorder:
+    """Records each sampled token's log probability and its ``top`` alternatives.
+
+    It runs as a llama-cpp-python logits processor (first in the sampler chain, so it sees the model's
+    raw logits, before temperature or a grammar) and keeps the distribution; the next step's input, or
+    :meth:`finish`, tells which token was sampled from it."""
+
+    def __init__(self, llama: Llama, top: int) -> None:
+        self._llama = llama
+        self._top = top
+        self._pending: np.ndarray | None = None
+        self.tokens: list[TokenLogprob] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self._pending is not None:
+            self._record(int(input_ids[-1]))
+        shifted = scores.astype(np.float64) - float(np.max(scores))
+        self._pending = shifted - np.log(np.exp(shifted).sum())
+        return scores
+
+    def finish(self, text: str, finish_reason: str) -> tuple[TokenLogprob, ...]:
+        """Every recorded token, the last one included.
+
+        No later step reveals the last sampled token: an end-of-turn token is not part of the answer and
+        is dropped; a token cut off by ``max_tokens`` is what remains of ``text`` after the others."""
+        if self._pending is not None and finish_reason == "length":
+            before = b"".join(bytes(t.token_bytes) for t in self.tokens).decode("utf-8", errors="replace")
+            rest = text[len(before) :] if text.startswith(before) else ""
+            ids = self._llama.tokenize(rest.encode(), add_bos=False, special=False) if rest else []
+            if len(ids) == 1:
+                self._record(ids[0])
+        self._pending = None
+        return tuple(self.tokens)
+
+    def _piece(self, token: int) -> tuple[str, tuple[int, ...]]:
+        data = self._llama.detokenize([token])
+        return data.decode("utf-8", errors="replace"), tuple(data)
+
+    def _record(self, token: int) -> None:
+        logprobs = self._pending
+        assert logprobs is not None
+        self._pending = None
+        top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+        if self._top:
+            best = np.argpartition(-logprobs, self._top)[: self._top]
+            best = best[np.argsort(-logprobs[best])]
+            top = tuple((*self._piece(int(i)), float(logprobs[i])) for i in best)
+        text, data = self._piece(token)
+        self.tokens.append(TokenLogprob(text, data, float(logprobs[token]), top))
 
 
 StreamItem = TokenDelta | Generation
@@ -115,8 +211,9 @@ class _GenerationProgress:
     counts sampled tokens.
     """
 
-    def __init__(self, deadline: Deadline | None) -> None:
+    def __init__(self, deadline: Deadline | None, logprobs: _LogprobRecorder | None = None) -> None:
         self.deadline = deadline
+        self.logprobs = logprobs
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.sampled = 0
@@ -180,17 +277,30 @@ def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
 class Engine:
     """A loaded model that generates for one request at a time (llama.cpp contexts are not thread-safe)."""
 
-    def __init__(self, llama: Llama, settings: EngineSettings, *, model_name: str) -> None:
+    def __init__(
+        self, llama: Llama, settings: EngineSettings, *, model_name: str, model_digest: str | None = None
+    ) -> None:
         self._llama = llama
+        # OpenAI's system_fingerprint: changes when the model's bytes or the software that runs it change.
+        build = f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
+        self.fingerprint = "fp_" + hashlib.sha256(build.encode()).hexdigest()[:12]
         self._settings = settings
         self._lock = threading.Lock()
         self.model_name = model_name
         self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
         self._formatter = self._chat_formatter(llama)
+        template = llama.metadata.get("tokenizer.chat_template") or ""
+        self._template_has_tools = "tools" in template
 
     @classmethod
     def load(
-        cls, model_path: str, settings: EngineSettings, *, model_name: str, source: str | None = None
+        cls,
+        model_path: str,
+        settings: EngineSettings,
+        *,
+        model_name: str,
+        source: str | None = None,
+        model_digest: str | None = None,
     ) -> Engine:
         """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped.
 
@@ -215,7 +325,7 @@ class Engine:
                 f"llama.cpp could not load the model {model_name!r} from {source or model_path}: {exc} "
                 "(set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
             ) from exc
-        return cls(llama, settings, model_name=model_name)
+        return cls(llama, settings, model_name=model_name, model_digest=model_digest)
 
     @property
     def llama(self) -> Llama:
@@ -262,19 +372,18 @@ class Engine:
         self.limits.check(request)  # before tokenizing: a prompt over the limit is never tokenized
         llama = self._llama
         stop = list(request.stop or [])
+        grammar: str | None = None
+        tool_calls: Literal["all", "auto"] | None = None
         if isinstance(request, ChatCompletionRequest):
             if self._formatter is None:
                 raise UnsupportedParameterError(
                     f"model {self.model_name} has no chat template; use a text completion ('prompt')",
                     param="messages",
                 )
-            messages = [
-                {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in request.messages
-            ]
-            tokens, template_stops = self._chat_tokens(messages)
+            tokens, template_stops = self._chat_tokens(request)
             stop += template_stops
             param = "messages"
+            grammar, tool_calls = self._chat_grammar(request)
         else:
             tokens = llama.tokenize(request.text.encode(), add_bos=True, special=True)
             param = "prompt"
@@ -292,26 +401,134 @@ class Engine:
         requested = request.requested_max_tokens
         max_tokens = min(requested or self._settings.max_tokens, n_ctx - len(tokens))
         seed = request.seed if request.seed is not None else secrets.randbits(32)
-        return PreparedPrompt(tokens=tokens, stop=stop, max_tokens=max_tokens, seed=seed)
+        return PreparedPrompt(
+            tokens=tokens,
+            stop=stop,
+            max_tokens=max_tokens,
+            seed=seed,
+            grammar=grammar,
+            tool_calls=tool_calls,
+            tool_names=tuple(t.function.name for t in getattr(request, "tools", None) or []),
+        )
+
+    # --- Chats with tools and structured output ------------------------------------------------------------
+
+    def _format_chat(self, request: ChatCompletionRequest) -> Any:
+        """The chat as the model's template renders it, tools included.
+
+        A template that mentions ``tools`` gets them (and earlier tool calls and results) the way Hugging
+        Face templates expect. Any other template gets the generic format of
+        :mod:`snapllm.structured`: the tools described in the system message, earlier calls as the JSON
+        the model would have generated, and each result as a user turn naming the call it answers.
+        """
+        native = self._template_has_tools
+        names = {call.id: call.function.name for m in request.messages for call in m.tool_calls or []}
+        messages: list[dict[str, Any]] = []
+        for m in request.messages:
+            role = "system" if m.role == "developer" else m.role
+            if m.tool_calls and native:
+                calls = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.function.name,
+                            "arguments": _json_or_text(call.function.arguments),
+                        },
+                    }
+                    for call in m.tool_calls
+                ]
+                messages.append({"role": role, "content": m.text(), "tool_calls": calls})
+            elif m.tool_calls:
+                text = generic_tool_call_text([(c.function.name, c.function.arguments) for c in m.tool_calls])
+                messages.append({"role": role, "content": (m.text() + "\n" + text).lstrip("\n")})
+            elif m.role == "tool" and native:
+                messages.append({"role": "tool", "content": m.text(), "tool_call_id": m.tool_call_id})
+            elif m.role == "tool":
+                name = names.get(m.tool_call_id or "", "a function")
+                content = f"Result of the call {m.tool_call_id} to {name}: {m.text()}"
+                messages.append({"role": "user", "content": content})
+            else:
+                messages.append({"role": role, "content": m.text()})
+        if not request.calls_tools:
+            return self._formatter(messages=messages)
+        functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []]
+        if native:
+            tools = [{"type": "function", "function": f} for f in functions]
+            return self._formatter(messages=messages, tools=tools)
+        instructions = generic_tool_instructions(functions, parallel=request.parallel_calls)
+        if messages[0]["role"] == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{instructions}"}
+        else:
+            messages.insert(0, {"role": "system", "content": instructions})
+        return self._formatter(messages=messages)
+
+    def _chat_grammar(
+        self, request: ChatCompletionRequest
+    ) -> tuple[str | None, Literal["all", "auto"] | None]:
+        """The grammar that constrains the answer, and whether the answer is tool calls."""
+        parallel = request.parallel_calls
+        forced = request.forced_tools
+        if forced:
+            functions = [f.model_dump(exclude_none=True) for f in forced]
+            return self._grammar(tool_call_schema(functions, parallel=parallel), param="tools"), "all"
+        answer: str | None = None
+        form = request.response_format
+        if isinstance(form, JSONSchemaResponseFormat):
+            schema = form.json_schema.json_schema or {"type": "object"}
+            answer = self._grammar(schema, param="response_format")
+        elif form is not None and form.type == "json_object":
+            answer = self._grammar({"type": "object"}, param="response_format")
+        if not request.calls_tools:
+            return answer, None
+        functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []]
+        calls = self._grammar(tool_call_schema(functions, parallel=parallel), param="tools")
+        # One grammar, two branches: the call's rules and the answer's (free text, or the response_format's
+        # JSON), each renamed apart; the first character tells which branch the model took.
+        other = _prefixed_rules(answer, "answer-") if answer is not None else _TEXT_RULE
+        branch = "answer-root" if answer is not None else "free-text"
+        grammar = f"root ::= call-root | {branch}\n{_prefixed_rules(calls, 'call-')}\n{other}"
+        self._check_grammar(grammar, param="tools")
+        return grammar, "auto"
+
+    def _grammar(self, schema: dict[str, Any], *, param: str) -> str:
+        """A llama.cpp grammar that only generates JSON valid against ``schema`` (already checked by
+        :func:`snapllm.structured.check_schema`)."""
+        try:
+            grammar = json_schema_to_gbnf(json.dumps(schema))
+        except Exception as exc:  # the converter asserts on what it cannot read (e.g. a bad pattern)
+            raise UnsupportedParameterError(
+                f"{param}: the schema cannot be turned into a grammar: {exc}", param=param
+            ) from None
+        self._check_grammar(grammar, param=param)
+        return grammar
+
+    def _check_grammar(self, grammar: str, *, param: str) -> None:
+        """Parse the grammar with llama.cpp once: a grammar it refuses would otherwise reach the sampler
+        chain as a null sampler, which crashes the process."""
+        sampler = low_level.llama_sampler_init_grammar(self._llama._model.vocab, grammar.encode(), b"root")
+        if not sampler:
+            raise UnsupportedParameterError(
+                f"{param}: llama.cpp could not build a grammar from the schema", param=param
+            )
+        low_level.llama_sampler_free(sampler)
 
     def generate(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Generation:
         """Run one request to completion (or to the deadline) and return the text with usage and timings."""
         prepared = self.prepare(request)
         with self._lock:
-            progress = _GenerationProgress(deadline)
+            progress = _GenerationProgress(deadline, self._logprob_recorder(request))
+            cached = self._cached_prefix(request, prepared)
             result = self._completion(request, prepared, progress, stream=False)
         usage = result["usage"]
-        finish: Literal["stop", "length"] = (
-            "length" if progress.deadline_reached else result["choices"][0]["finish_reason"]
-        )
-        return Generation(
+        return _generation(
+            prepared,
+            progress,
             text=result["choices"][0]["text"],
-            finish_reason=finish,
-            prompt_tokens=usage["prompt_tokens"],
+            finish=result["choices"][0]["finish_reason"],
             completion_tokens=usage["completion_tokens"],
-            timings=progress.timings(usage["completion_tokens"]),
-            seed=prepared.seed,
-            deadline_reached=progress.deadline_reached,
+            cached_tokens=cached,
+            fingerprint=self.fingerprint,
         )
 
     def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
@@ -337,9 +554,14 @@ class Engine:
     ) -> Iterator[StreamItem]:
         pieces: list[str] = []
         completion_tokens = 0
-        finish: Literal["stop", "length"] = "stop"
+        finish: FinishReason = "stop"
+        # Tool calls are sent whole at the end (as OpenAI-shaped deltas), so their text is held back: all
+        # of it when the answer must call, and under "auto" until the first character shows a call.
+        holding = prepared.tool_calls is not None
         with self._lock:
-            progress = _GenerationProgress(deadline)
+            progress = _GenerationProgress(deadline, self._logprob_recorder(request))
+            recorded = 0
+            cached = self._cached_prefix(request, prepared)
             chunks = self._completion(request, prepared, progress, stream=True)
             try:
                 for chunk in chunks:
@@ -351,20 +573,38 @@ class Engine:
                     # usage, so the chunks are the completion-token count.
                     completion_tokens += 1
                     pieces.append(choice["text"])
-                    yield TokenDelta(choice["text"])
+                    if holding:
+                        started = "".join(pieces)
+                        if prepared.tool_calls == "all" or not started or started[0] in "{[":
+                            continue
+                        holding = False
+                        yield TokenDelta(started)
+                        continue
+                    logprobs = None
+                    if progress.logprobs is not None:
+                        # A token's probabilities are known one step later: each delta carries those
+                        # recorded since the last one, and the final delta the rest.
+                        logprobs = tuple(progress.logprobs.tokens[recorded:])
+                        recorded += len(logprobs)
+                    yield TokenDelta(choice["text"], logprobs)
             finally:
                 # Closing the inner generator here, under the lock, stops llama.cpp before another
                 # request may use the context.
                 chunks.close()
-        yield Generation(
+        generation = _generation(
+            prepared,
+            progress,
             text="".join(pieces),
-            finish_reason="length" if progress.deadline_reached else finish,
-            prompt_tokens=len(prepared.tokens),
+            finish=finish,
             completion_tokens=completion_tokens,
-            timings=progress.timings(completion_tokens),
-            seed=prepared.seed,
-            deadline_reached=progress.deadline_reached,
+            cached_tokens=cached,
+            fingerprint=self.fingerprint,
         )
+        if holding and not generation.tool_calls and generation.text:
+            yield TokenDelta(generation.text)  # a call cut short: the text is what there is
+        elif generation.logprobs is not None and len(generation.logprobs) > recorded:
+            yield TokenDelta("", generation.logprobs[recorded:])
+        yield generation
 
     def warm_up(self, requests: Iterable[InferenceRequest]) -> None:
         """Generate and stream a few tokens of each request, so compute buffers, the sampler, the chat
@@ -384,10 +624,11 @@ class Engine:
             if prefix:
                 self._llama.eval(prefix)
 
-    def _chat_tokens(self, messages: list[dict[str, str]]) -> tuple[list[int], list[str]]:
-        """The messages formatted by the model's chat template and tokenized, and the template's stops."""
+    def _chat_tokens(self, request: ChatCompletionRequest) -> tuple[list[int], list[str]]:
+        """The chat formatted by the model's template (:meth:`_format_chat`) and tokenized, and the
+        template's stop strings."""
         try:
-            formatted = self._formatter(messages=messages)
+            formatted = self._format_chat(request)
         except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
             raise InvalidRequestError(
                 f"the model's chat template rejected the messages: {exc}", param="messages"
@@ -403,12 +644,31 @@ class Engine:
         if self._formatter is None:
             return []
         first, second = (
-            self._chat_tokens([{"role": "user", "content": text}])[0] for text in ("Hello.", "Goodbye.")
+            self._chat_tokens(ChatCompletionRequest(messages=[{"role": "user", "content": text}]))[0]
+            for text in ("Hello.", "Goodbye.")
         )
         common = 0
         while common < min(len(first), len(second)) and first[common] == second[common]:
             common += 1
         return first[:common]
+
+    def _logprob_recorder(self, request: InferenceRequest) -> _LogprobRecorder | None:
+        count = request.logprobs_count
+        return None if count is None else _LogprobRecorder(self._llama, count)
+
+    def _cached_prefix(self, request: InferenceRequest, prepared: PreparedPrompt) -> int:
+        """How many prompt tokens llama.cpp will reuse from the KV cache (the common prefix with the last
+        request, less the one token it evaluates again); none when a seed makes it start afresh."""
+        if request.seed is not None:
+            return 0
+        llama = self._llama
+        previous = llama._input_ids[: llama.n_tokens].tolist()
+        common = 0
+        for old, new in zip(previous, prepared.tokens, strict=False):
+            if old != new:
+                break
+            common += 1
+        return max(0, common - 1) if common == len(prepared.tokens) else common
 
     def _completion(
         self,
@@ -425,6 +685,7 @@ class Engine:
             self._llama.reset()
         return self._llama.create_completion(
             prompt=prepared.tokens,
+            grammar=LlamaGrammar.from_string(prepared.grammar) if prepared.grammar else None,
             max_tokens=prepared.max_tokens,
             temperature=request.temperature,
             top_p=request.top_p,
@@ -433,5 +694,62 @@ class Engine:
             stop=prepared.stop,
             seed=prepared.seed,
             stopping_criteria=StoppingCriteriaList([progress]),
+            logits_processor=LogitsProcessorList([progress.logprobs]) if progress.logprobs else None,
             stream=stream,
         )
+
+
+def _prefixed_rules(grammar: str, prefix: str) -> str:
+    """``grammar`` with every rule name prefixed, so two grammars can be joined without clashes.
+
+    Literals (``"..."``) and character classes (``[...]``) are kept as they are; only identifiers that
+    name a rule of this grammar change."""
+    names = set(_RULE_NAME.findall(grammar))
+    return "".join(prefix + token if token in names else token for token in _GBNF_TOKEN.findall(grammar))
+
+
+def _json_or_text(text: str) -> Any:
+    """Tool-call arguments as the value they encode (what chat templates expect), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _generation(
+    prepared: PreparedPrompt,
+    progress: _GenerationProgress,
+    *,
+    text: str,
+    finish: str,
+    completion_tokens: int,
+    cached_tokens: int,
+    fingerprint: str | None = None,
+) -> Generation:
+    """The :class:`Generation` of a finished completion; a tool-call answer becomes its calls."""
+    finish_reason: FinishReason = "length" if progress.deadline_reached or finish == "length" else "stop"
+    calls: tuple[ToolCall, ...] = ()
+    if prepared.tool_calls is not None and finish_reason == "stop":
+        parsed = parse_tool_calls(text, prepared.tool_names) or []
+        calls = tuple(
+            ToolCall(id=f"call_{secrets.token_hex(12)}", name=name, arguments=arguments)
+            for name, arguments in parsed
+        )
+        if calls:
+            finish_reason = "tool_calls"
+    logprobs = None
+    if progress.logprobs is not None:
+        logprobs = progress.logprobs.finish(text, finish)[:completion_tokens]
+    return Generation(
+        system_fingerprint=fingerprint,
+        logprobs=logprobs,
+        text=text,
+        finish_reason=finish_reason,
+        prompt_tokens=len(prepared.tokens),
+        completion_tokens=completion_tokens,
+        timings=progress.timings(completion_tokens),
+        seed=prepared.seed,
+        deadline_reached=progress.deadline_reached,
+        tool_calls=calls,
+        cached_tokens=cached_tokens,
+    )

@@ -175,7 +175,7 @@ class InvalidRequestError(RequestError):
 
 
 class UnsupportedParameterError(RequestError):
-    """The request asks for something snapllm does not do (``n > 1``, tools, logprobs...)."""
+    """The request asks for something snapllm does not do (``n > 1``, audio, an unenforceable schema...)."""
 
     code = "unsupported_parameter"
 

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snapllm.contract import InferenceRequest, prompt_text
+from snapllm.contract import ChatCompletionRequest, InferenceRequest, JSONSchemaResponseFormat, prompt_text
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError
+from snapllm.structured import schema_size
+
+# A grammar grows with its schema and every tool adds a branch to it; llama.cpp checks each candidate
+# token against the grammar, so both are bounded before anything is invoked.
+MAX_TOOLS = 32
+MAX_SCHEMA_CHARS = 16_000
 
 
 @dataclass(frozen=True)
@@ -21,8 +27,12 @@ class Limits:
 
     max_tokens: int
     max_prompt_chars: int | None = None
+    max_tools: int = MAX_TOOLS
+    max_schema_chars: int = MAX_SCHEMA_CHARS
 
     def check(self, request: InferenceRequest) -> None:
+        if isinstance(request, ChatCompletionRequest):
+            self._check_structure(request)
         requested = request.requested_max_tokens
         if requested is not None and requested > self.max_tokens:
             raise InvalidRequestError(
@@ -38,3 +48,22 @@ class Limits:
                 f"{self.max_prompt_chars}",
                 param=param,
             )
+
+    def _check_structure(self, request: ChatCompletionRequest) -> None:
+        tools = request.tools or []
+        if len(tools) > self.max_tools:
+            raise InvalidRequestError(
+                f"{len(tools)} tools were sent; this deployment accepts at most {self.max_tools}",
+                param="tools",
+            )
+        schemas = [(f"tools.{i}.function.parameters", t.function.parameters) for i, t in enumerate(tools)]
+        if isinstance(request.response_format, JSONSchemaResponseFormat):
+            schemas.append(("response_format", request.response_format.json_schema.json_schema))
+        for param, schema in schemas:
+            size = schema_size(schema) if schema is not None else 0
+            if size > self.max_schema_chars:
+                raise InvalidRequestError(
+                    f"{param}: the schema is {size} characters as compact JSON; this deployment accepts at "
+                    f"most {self.max_schema_chars}",
+                    param=param,
+                )

@@ -25,6 +25,23 @@ class MetricSink(Protocol):
     def add_metric(self, name: str, unit: MetricUnit, value: float) -> None: ...
     def add_dimension(self, name: str, value: str) -> None: ...
     def add_dimensions(self, **dimensions: str) -> None: ...
+    def add_metadata(self, key: str, value: Any) -> None: ...
+
+
+def request_features(request: Any) -> dict[str, str]:
+    """What kind of output a chat request asked for, as EMF properties: ``response_format`` (text,
+    json_object, json_schema) and ``tool_choice`` (none when no tools were sent). Properties, not
+    dimensions: they can be queried in Logs Insights without multiplying every metric's cost."""
+    form = getattr(request, "response_format", None)
+    tools = getattr(request, "tools", None)
+    choice = getattr(request, "tool_choice", None)
+    if not tools:
+        tool_choice = "none"
+    elif isinstance(choice, str):
+        tool_choice = choice
+    else:
+        tool_choice = "named" if choice is not None else "auto"
+    return {"response_format": form.type if form is not None else "text", "tool_choice": tool_choice}
 
 
 def add_completion_metrics(
@@ -35,8 +52,10 @@ def add_completion_metrics(
     latency_ms: float,
     usage: Mapping[str, Any] | None = None,
     timings: Mapping[str, Any] | None = None,
+    features: Mapping[str, str] | None = None,
 ) -> None:
-    """One request's count and latency, and its tokens and speed when it generated.
+    """One request's count and latency, and its tokens and speed when it generated; ``features`` (see
+    :func:`request_features`) are added as properties.
 
     Each data point is published per model and, as a second dimension set, per service alone: alarms and
     the dashboard need one metric for the whole API, whatever models the routing table holds.
@@ -44,6 +63,8 @@ def add_completion_metrics(
     metrics.add_dimension("model", model)
     metrics.add_dimensions(service=service)
     metrics.add_metric("RequestCount", MetricUnit.Count, 1)
+    for key, value in (features or {}).items():
+        metrics.add_metadata(key, value)
     metrics.add_metric("Latency", MetricUnit.Milliseconds, latency_ms)
     if usage is not None:
         metrics.add_metric("PromptTokens", MetricUnit.Count, usage.get("prompt_tokens", 0))
@@ -80,6 +101,7 @@ class CompletionMetrics:
         self.service = service
         self.model = model
         self.started = time.perf_counter()
+        self.features: dict[str, str] | None = None
 
     def succeeded(self, generation: Generation) -> None:
         self._publish(usage=generation.usage(), timings=generation.timings.as_dict())
@@ -107,5 +129,6 @@ class CompletionMetrics:
             latency_ms=latency_ms,
             usage=usage,
             timings=timings,
+            features=self.features,
         )
         metrics.flush_metrics()

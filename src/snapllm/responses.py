@@ -20,10 +20,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
-from snapllm.contract import ChatCompletionRequest, Generation, InferenceRequest, Timings
+from snapllm.contract import (
+    ChatCompletionRequest,
+    FinishReason,
+    Generation,
+    InferenceRequest,
+    Timings,
+    TokenLogprob,
+    ToolCall,
+)
 from snapllm.errors import ErrorResponse
-
-FinishReason = Literal["stop", "length"]
 
 __all__ = ["ErrorResponse"]
 
@@ -46,10 +52,19 @@ class OpenAIObject(BaseModel):
         return data
 
 
+class PromptTokensDetails(OpenAIObject):
+    cached_tokens: int
+
+
 class Usage(OpenAIObject):
+    """Token counts; ``prompt_tokens_details.cached_tokens`` is the prompt prefix reused from the KV cache."""
+
+    omit_when_none = frozenset({"prompt_tokens_details"})
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @classmethod
     def of(cls, generation: Generation) -> Usage:
@@ -57,18 +72,20 @@ class Usage(OpenAIObject):
             prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens,
             total_tokens=generation.prompt_tokens + generation.completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=generation.cached_tokens),
         )
 
 
 class _Generated(OpenAIObject):
     """Fields every completion object shares, snapllm's extras included."""
 
-    omit_when_none = frozenset({"timings", "seed", "deadline_reached", "usage"})
+    omit_when_none = frozenset({"timings", "seed", "deadline_reached", "usage", "system_fingerprint"})
 
     id: str
     object: str  # each object's own literal
     created: int
     model: str
+    system_fingerprint: str | None = None
     timings: Timings | None = None
     seed: int | None = None
     deadline_reached: Literal[True] | None = None
@@ -79,18 +96,101 @@ class _Generated(OpenAIObject):
             "timings": generation.timings,
             "seed": generation.seed,
             "deadline_reached": True if generation.deadline_reached else None,
+            "system_fingerprint": generation.system_fingerprint,
         }
 
 
+class FunctionCallOut(OpenAIObject):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(OpenAIObject):
+    """A call in ``message.tool_calls``: ``arguments`` is a JSON string valid against the parameters."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+    @classmethod
+    def of(cls, call: ToolCall) -> ToolCallOut:
+        return cls(id=call.id, function=FunctionCallOut(name=call.name, arguments=call.arguments))
+
+
 class ChatMessageOut(OpenAIObject):
+    """The answer: text in ``content``, or ``tool_calls`` (and a null ``content``)."""
+
+    omit_when_none = frozenset({"tool_calls"})
+
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
+
+
+class TopLogprob(OpenAIObject):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ContentLogprob(OpenAIObject):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(OpenAIObject):
+    """``choices[].logprobs`` of a chat completion: one entry per generated token."""
+
+    content: list[ContentLogprob]
+    refusal: None = None
+
+    @classmethod
+    def of(cls, tokens: tuple[TokenLogprob, ...] | None) -> ChatLogprobs | None:
+        if tokens is None:
+            return None
+        return cls(
+            content=[
+                ContentLogprob(
+                    token=t.token,
+                    logprob=t.logprob,
+                    bytes=list(t.token_bytes),
+                    top_logprobs=[TopLogprob(token=a, logprob=lp, bytes=list(b)) for a, b, lp in t.top],
+                )
+                for t in tokens
+            ]
+        )
+
+
+class CompletionLogprobs(OpenAIObject):
+    """``choices[].logprobs`` of a text completion (the older, column-wise shape)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+    @classmethod
+    def of(cls, tokens: tuple[TokenLogprob, ...] | None, *, offset: int = 0) -> CompletionLogprobs | None:
+        if tokens is None:
+            return None
+        offsets = []
+        for t in tokens:
+            offsets.append(offset)
+            offset += len(t.token)
+        return cls(
+            tokens=[t.token for t in tokens],
+            token_logprobs=[t.logprob for t in tokens],
+            top_logprobs=[{a: lp for a, _, lp in t.top} for t in tokens],
+            text_offset=offsets,
+        )
 
 
 class ChatChoice(OpenAIObject):
     index: int
     message: ChatMessageOut
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
 
 
@@ -105,7 +205,7 @@ class ChatCompletion(_Generated):
 class TextChoice(OpenAIObject):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None
 
 
@@ -117,17 +217,37 @@ class Completion(_Generated):
     usage: Usage | None = None
 
 
+class FunctionCallDelta(OpenAIObject):
+    omit_when_none = frozenset({"name", "arguments"})
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(OpenAIObject):
+    """A piece of a streamed tool call: the first names it (``id``, ``type``, function name), the next
+    carry its ``arguments``; clients join the pieces by ``index``."""
+
+    omit_when_none = frozenset({"id", "type"})
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta
+
+
 class ChatDelta(OpenAIObject):
-    omit_when_none = frozenset({"role", "content"})
+    omit_when_none = frozenset({"role", "content", "tool_calls"})
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(OpenAIObject):
     index: int
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None
 
 
@@ -146,16 +266,38 @@ def completion_response(
     common = {"created": int(time.time()), "model": model, **_Generated.extras(generation)}
     usage = Usage.of(generation)
     if isinstance(request, ChatCompletionRequest):
-        message = ChatMessageOut(role="assistant", content=generation.text)
+        message = (
+            ChatMessageOut(
+                role="assistant",
+                content=None,
+                tool_calls=[ToolCallOut.of(call) for call in generation.tool_calls],
+            )
+            if generation.tool_calls
+            else ChatMessageOut(role="assistant", content=generation.text)
+        )
         return ChatCompletion(
             id=new_completion_id("chatcmpl"),
-            choices=[ChatChoice(index=0, message=message, finish_reason=generation.finish_reason)],
+            choices=[
+                ChatChoice(
+                    index=0,
+                    message=message,
+                    logprobs=ChatLogprobs.of(generation.logprobs),
+                    finish_reason=generation.finish_reason,
+                )
+            ],
             usage=usage,
             **common,
         )
     return Completion(
         id=new_completion_id("cmpl"),
-        choices=[TextChoice(index=0, text=generation.text, finish_reason=generation.finish_reason)],
+        choices=[
+            TextChoice(
+                index=0,
+                text=generation.text,
+                logprobs=CompletionLogprobs.of(generation.logprobs),
+                finish_reason=generation.finish_reason,
+            )
+        ],
         usage=usage,
         **common,
     )

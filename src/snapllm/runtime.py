@@ -63,7 +63,11 @@ class InferenceRuntime:
             with model, phases.measure("model_load"):
                 # llama.cpp maps the memfd; the mapping outlives the fd, so the weights stay resident once.
                 engine = Engine.load(
-                    model.path, settings.engine, model_name=settings.model.name, source=settings.model.uri
+                    model.path,
+                    settings.engine,
+                    model_name=settings.model.name,
+                    source=settings.model.uri,
+                    model_digest=model.sha256,
                 )
         runtime = cls(engine, settings, download=model.stats)
         logger.info(

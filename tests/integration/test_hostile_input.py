@@ -116,6 +116,58 @@ CASES = [
     Case("unknown-field", chat_with(max_token=4)),
     Case("streamed-wrong-type", chat_with(stream=True, max_tokens="10")),
     Case("streamed-surrogate", chat_with(stream=True, user="\ud800")),
+    # Structured output and tools: what the grammar cannot enforce is refused, never half-honoured.
+    Case(
+        "schema-with-minimum",
+        chat_with(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {"type": "integer", "minimum": 1}},
+            }
+        ),
+    ),
+    Case(
+        "schema-not-an-object",
+        chat_with(response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": []}}),
+    ),
+    Case(
+        "schema-recursive-ref",
+        chat_with(
+            response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": {"$ref": "#"}}}
+        ),
+    ),
+    Case(
+        "schema-dangling-ref",
+        chat_with(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {"$ref": "#/$defs/x"}},
+            }
+        ),
+    ),
+    Case(
+        "schema-bad-pattern",
+        chat_with(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {"type": "string", "pattern": "(("}},
+            }
+        ),
+    ),
+    Case("tool-without-function", chat_with(tools=[{"type": "function"}])),
+    Case(
+        "tool-choice-unknown-function",
+        chat_with(
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            tool_choice={"type": "function", "function": {"name": "g"}},
+        ),
+    ),
+    Case(
+        "image-part",
+        chat_with(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+    ),
+    Case("top-logprobs-21", chat_with(logprobs=True, top_logprobs=21)),
+    Case("refused-field", chat_with(audio={"voice": "alloy", "format": "wav"})),
     # Not an object.
     Case("empty-body", b"", skip=NOT_JSON),
     Case("null-body", b"null"),

@@ -66,6 +66,57 @@ def test_chat_completion_streams_token_by_token(client):
     assert chunks[-1].choices == [] and usage.completion_tokens == len(pieces) <= 8
 
 
+def test_fields_current_clients_send_are_accepted(client):
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=4,
+        reasoning_effort="low",
+        prompt_cache_key="k",
+        safety_identifier="user-1",
+        modalities=["text"],
+        parallel_tool_calls=True,
+        store=False,
+        metadata={"team": "a"},
+        service_tier="auto",
+    )
+    assert completion.choices[0].message.content is not None
+    assert completion.usage.prompt_tokens_details.cached_tokens >= 0
+    assert completion.system_fingerprint.startswith("fp_")
+
+
+def test_chat_logprobs_cover_every_token(client):
+    completion = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=6, seed=1, logprobs=True, top_logprobs=3
+    )
+    choice = completion.choices[0]
+    content = choice.logprobs.content
+    assert len(content) == completion.usage.completion_tokens
+    assert "".join(t.token for t in content) == choice.message.content
+    for token in content:
+        assert token.logprob <= 0 and len(token.top_logprobs) == 3
+        assert token.top_logprobs[0].logprob >= token.top_logprobs[-1].logprob >= -1e9
+        assert bytes(token.bytes).decode() == token.token
+
+
+def test_streamed_chat_logprobs_match_the_tokens(client):
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=6, seed=2, logprobs=True, stream=True
+    )
+    chunks = [c for c in stream if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    tokens = [t.token for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert "".join(tokens) == text and tokens
+
+
+def test_text_completion_logprobs(client):
+    completion = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=4, seed=1, logprobs=2)
+    logprobs = completion.choices[0].logprobs
+    assert "".join(logprobs.tokens) == completion.choices[0].text
+    assert len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == len(logprobs.text_offset)
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs)
+
+
 def test_text_completion_streams(client):
     stream = client.completions.create(model=MODEL, prompt="One, two, three,", max_tokens=6, stream=True)
     chunks = list(stream)
@@ -91,8 +142,13 @@ CHAT_ERRORS = [
     ({"temperature": 5}, openai.BadRequestError, "temperature", None),
     ({"max_tokens": 17}, openai.BadRequestError, "max_tokens", None),
     ({"max_tokens": 0}, openai.BadRequestError, "max_tokens", None),
-    ({"logprobs": True}, openai.BadRequestError, "logprobs", "unsupported_parameter"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, openai.BadRequestError, "tools", None),
+    ({"logprobs": True, "top_logprobs": 21}, openai.BadRequestError, "top_logprobs", None),
+    (
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}]},
+        openai.BadRequestError,
+        "tools.0.function.parameters",
+        "unsupported_parameter",
+    ),
     ({"extra_body": {"max_token": 3}}, openai.BadRequestError, "max_token", None),
     ({"messages": [{"role": "user", "content": "x" * 2001}]}, openai.BadRequestError, "messages", None),
 ]

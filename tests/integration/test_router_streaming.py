@@ -137,3 +137,64 @@ def test_stream_ends_with_a_generation_matching_the_deltas(runtime):
     assert all(isinstance(d, TokenDelta) for d in deltas)
     assert final.text == "".join(d.text for d in deltas)
     assert final.completion_tokens == len(deltas) and final.prompt_tokens > 0
+
+
+TINY = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+PING = {
+    "messages": [{"role": "user", "content": "Ping the server."}],
+    # No arguments: the call must fit this runtime's 16 tokens.
+    "tools": [
+        {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    ],
+    "tool_choice": "required",
+    "parallel_tool_calls": False,
+    "max_tokens": 16,
+    "seed": 1,
+    "temperature": 0,
+}
+
+
+def _call(message: dict) -> tuple[str, dict]:
+    (call,) = message["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    return call["function"]["name"], json.loads(call["function"]["arguments"])
+
+
+def test_direct_invoke_http_and_stream_give_the_same_tool_calls(runtime, client):
+    direct = runtime.handle(PING, None)
+    http = client.post("/v1/chat/completions", json=PING).json()
+    for answer in (direct, http):
+        choice = answer["choices"][0]
+        assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+        name, arguments = _call(choice["message"])
+        assert name == "ping" and arguments == {}
+    assert _call(direct["choices"][0]["message"]) == _call(http["choices"][0]["message"])
+    assert direct["system_fingerprint"] == http["system_fingerprint"]
+    with client.stream("POST", "/v1/chat/completions", json={**PING, "stream": True}) as response:
+        chunks = [json.loads(e) for e in _events(response)[:-1]]
+    deltas = [d for c in chunks for d in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert deltas[0]["id"].startswith("call_") and deltas[0]["function"]["name"] == "ping"
+    arguments = "".join(d["function"].get("arguments", "") for d in deltas)
+    assert ("ping", json.loads(arguments)) == _call(direct["choices"][0]["message"])
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_direct_invoke_answers_json_schema_requests(runtime):
+    body = {
+        "messages": [{"role": "user", "content": "Is the sky blue? Answer in JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": TINY}},
+        "max_tokens": 16,
+        "seed": 2,
+    }
+    answer = runtime.handle(body, None)
+    assert answer["choices"][0]["finish_reason"] == "stop"
+    assert isinstance(json.loads(answer["choices"][0]["message"]["content"])["ok"], bool)
+    refused = runtime.handle(
+        {**body, "response_format": {"type": "json_object"}, "tools": [{"type": "x"}]}, None
+    )
+    assert refused["statusCode"] == 400 and refused["error"]["param"].startswith("tools")

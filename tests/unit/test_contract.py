@@ -15,6 +15,21 @@ from snapllm.responses import render_response
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 
 
+def tool(name: str, parameters: dict | None = None) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters or {"type": "object"}}}
+
+
+TOOL = tool("get_weather")
+
+
+def named(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
+
+
+def schema_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+
+
 def test_chat_and_completion_forms():
     chat = parse_request({**CHAT, "max_tokens": 8, "stop": "\n", "seed": 3})
     assert isinstance(chat, ChatCompletionRequest)
@@ -57,7 +72,7 @@ def test_commonly_sent_client_fields_are_accepted():
         ({"messages": []}, InvalidRequestError, "messages"),
         ({"messages": "hello"}, InvalidRequestError, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, InvalidRequestError, "messages.0.role"),
-        ({"messages": [{"role": "user"}]}, InvalidRequestError, "messages.0.content"),
+        ({"messages": [{"role": "user"}]}, InvalidRequestError, "messages.0"),
         ({**CHAT, "temperature": 7}, InvalidRequestError, "temperature"),
         ({**CHAT, "temperature": "hot"}, InvalidRequestError, "temperature"),
         ({**CHAT, "top_p": 0}, InvalidRequestError, "top_p"),
@@ -69,17 +84,45 @@ def test_commonly_sent_client_fields_are_accepted():
         ({**CHAT, "stop": [""]}, InvalidRequestError, "stop"),
         ({**CHAT, "max_token": 5}, InvalidRequestError, "max_token"),
         ({**CHAT, "n": 2}, UnsupportedParameterError, "n"),
-        ({**CHAT, "logprobs": True}, UnsupportedParameterError, "logprobs"),
+        ({**CHAT, "logprobs": True, "top_logprobs": 21}, InvalidRequestError, "top_logprobs"),
+        ({**CHAT, "top_logprobs": 2}, InvalidRequestError, "top_logprobs"),
+        ({"prompt": "x", "logprobs": 6}, InvalidRequestError, "logprobs"),
         ({**CHAT, "logit_bias": {"50256": -100}}, UnsupportedParameterError, "logit_bias"),
-        ({**CHAT, "tools": [{"type": "function"}]}, UnsupportedParameterError, "tools"),
-        ({**CHAT, "response_format": {"type": "json_object"}}, UnsupportedParameterError, "response_format"),
+        ({**CHAT, "tools": [{"type": "function"}]}, InvalidRequestError, "tools.0.function"),
+        ({**CHAT, "tools": [TOOL, TOOL]}, InvalidRequestError, "tools"),
+        ({**CHAT, "tool_choice": "required"}, InvalidRequestError, "tool_choice"),
+        ({**CHAT, "tools": [TOOL], "tool_choice": named("other")}, InvalidRequestError, "tool_choice"),
+        ({**CHAT, "tools": [TOOL], "tool_choice": "sometimes"}, InvalidRequestError, "tool_choice"),
+        (
+            {**CHAT, "tools": [tool("f", {"type": "object", "not": {}})]},
+            UnsupportedParameterError,
+            "tools.0.function.parameters",
+        ),
+        ({**CHAT, "response_format": {"type": "xml"}}, InvalidRequestError, "response_format"),
+        (
+            {**CHAT, "response_format": schema_format({"type": "integer", "minimum": 1})},
+            UnsupportedParameterError,
+            "response_format",
+        ),
+        (
+            {**CHAT, "response_format": schema_format({"$ref": "https://x.test/s.json"})},
+            UnsupportedParameterError,
+            "response_format",
+        ),
+        (
+            {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}},
+            InvalidRequestError,
+            "response_format.json_schema.name",
+        ),
+        ({"messages": [{"role": "tool", "content": "42"}]}, InvalidRequestError, "messages.0"),
+        ({"messages": [{"role": "user", "content": None}]}, InvalidRequestError, "messages.0"),
         ({"prompt": "x", "echo": True}, UnsupportedParameterError, "echo"),
         ({"prompt": "x", "suffix": "y"}, UnsupportedParameterError, "suffix"),
         ({"prompt": ["a", "b"]}, InvalidRequestError, "prompt"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-            InvalidRequestError,
-            "messages.0.content",
+            UnsupportedParameterError,
+            "messages",
         ),
     ],
 )
@@ -131,7 +174,12 @@ def test_render_chat_and_completion_responses():
     assert chat["object"] == "chat.completion"
     assert chat["id"].startswith("chatcmpl-")
     assert chat["choices"][0]["message"] == {"role": "assistant", "content": "Hello!"}
-    assert chat["usage"] == {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+    assert chat["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 3,
+        "total_tokens": 13,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert chat["timings"]["tokens_per_second"] == 100.0
     assert chat["seed"] == 9
     text = render_response(parse_request({"prompt": "x"}), generation, model="m")

@@ -233,6 +233,22 @@ def test_a_request_without_model_goes_to_the_default(fake_lambda):
         ({**CHAT, "frequency_penalty": 3}, 400, "frequency_penalty"),
         ({**CHAT, "max_tokenz": 3}, 400, "max_tokenz"),
         ({"model": MODEL}, 400, "messages"),
+        (
+            {**CHAT, "tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(33)]},
+            400,
+            "tools",
+        ),
+        (
+            {
+                **CHAT,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "n", "schema": {"not": {}}},
+                },
+            },
+            400,
+            "response_format",
+        ),
     ],
 )
 def test_limits_and_validation_are_checked_before_invoking(fake_lambda, body, status, param):
@@ -320,7 +336,12 @@ def test_metrics_are_emf_with_the_model_dimension(fake_lambda, capsys):
     router = make_router(fake_lambda)
     call(router, "POST", "/v1/chat/completions", CHAT)
     call(router, "POST", "/v1/chat/completions", {**CHAT, "n": 3})
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    call(router, "POST", "/v1/chat/completions", {**CHAT, "tools": tools, "tool_choice": "required"})
     blobs = _emf(capsys.readouterr().out)
+    requests = [blob for blob in blobs if "RequestCount" in blob]
+    assert requests[0]["response_format"] == "text" and requests[0]["tool_choice"] == "none"
+    assert requests[-1]["tool_choice"] == "required"
     by_name = {
         m["Name"]: blob for blob in blobs for d in blob["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]
     }

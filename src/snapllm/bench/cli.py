@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from snapllm.bench import aws, coldstart, router
+from snapllm.bench import aws, coldstart, grammar, router
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -13,3 +13,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     coldstart.add_parser(kinds)
     router.add_parser(kinds)
     aws.add_parser(kinds)
+    grammar.add_parser(kinds)

@@ -61,7 +61,7 @@ from snapllm.inference_client import (
     is_endpoint,
 )
 from snapllm.limits import Limits
-from snapllm.metrics import add_completion_metrics, record_error
+from snapllm.metrics import add_completion_metrics, record_error, request_features
 from snapllm.responses import ChatCompletion, Completion, Health, ModelList
 from snapllm.router.config import RouterSettings
 
@@ -86,6 +86,7 @@ class _Request:
     error_type: str | None = None
     invoke_s: float = 0.0
     response: dict[str, Any] | None = None
+    features: dict[str, str] | None = None
 
 
 def endpoint_api_key(secret_arn: str) -> str:
@@ -320,6 +321,7 @@ class RouterApp:
     def _complete(self, request: InferenceRequest, route: str) -> Response:
         state = self._request
         state.route = route
+        state.features = request_features(request)
         model = self.settings.resolve_model(request.model)
         state.model = model or request.model
         self.tracer.put_annotation("route", route)
@@ -436,6 +438,7 @@ class RouterApp:
             latency_ms=elapsed_ms,
             usage=response.get("usage"),
             timings=response.get("timings"),
+            features=state.features,
         )
         if state.invoke_s:
             metrics.add_metric("RouterOverhead", MetricUnit.Milliseconds, elapsed_ms - state.invoke_s * 1000)

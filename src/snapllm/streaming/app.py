@@ -36,7 +36,7 @@ from snapllm.contract import InferenceRequest, parse_request
 from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.engine import Deadline, StreamItem, TokenDelta
 from snapllm.errors import RequestError, ServerError
-from snapllm.metrics import CompletionMetrics
+from snapllm.metrics import CompletionMetrics, request_features
 from snapllm.responses import Health, ModelList, render_response
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.settings import (
@@ -90,7 +90,7 @@ async def _events(
             if item is done:
                 return
             if isinstance(item, TokenDelta):
-                yield encoder.delta(item.text)
+                yield encoder.delta(item.text, item.logprobs)
             else:
                 metrics.succeeded(item)
                 yield encoder.finish(item)
@@ -191,6 +191,7 @@ class StreamingApp:
             return error_response(exc)
         try:
             metrics.model = engine.model_name
+            metrics.features = request_features(parsed)
             deadline = _deadline(request, self.runtime, self.timeout_s)
             if not parsed.stream:
                 generation = await anyio.to_thread.run_sync(

@@ -13,16 +13,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapllm.contract import ChatCompletionRequest, Generation, InferenceRequest
+from snapllm.contract import (
+    ChatCompletionRequest,
+    FinishReason,
+    Generation,
+    InferenceRequest,
+    TokenLogprob,
+)
 from snapllm.errors import RequestError
 from snapllm.responses import (
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatDelta,
+    ChatLogprobs,
     Completion,
-    FinishReason,
+    CompletionLogprobs,
+    FunctionCallDelta,
     OpenAIObject,
     TextChoice,
+    ToolCallDelta,
     Usage,
     new_completion_id,
 )
@@ -61,17 +70,31 @@ class ChunkEncoder:
         )
 
     def _chunk(
-        self, delta: ChatDelta | str | None, finish_reason: FinishReason | None = None, **extra: Any
+        self,
+        delta: ChatDelta | str | None,
+        finish_reason: FinishReason | None = None,
+        logprobs: tuple[TokenLogprob, ...] | None = None,
+        **extra: Any,
     ) -> ChatCompletionChunk | Completion:
         """One chunk: a chat delta or a piece of text, a finish reason, or neither (the usage chunk)."""
         common = {"id": self.id, "created": self.created, "model": self.model, **extra}
         if self.chat:
             choices = [] if delta is None and finish_reason is None else [
-                ChatChunkChoice(index=0, delta=delta or ChatDelta(), finish_reason=finish_reason)
+                ChatChunkChoice(
+                    index=0,
+                    delta=delta or ChatDelta(),
+                    logprobs=ChatLogprobs.of(logprobs),
+                    finish_reason=finish_reason,
+                )
             ]  # fmt: skip
             return ChatCompletionChunk(choices=choices, **common)
         texts = [] if delta is None and finish_reason is None else [
-            TextChoice(index=0, text=str(delta or ""), finish_reason=finish_reason)
+            TextChoice(
+                index=0,
+                text=str(delta or ""),
+                logprobs=CompletionLogprobs.of(logprobs),
+                finish_reason=finish_reason,
+            )
         ]  # fmt: skip
         return Completion(choices=texts, **common)
 
@@ -81,13 +104,31 @@ class ChunkEncoder:
             return b""
         return event(self._chunk(ChatDelta(role="assistant", content="")))
 
-    def delta(self, text: str) -> bytes:
-        return event(self._chunk(ChatDelta(content=text) if self.chat else text))
+    def delta(self, text: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> bytes:
+        return event(self._chunk(ChatDelta(content=text) if self.chat else text, logprobs=logprobs))
+
+    def tool_calls(self, generation: Generation) -> bytes:
+        """The answer's tool calls as OpenAI streams them: per call, one delta that opens it (id, type,
+        name, empty arguments) and one with its arguments."""
+        out = b""
+        for index, call in enumerate(generation.tool_calls):
+            opening = ToolCallDelta(
+                index=index,
+                id=call.id,
+                type="function",
+                function=FunctionCallDelta(name=call.name, arguments=""),
+            )
+            arguments = ToolCallDelta(index=index, function=FunctionCallDelta(arguments=call.arguments))
+            out += event(self._chunk(ChatDelta(tool_calls=[opening])))
+            out += event(self._chunk(ChatDelta(tool_calls=[arguments])))
+        return out
 
     def finish(self, generation: Generation) -> bytes:
-        """The finish_reason chunk (with snapllm's timings), the usage chunk if asked for, and ``[DONE]``."""
+        """Any tool calls, the finish_reason chunk (with snapllm's timings), the usage chunk if asked for,
+        and ``[DONE]``."""
         finished = self._chunk(None, generation.finish_reason, **Completion.extras(generation))
-        out = event(finished)
+        out = self.tool_calls(generation) if self.chat else b""
+        out += event(finished)
         if self.include_usage:
             out += event(self._chunk(None, usage=Usage.of(generation)))
         return out + DONE

@@ -1,0 +1,106 @@
+"""One decision for every field of the official ``openai`` package's request types.
+
+Each field a current client may send is supported, accepted and ignored (it cannot change the answer
+here; the README lists these), or refused with ``code: "unsupported_parameter"`` and the reason. A
+field in no list is unknown: a typo, refused as ``unrecognized request argument``. A unit test walks the
+installed ``openai`` package's TypedDicts and fails on any field without a decision, so a new client
+version shows up as a failing test rather than as broken users::
+
+    decision("chat", "reasoning_effort")   # Decision(kind="ignored", reason="...")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Endpoint = Literal["chat", "completion"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Literal["supported", "ignored", "refused"]
+    reason: str = ""
+
+
+SUPPORTED = Decision("supported")
+
+
+def _ignored(reason: str) -> Decision:
+    return Decision("ignored", reason)
+
+
+def _refused(reason: str) -> Decision:
+    return Decision("refused", reason)
+
+
+_NOTHING_STORED = _ignored("nothing is stored or billed per user here; the answer is the same")
+_SHARED: dict[str, Decision] = {
+    "model": SUPPORTED,
+    "frequency_penalty": SUPPORTED,
+    "presence_penalty": SUPPORTED,
+    "logprobs": SUPPORTED,
+    "max_tokens": SUPPORTED,
+    "n": SUPPORTED,  # n=1 only: refused otherwise, with the reason
+    "seed": SUPPORTED,
+    "stop": SUPPORTED,
+    "stream": SUPPORTED,
+    "stream_options": SUPPORTED,
+    "temperature": SUPPORTED,
+    "top_p": SUPPORTED,
+    "logit_bias": SUPPORTED,  # empty only: refused otherwise, with the reason
+    "user": _NOTHING_STORED,
+}
+
+FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
+    "chat": {
+        **_SHARED,
+        "messages": SUPPORTED,
+        "max_completion_tokens": SUPPORTED,
+        "top_logprobs": SUPPORTED,
+        "tools": SUPPORTED,
+        "tool_choice": SUPPORTED,
+        "parallel_tool_calls": SUPPORTED,
+        "response_format": SUPPORTED,
+        "modalities": SUPPORTED,  # ["text"] only: audio output is refused
+        "store": _NOTHING_STORED,
+        "metadata": _NOTHING_STORED,
+        "service_tier": _ignored("there is one tier: every request runs on the same function"),
+        "safety_identifier": _NOTHING_STORED,
+        "prompt_cache_key": _ignored(
+            "the prompt prefix cache is automatic (usage.prompt_tokens_details.cached_tokens reports it)"
+        ),
+        "prompt_cache_retention": _ignored("the prompt prefix cache lives as long as the environment"),
+        "prompt_cache_options": _ignored("the prompt prefix cache lives as long as the environment"),
+        "reasoning_effort": _ignored("the models served here have no reasoning mode to adjust"),
+        "verbosity": _ignored("a hint for reasoning models; length is set by max_tokens here"),
+        "audio": _refused("the models served here take and produce text only"),
+        "functions": _refused("the deprecated functions API is not served; send tools instead"),
+        "function_call": _refused("the deprecated functions API is not served; send tool_choice instead"),
+        "prediction": _refused("predicted outputs are not supported by this engine"),
+        "web_search_options": _refused("there is no built-in web search; send a function tool instead"),
+        "moderation": _refused("no moderation runs here; moderate before or after calling"),
+    },
+    "completion": {
+        **_SHARED,
+        "prompt": SUPPORTED,
+        "best_of": SUPPORTED,  # 1 only: refused otherwise, with the reason
+        "echo": SUPPORTED,  # false only: refused otherwise, with the reason
+        "suffix": SUPPORTED,  # empty only: fill-in-the-middle is refused, with the reason
+    },
+}
+
+
+def decision(endpoint: Endpoint, field: str) -> Decision | None:
+    """The decision for ``field`` of ``endpoint``; None for a field no client version defines."""
+    return FIELD_DECISIONS[endpoint].get(field)
+
+
+def ignored_fields() -> dict[str, Decision]:
+    """Every accepted-and-ignored field of any endpoint (the README lists them)."""
+    return {
+        field: found
+        for table in FIELD_DECISIONS.values()
+        for field, found in table.items()
+        if found.kind == "ignored"
+    }

@@ -1,0 +1,317 @@
+"""Structured output: which JSON schemas a grammar can enforce, and the shape of a tool call.
+
+This module is pure (no llama.cpp), so the router refuses a schema it cannot serve before invoking
+anything, with the same message as the inference function::
+
+    check_schema({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+                 param="response_format")
+    # UnsupportedParameterError: response_format: the schema uses minimum (at properties.n) ...
+
+The engine turns a checked schema into a llama.cpp grammar (``llama_cpp.llama_grammar``), so generation
+can only produce text that validates. Constructs the converter would silently drop (``minimum``,
+``not``, ``uniqueItems``...) are refused instead: a schema that is not enforced would be a promise broken.
+
+Tool calls are generated as JSON in one format whatever the model (see :func:`tool_call_schema`)::
+
+    {"name": "get_weather", "arguments": {"city": "Paris"}}            # one call
+    [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]   # parallel calls
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from snapllm.errors import UnsupportedParameterError
+
+# Keywords the grammar converter enforces.
+ENFORCED_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+    }
+)
+# Keywords that only annotate: they constrain nothing, so ignoring them keeps every promise.
+ANNOTATION_KEYWORDS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "strict",
+        "discriminator",
+        "nullable",
+    }
+)
+# Formats the converter turns into grammar rules; any other format would go unchecked.
+ENFORCED_FORMATS = frozenset(
+    {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
+)
+JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
+# Keywords whose value is a map of name -> schema, a list of schemas, or one schema.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties")
+# Counts the grammar spells out one by one (a string of minLength 10**9 would be a grammar of 10**9 rules):
+# bounded so a small request cannot make a huge grammar.
+MAX_REPEAT = 4096
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+_PATTERN_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+# More parallel calls than this would only let a small model repeat itself.
+MAX_PARALLEL_TOOL_CALLS = 4
+
+
+def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every (keyword, where) the grammar cannot enforce, depth first."""
+    if isinstance(schema, bool):
+        if schema is False:
+            yield "a false schema", path or "the root"
+        return
+    if not isinstance(schema, Mapping):
+        yield "a schema that is not an object", path or "the root"
+        return
+    where = path or "the root"
+    for keyword, value in schema.items():
+        if keyword in ANNOTATION_KEYWORDS:
+            continue
+        if keyword not in ENFORCED_KEYWORDS:
+            yield keyword, where
+            continue
+        if keyword == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
+            yield "a $ref outside the schema", where
+        elif keyword == "format" and value not in ENFORCED_FORMATS:
+            yield f"format {value!r}", where
+        elif keyword == "type":
+            types = value if isinstance(value, list) else [value]
+            if not types or any(t not in JSON_TYPES for t in types):
+                yield f"type {value!r}", where
+        elif keyword == "pattern" and not isinstance(value, str):
+            yield "a pattern that is not a string", where
+        elif keyword == "pattern" and any(
+            int(n) > MAX_REPEAT for match in _PATTERN_COUNT.findall(value) for n in match if n
+        ):
+            yield f"a pattern repeat over {MAX_REPEAT}", where
+        elif keyword in _COUNTS and (
+            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REPEAT
+        ):
+            yield f"{keyword} {value!r} (0 to {MAX_REPEAT})", where
+        elif keyword in _SCHEMA_MAPS:
+            if not isinstance(value, Mapping):
+                yield f"{keyword} that is not an object", where
+                continue
+            for name, sub in value.items():
+                yield from _walk(sub, f"{path}.{keyword}.{name}".lstrip("."))
+        elif keyword in _SCHEMA_LISTS:
+            if not isinstance(value, list) or not value:
+                yield f"{keyword} that is not a non-empty list", where
+                continue
+            for index, sub in enumerate(value):
+                yield from _walk(sub, f"{path}.{keyword}[{index}]".lstrip("."))
+        elif keyword in _SCHEMA_VALUES and not isinstance(value, bool):
+            if keyword == "items" and isinstance(value, list):
+                for index, sub in enumerate(value):
+                    yield from _walk(sub, f"{path}.items[{index}]".lstrip("."))
+            else:
+                yield from _walk(value, f"{path}.{keyword}".lstrip("."))
+        elif keyword == "items" and value is False:
+            yield "items: false", where
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    if isinstance(schema, Mapping):
+        for keyword, value in schema.items():
+            if keyword == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from _refs(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _refs(item)
+
+
+def _resolve(root: Mapping[str, Any], ref: str) -> Any:
+    target: Any = root
+    for part in ref[2:].split("/"):
+        if not isinstance(target, Mapping) or part not in target:
+            return None
+        target = target[part]
+    return target
+
+
+def _recursive_ref(root: Mapping[str, Any]) -> str | None:
+    """A ``$ref`` that reaches itself again, or one that points at nothing: both are refused."""
+
+    def visit(ref: str, seen: tuple[str, ...]) -> str | None:
+        if ref in seen:
+            return ref
+        target = _resolve(root, ref)
+        if target is None:
+            return f"{ref} (which does not exist)"
+        for inner in _refs(target):
+            found = visit(inner, (*seen, ref))
+            if found:
+                return found
+        return None
+
+    for ref in _refs(root):
+        if ref.startswith("#/"):
+            found = visit(ref, ())
+            if found:
+                return found
+    return None
+
+
+def check_schema(schema: Any, *, param: str) -> None:
+    """Refuse a JSON schema whose constraints the grammar cannot enforce, naming every such construct."""
+    if not isinstance(schema, Mapping):
+        raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
+    problems = list(dict.fromkeys(f"{keyword} (at {where})" for keyword, where in _walk(schema, "")))
+    recursive = _recursive_ref(schema)
+    if recursive:
+        problems.append(f"the recursive or dangling $ref {recursive}")
+    if problems:
+        shown = ", ".join(problems[:8]) + (f" and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise UnsupportedParameterError(
+            f"{param}: the schema uses {shown}, which generation cannot be constrained to; supported are "
+            "type, properties, required, additionalProperties, items, prefixItems, minItems, maxItems, "
+            "enum, const, anyOf, oneOf, allOf, local $ref/$defs, minLength, maxLength, pattern and the "
+            f"formats {', '.join(sorted(ENFORCED_FORMATS))}",
+            param=param,
+        )
+
+
+def schema_size(schema: Any) -> int:
+    """A schema's size as compact JSON, in characters: what the deployment's limit counts."""
+    return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+
+
+# --- Tool calls -------------------------------------------------------------------------------------------
+
+
+def _arguments_schema(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not parameters:
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+    return dict(parameters)
+
+
+def tool_call_schema(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict[str, Any]:
+    """The JSON schema of what the model generates to call one of ``functions`` (OpenAI ``function``
+    objects: ``name`` and ``parameters``): one call, or with ``parallel`` a list of 1 to
+    :data:`MAX_PARALLEL_TOOL_CALLS` calls. Each function's parameters keep their own ``$defs``: they
+    are moved under the call's schema with the function's name as a prefix."""
+    calls: list[dict[str, Any]] = []
+    defs: dict[str, Any] = {}
+    for function in functions:
+        name = str(function["name"])
+        arguments = _arguments_schema(function.get("parameters"))
+        local = {**arguments.pop("$defs", {}), **arguments.pop("definitions", {})}
+        if local:
+            prefix = f"{name}-"
+            text = json.dumps(arguments)
+            for key in ("$defs", "definitions"):
+                text = text.replace(f'"#/{key}/', f'"#/$defs/{prefix}')
+            arguments = json.loads(text)
+            for def_name, definition in local.items():
+                inner = json.dumps(definition)
+                for key in ("$defs", "definitions"):
+                    inner = inner.replace(f'"#/{key}/', f'"#/$defs/{prefix}')
+                defs[prefix + def_name] = json.loads(inner)
+        calls.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": arguments},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    schema: dict[str, Any] = (
+        {"type": "array", "items": call, "minItems": 1, "maxItems": MAX_PARALLEL_TOOL_CALLS}
+        if parallel
+        else call
+    )
+    if defs:
+        schema = {**schema, "$defs": defs}
+    return schema
+
+
+def generic_tool_instructions(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> str:
+    """The system-prompt text that describes ``functions`` to a model whose chat template has no tools.
+
+    This is the documented generic format: the functions as a JSON list, and the reply format the
+    grammar enforces when the model calls one."""
+    listed = json.dumps(
+        [
+            {
+                "name": f["name"],
+                "description": f.get("description") or "",
+                "parameters": _arguments_schema(f.get("parameters")),
+            }
+            for f in functions
+        ],
+        ensure_ascii=False,
+    )
+    shape = '{"name": <function name>, "arguments": {<arguments>}}'
+    many = f" or a JSON list of such objects to call several at once ({MAX_PARALLEL_TOOL_CALLS} at most)"
+    return (
+        f"You can call these functions: {listed}\n"
+        f"To call a function, reply with only the JSON object {shape}{many if parallel else ''}."
+    )
+
+
+def generic_tool_call_text(calls: Sequence[tuple[str, str]]) -> str:
+    """An earlier assistant turn's tool calls (name, JSON arguments) in the generic reply format."""
+    rendered = []
+    for name, arguments in calls:
+        try:
+            parsed: Any = json.loads(arguments)
+        except ValueError:
+            parsed = arguments
+        rendered.append({"name": name, "arguments": parsed})
+    value: Any = rendered[0] if len(rendered) == 1 else rendered
+    return json.dumps(value, ensure_ascii=False)
+
+
+def parse_tool_calls(text: str, names: Collection[str]) -> list[tuple[str, str]] | None:
+    """The (name, JSON arguments) of the calls to ``names`` in a generated tool-call text; None if it is
+    not one (a reply in text or in JSON of another shape, or a call cut short by ``max_tokens``)."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    items = value if isinstance(value, list) else [value]
+    calls: list[tuple[str, str]] = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("name") not in names or set(item) != {"name", "arguments"}:
+            return None
+        calls.append((item["name"], json.dumps(item["arguments"], ensure_ascii=False)))
+    return calls or None

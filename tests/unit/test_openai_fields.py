@@ -1,0 +1,73 @@
+"""Every field of the installed ``openai`` package's request types has a decision, and each decision holds."""
+
+from pathlib import Path
+
+import pytest
+from openai.types import completion_create_params as completion_params
+from openai.types.chat import completion_create_params as chat_params
+
+from snapllm.contract import parse_request
+from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.openai_fields import FIELD_DECISIONS, ignored_fields
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+def _fields(*typed_dicts) -> set[str]:
+    names: set[str] = set()
+    for typed in typed_dicts:
+        for klass in typed.__mro__:
+            names |= set(getattr(klass, "__annotations__", {}))
+    return names
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "fields"),
+    [
+        (
+            "chat",
+            _fields(
+                chat_params.CompletionCreateParamsStreaming, chat_params.CompletionCreateParamsNonStreaming
+            ),
+        ),
+        (
+            "completion",
+            _fields(
+                completion_params.CompletionCreateParamsStreaming,
+                completion_params.CompletionCreateParamsNonStreaming,
+            ),
+        ),
+    ],
+)
+def test_every_field_of_the_openai_request_types_has_a_decision(endpoint, fields):
+    assert fields, "the openai package's request types were not found"
+    missing = sorted(fields - set(FIELD_DECISIONS[endpoint]))
+    assert not missing, f"fields of the installed openai package with no decision for {endpoint}: {missing}"
+
+
+def test_ignored_fields_are_accepted_and_listed_in_the_readme():
+    readme = README.read_text()
+    for field, found in ignored_fields().items():
+        assert f"| `{field}` | {found.reason} |" in readme, field
+    samples = {
+        "reasoning_effort": "low",
+        "prompt_cache_key": "k",
+        "safety_identifier": "s",
+        "verbosity": "low",
+    }
+    request = parse_request({**CHAT, **samples, "modalities": ["text"], "store": False})
+    assert request.messages[0].text() == "Hi"
+
+
+@pytest.mark.parametrize("field", [f for f, d in FIELD_DECISIONS["chat"].items() if d.kind == "refused"])
+def test_refused_fields_say_why(field):
+    with pytest.raises(UnsupportedParameterError) as caught:
+        parse_request({**CHAT, field: {}})
+    assert caught.value.param == field and caught.value.code == "unsupported_parameter"
+    assert FIELD_DECISIONS["chat"][field].reason in caught.value.message
+
+
+def test_typos_are_still_unrecognized():
+    with pytest.raises(InvalidRequestError, match="unrecognized request argument: reasoning_efort"):
+        parse_request({**CHAT, "reasoning_efort": "low"})

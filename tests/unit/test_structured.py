@@ -1,0 +1,88 @@
+"""Which schemas the grammar can enforce, the tool-call format and the deployment's structure limits."""
+
+import json
+
+import pytest
+
+from snapllm.contract import parse_request
+from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.limits import Limits
+from snapllm.structured import check_schema, generic_tool_call_text, parse_tool_calls, tool_call_schema
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10, "title": "Name"},
+        "kind": {"$ref": "#/$defs/Kind"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+    },
+    "required": ["name", "kind", "tags"],
+    "additionalProperties": False,
+    "$defs": {"Kind": {"enum": ["a", "b"]}},
+}
+
+
+def test_enforceable_schemas_pass():
+    check_schema(PERSON, param="response_format")
+    check_schema({"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]}, param="p")
+
+
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ({"type": "integer", "minimum": 0}, "minimum (at the root)"),
+        ({"properties": {"n": {"type": "number", "multipleOf": 2}}}, "multipleOf (at properties.n)"),
+        ({"type": "string", "format": "email"}, "format 'email'"),
+        ({"$ref": "https://example.test/s.json"}, "a $ref outside the schema"),
+        ({"$defs": {"N": {"properties": {"n": {"$ref": "#/$defs/N"}}}}, "$ref": "#/$defs/N"}, "recursive"),
+        ({"$ref": "#/$defs/Missing"}, "does not exist"),
+        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"type": "thing"}, "type 'thing'"),
+        ({"type": "string", "maxLength": 10**9}, "maxLength 1000000000"),
+        ({"type": "array", "minItems": -1}, "minItems -1"),
+        ({"type": "string", "pattern": "^a{5000}$"}, "a pattern repeat over 4096"),
+    ],
+)
+def test_constructs_the_grammar_cannot_enforce_are_named(schema, named):
+    with pytest.raises(UnsupportedParameterError, match="response_format") as caught:
+        check_schema(schema, param="response_format")
+    assert named in caught.value.message and caught.value.code == "unsupported_parameter"
+
+
+def test_tool_call_schema_names_each_function_and_keeps_their_defs():
+    functions = [{"name": "a", "parameters": PERSON}, {"name": "b"}]
+    schema = tool_call_schema(functions, parallel=True)
+    assert schema["type"] == "array" and schema["minItems"] == 1
+    assert [c["properties"]["name"] for c in schema["items"]["anyOf"]] == [{"const": "a"}, {"const": "b"}]
+    assert schema["$defs"] == {"a-Kind": {"enum": ["a", "b"]}}
+    assert "#/$defs/a-Kind" in json.dumps(schema)
+    check_schema(schema, param="tools")
+    assert tool_call_schema([{"name": "b"}], parallel=False)["properties"]["name"] == {"const": "b"}
+
+
+def test_tool_calls_parse_from_the_generated_format_only():
+    names = {"a", "b"}
+    assert parse_tool_calls('{"name": "a", "arguments": {"x": 1}}', names) == [("a", '{"x": 1}')]
+    assert parse_tool_calls('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]', names) == [
+        ("a", "{}"),
+        ("b", "{}"),
+    ]
+    assert parse_tool_calls("Sunny today.", names) is None
+    assert parse_tool_calls('{"name": "a", "argu', names) is None
+    # An answer in JSON (tool_choice "auto" with a response_format) is not a call.
+    assert parse_tool_calls('{"name": "Paris", "arguments": {}}', names) is None
+    assert parse_tool_calls('{"name": "a", "arguments": {}, "extra": 1}', names) is None
+    assert json.loads(generic_tool_call_text([("a", '{"x": 1}')])) == {"name": "a", "arguments": {"x": 1}}
+
+
+def test_limits_bound_tools_and_schema_size_before_invoking():
+    limits = Limits(max_tokens=16, max_tools=2, max_schema_chars=200)
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(3)]
+    with pytest.raises(InvalidRequestError, match="at most 2") as caught:
+        limits.check(parse_request({"messages": [{"role": "user", "content": "x"}], "tools": tools}))
+    assert caught.value.param == "tools"
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20)}}
+    form = {"type": "json_schema", "json_schema": {"name": "n", "schema": big}}
+    with pytest.raises(InvalidRequestError, match="characters") as caught:
+        limits.check(parse_request({"messages": [{"role": "user", "content": "x"}], "response_format": form}))
+    assert caught.value.param == "response_format"
