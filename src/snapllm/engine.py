@@ -74,7 +74,11 @@ WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
             "type": "json_schema",
             "json_schema": {
                 "name": "greeting",
-                "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                "schema": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
             },
         },
     },
