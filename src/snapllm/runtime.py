@@ -97,7 +97,9 @@ class InferenceRuntime:
         with phases.measure("warm_up"):
             # Through the handler first, so decoding, validation, rendering and logging have run once too.
             for body in bodies:
-                self.handle(dict(body), None)
+                answer = self.handle(dict(body), None)
+                if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
+                    raise ServerError(f"warm-up request {body} failed: {answer}")
             self.engine.warm_up([parse_request(body) for body in bodies])
         self._first_invoke_pending = True
         gc.collect()
