@@ -15,10 +15,11 @@ Modes (``SNAPLLM_PREFAULT``):
 - ``weights``: the model's memory-mapped memfd (read-only, shared): ``madvise(MADV_POPULATE_READ)`` maps
   every page (``MADV_WILLNEED`` on kernels before 5.14, which only starts reading ahead), then one byte of
   every page is read, which is what makes a hypervisor load a page it has not restored yet.
-- ``all``: the weights, and every private writable mapping that already holds data (llama.cpp's compute
-  buffers and KV cache, the Python heap): ``MADV_POPULATE_WRITE``, so a page shared with the snapshot is
-  made this environment's own now rather than at the request's first write (``MADV_WILLNEED`` on older
-  kernels). Mappings that hold no data yet (reserved thread stacks, empty arenas) are skipped: populating
+- ``all``: the weights, and the pages of every private writable mapping that hold data (llama.cpp's
+  compute buffers and KV cache, the Python heap; present in ``/proc/self/pagemap``):
+  ``MADV_POPULATE_WRITE``, so a page shared with the snapshot is made this environment's own now rather
+  than at the request's first write (``MADV_WILLNEED`` on older kernels), then read as the weights are.
+  Pages that hold nothing (the unused part of the KV cache, reserved stacks) are left alone: populating
   them would only grow the RSS.
 
 Work is split over ``threads`` (``madvise`` and the page reads release the GIL), each range in 64 MiB
@@ -39,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
+
+import numpy
 
 from snapllm.config import PrefaultMode
 
@@ -87,7 +90,7 @@ class MemoryRange:
 
 @dataclass(frozen=True)
 class PrefaultStats:
-    """What a prefault did: the mode, bytes advised, time taken and the advice the kernel took."""
+    """What a prefault did: the mode, the bytes faulted in, time taken and the advice the kernel took."""
 
     mode: PrefaultMode
     bytes: int
@@ -175,10 +178,30 @@ def _touch(start: int, length: int) -> bool:
     return True
 
 
+def present_runs(
+    start: int, length: int, pagemap: Path = Path("/proc/self/pagemap")
+) -> list[tuple[int, int]]:
+    """The ``(address, length)`` runs of pages in ``[start, start + length)`` that are present in this
+    process (bit 63 of each ``/proc/self/pagemap`` entry): the pages that hold data."""
+    pages = length // PAGE_SIZE
+    with pagemap.open("rb") as entries:
+        entries.seek(start // PAGE_SIZE * 8)
+        present = (numpy.frombuffer(entries.read(pages * 8), dtype=numpy.uint64) >> 63).astype(numpy.int8)
+    edges = numpy.flatnonzero(numpy.diff(numpy.concatenate(([0], present, [0]))))
+    return [
+        (start + int(first) * PAGE_SIZE, int(last - first) * PAGE_SIZE)
+        for first, last in zip(edges[0::2], edges[1::2], strict=True)
+    ]
+
+
 def _slices(ranges: Iterable[MemoryRange]) -> Iterator[tuple[MemoryRange, int, int]]:
+    """Each range in slices of at most SLICE_BYTES; for private memory, only its present pages (populating
+    the rest would allocate memory that holds nothing)."""
     for memory in ranges:
-        for start in range(memory.start, memory.end, SLICE_BYTES):
-            yield memory, start, min(SLICE_BYTES, memory.end - start)
+        runs = [(memory.start, memory.size)] if memory.is_model else present_runs(memory.start, memory.size)
+        for run_start, run_length in runs:
+            for start in range(run_start, run_start + run_length, SLICE_BYTES):
+                yield memory, start, min(SLICE_BYTES, run_start + run_length - start)
 
 
 class _Advisor:
@@ -190,6 +213,7 @@ class _Advisor:
         self.populate = True
         self.failed = 0
         self.skipped_bytes = 0
+        self.advised_bytes = 0
 
     def _advise(self, start: int, length: int, advice: int) -> bool:
         if self.populate:
@@ -209,6 +233,8 @@ class _Advisor:
         advice = MADV_POPULATE_READ if memory.is_model else MADV_POPULATE_WRITE
         if not (self._advise(start, length, advice) and _touch(start, length)):
             self.failed += 1
+        else:
+            self.advised_bytes += length
 
 
 def ranges_for(mode: PrefaultMode, ranges: list[MemoryRange] | None = None) -> list[MemoryRange]:
@@ -239,7 +265,10 @@ def prefault(mode: PrefaultMode, *, threads: int = 1, budget_s: float = 5.0) -> 
     if not chosen:
         return PrefaultStats(mode, 0, time.perf_counter() - started, "")
     advisor = _Advisor(deadline=time.monotonic() + budget_s)
-    slices = list(_slices(chosen))
+    try:
+        slices = list(_slices(chosen))
+    except OSError:  # no /proc/self/pagemap: the weights alone
+        slices = list(_slices(memory for memory in chosen if memory.is_model))
     if threads > 1 and len(slices) > 1:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="snapllm-prefault") as pool:
             list(pool.map(lambda item: advisor.apply(*item), slices))
@@ -248,7 +277,7 @@ def prefault(mode: PrefaultMode, *, threads: int = 1, budget_s: float = 5.0) -> 
             advisor.apply(*item)
     return PrefaultStats(
         mode,
-        sum(memory.size for memory in chosen),
+        advisor.advised_bytes,
         time.perf_counter() - started,
         "populate" if advisor.populate else "willneed",
         advisor.failed,
