@@ -274,9 +274,11 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
                 restore_s = environment.restore_s
             first_ms, other_ms = _first_token_ms(first), _first_token_ms(other)
             _first_token_ms(warm)
-            if first.response["usage"] != warm.response["usage"] or (
-                first.response["usage"]["prompt_tokens"] != other.response["usage"]["prompt_tokens"]
-            ):
+            counts = [
+                (r.response["usage"]["prompt_tokens"], r.response["usage"]["completion_tokens"])
+                for r in (first, other, warm)
+            ]
+            if counts[0] != counts[2] or counts[0][0] != counts[1][0]:
                 raise RuntimeError(
                     "the first and the warm requests differ in token counts; not comparable: "
                     f"{first.response['usage']}, {other.response['usage']}, {warm.response['usage']}"
