@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -20,6 +21,8 @@ from snapllm.environment import EnvironmentSettings
 from snapllm.errors import ConfigurationError
 
 MiB = 1024 * 1024
+#: What the after-restore hook faults in (:mod:`snapllm.prefault`).
+PrefaultMode = Literal["none", "weights", "all"]
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -101,6 +104,10 @@ class EngineSettings:
     # Off: the memfd already holds the weights, and a repacked copy would double them in RAM and in the
     # snapshot. On trades that memory for faster Q4_0 / Q4_K matrix products on Graviton.
     repack_weights: bool = False
+    # What the after-restore hook faults in before the first request (snapllm.prefault).
+    prefault: PrefaultMode = "all"
+    prefault_threads: int | None = None
+    prefault_budget_ms: int = 5000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> EngineSettings:
@@ -169,6 +176,17 @@ class InferenceEnvironment(EnvironmentSettings):
     repack_weights: bool = EngineSettings.repack_weights
     """Let llama.cpp repack Q4_0 / Q4_K weights for the CPU: faster on Graviton, but a second copy in RAM
     and in the snapshot."""
+    prefault: PrefaultMode = EngineSettings.prefault
+    """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
+    model's mapping) or `all` (the weights and the process's private memory: compute buffers, KV cache,
+    heap). Its time counts toward the restore, which Lambda limits to 10 s."""
+    prefault_threads: int | None = Field(
+        EngineSettings.prefault_threads, ge=1, json_schema_extra={"unset": "CPUs really available"}
+    )
+    """Threads of the after-restore prefault."""
+    prefault_budget_ms: int = Field(EngineSettings.prefault_budget_ms, ge=0, le=9000)
+    """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
+    faults in. Lambda fails a restore whose hooks take over 10 s."""
 
     @field_validator("model_sha256")
     @classmethod

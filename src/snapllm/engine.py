@@ -19,7 +19,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -60,6 +60,34 @@ from snapllm.structured import (
 from snapllm.system import available_cpus
 
 _WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
+#: The requests the before-snapshot warm-up runs (``max_tokens`` is the ``warmup_tokens`` setting): every
+#: path a request can take through the engine, so none runs for the first time after a restore.
+WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
+    {"messages": _WARMUP_MESSAGES, "seed": 0},  # chat, seeded (the prompt re-evaluated), sampled
+    {"messages": _WARMUP_MESSAGES, "temperature": 0.0},  # chat, unseeded, greedy, cached prefix
+    {"prompt": "Hello, my name is"},  # text, unseeded, sampled
+    {"messages": _WARMUP_MESSAGES, "logprobs": True, "top_logprobs": 2},
+    {"messages": _WARMUP_MESSAGES, "response_format": {"type": "json_object"}},
+    {
+        "messages": _WARMUP_MESSAGES,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "greeting",
+                "schema": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
+            },
+        },
+    },
+    {
+        "messages": _WARMUP_MESSAGES,
+        "tools": [{"type": "function", "function": {"name": "wave", "parameters": {"type": "object"}}}],
+        "tool_choice": "auto",
+    },
+)
 # The free-text branch of a tool_choice="auto" grammar: anything that does not open a JSON call (and
 # does not start with whitespace, so the first character alone tells a call from an answer).
 _TEXT_RULE = "free-text ::= [^{[ \\t\\r\\n] [^\\x00]*"
@@ -315,6 +343,11 @@ class Engine:
             )
 
     @property
+    def supports_chat(self) -> bool:
+        """Whether the model has a chat template (without one, only text completions are served)."""
+        return self._formatter is not None
+
+    @property
     def threads(self) -> int:
         return int(self._llama.n_threads)
 
@@ -351,20 +384,8 @@ class Engine:
                     f"model {self.model_name} has no chat template; use a text completion ('prompt')",
                     param="messages",
                 )
-            try:
-                formatted = self._format_chat(request)
-            except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
-                raise InvalidRequestError(
-                    f"the model's chat template rejected the messages: {exc}", param="messages"
-                ) from None
-            tokens = llama.tokenize(
-                formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
-            )
-            stop += [
-                s
-                for s in ([formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or [])
-                if s
-            ]
+            tokens, template_stops = self._chat_tokens(request)
+            stop += template_stops
             param = "messages"
             grammar, tool_calls = self._chat_grammar(request)
         else:
@@ -589,18 +610,51 @@ class Engine:
             yield TokenDelta("", generation.logprobs[recorded:])
         yield generation
 
-    def warm_up(self) -> Generation:
-        """Generate a few tokens so compute buffers, the sampler and the chat template are primed.
+    def warm_up(self, requests: Iterable[InferenceRequest]) -> None:
+        """Generate and stream a few tokens of each request, so compute buffers, the sampler, the chat
+        template and every code path are primed; then leave the chat template's common prefix evaluated.
 
-        The KV cache is cleared afterwards so no request inherits the warm-up's tokens.
+        The KV cache then holds only what every chat without its own system message starts with (for many
+        templates, a default system prompt): the first request after a restore reuses it as a warm one
+        would, and no request inherits a warm-up's own tokens.
         """
-        request = ChatCompletionRequest(
-            messages=_WARMUP_MESSAGES, max_tokens=max(1, self._settings.warmup_tokens), seed=0
-        )
-        generation = self.generate(request)
+        for request in requests:
+            self.generate(request)
+            for _ in self.stream(request):
+                pass
         with self._lock:
             self._llama.reset()
-        return generation
+            prefix = self._chat_prefix()
+            if prefix:
+                self._llama.eval(prefix)
+
+    def _chat_tokens(self, request: ChatCompletionRequest) -> tuple[list[int], list[str]]:
+        """The chat formatted by the model's template (:meth:`_format_chat`) and tokenized, and the
+        template's stop strings."""
+        try:
+            formatted = self._format_chat(request)
+        except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
+            raise InvalidRequestError(
+                f"the model's chat template rejected the messages: {exc}", param="messages"
+            ) from None
+        tokens = self._llama.tokenize(
+            formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
+        )
+        stops = [formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or []
+        return tokens, [stop for stop in stops if stop]
+
+    def _chat_prefix(self) -> list[int]:
+        """The tokens every single-user-message chat begins with, as this model's template formats it."""
+        if self._formatter is None:
+            return []
+        first, second = (
+            self._chat_tokens(ChatCompletionRequest(messages=[{"role": "user", "content": text}]))[0]
+            for text in ("Hello.", "Goodbye.")
+        )
+        common = 0
+        while common < min(len(first), len(second)) and first[common] == second[common]:
+            common += 1
+        return first[:common]
 
     def _logprob_recorder(self, request: InferenceRequest) -> _LogprobRecorder | None:
         count = request.logprobs_count

@@ -27,11 +27,12 @@ from snapshot_restore_py import register_after_restore, register_before_snapshot
 from snapllm.config import InferenceSettings
 from snapllm.contract import parse_request
 from snapllm.edge import decode_json
-from snapllm.engine import Deadline, Engine
+from snapllm.engine import WARMUP_REQUESTS, Deadline, Engine
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.loader import DownloadStats, S3ModelLoader
+from snapllm.prefault import PrefaultStats, prefault
 from snapllm.responses import render_response
-from snapllm.system import peak_rss_bytes, rss_bytes
+from snapllm.system import available_cpus, peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
 logger = logging.getLogger("snapllm.inference")
@@ -47,6 +48,7 @@ class InferenceRuntime:
         self.environment_id = uuid.uuid4().hex
         self.restores = 0
         self._first_invoke_pending = True
+        self.last_prefault: PrefaultStats | None = None
 
     @classmethod
     def initialize(
@@ -86,13 +88,26 @@ class InferenceRuntime:
 
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
+        tokens = max(1, self.settings.engine.warmup_tokens)
+        bodies = [
+            {**body, "model": self.engine.model_name, "max_tokens": tokens}
+            for body in WARMUP_REQUESTS
+            if self.engine.supports_chat or "messages" not in body  # a base model serves text only
+        ]
         with phases.measure("warm_up"):
-            self.engine.warm_up()
+            # Through the handler first, so decoding, validation, rendering and logging have run once too.
+            for body in bodies:
+                answer = self.handle(dict(body), None)
+                if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
+                    raise ServerError(f"warm-up request {body} failed: {answer}")
+            self.engine.warm_up([parse_request(body) for body in bodies])
+        self._first_invoke_pending = True
         gc.collect()
         logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
 
     def after_restore(self) -> None:
-        """Make this environment distinct from every other one restored from the same snapshot."""
+        """Make this environment distinct from every other one restored from the same snapshot, then fault
+        in the memory the first request would otherwise wait for (``SNAPLLM_PREFAULT``)."""
         random.seed()
         numpy = sys.modules.get("numpy")
         if numpy is not None:
@@ -100,6 +115,11 @@ class InferenceRuntime:
         self.environment_id = uuid.uuid4().hex
         self.restores += 1
         self._first_invoke_pending = True
+        engine = self.settings.engine
+        with phases.measure("prefault"):
+            self.last_prefault = prefault(
+                engine.prefault, threads=engine.prefault_threads or available_cpus()
+            )
 
     def register_snapstart_hooks(self) -> None:
         """Register the hooks with the Lambda runtime (``snapshot-restore-py``)."""

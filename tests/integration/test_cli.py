@@ -72,9 +72,32 @@ def test_local_invoke_router_answers_api_gateway_events_from_the_repository():
 
 
 def test_bench_coldstart_reports_ratios_as_json():
-    run = snapllm("bench", "coldstart", "--rounds", "1", "--invokes", "1", "--json", timeout=600)
+    run = snapllm(
+        "bench",
+        "coldstart",
+        "--rounds",
+        "1",
+        "--invokes",
+        "1",
+        "--restores",
+        "1",
+        "--prefault",
+        "none",
+        "all",
+        "--json",
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
+    after_restore = result["after_restore"]
+    assert set(after_restore) == {"none", "all"}
+    for figures in after_restore.values():
+        assert {"restore_ms", "first_token_gap_ms", "first_over_warm_invoke"} <= set(figures)
+        assert figures["first_over_warm_invoke"]["median"] > 0
+    # The prefault moves the first request's page faults into the restore.
+    none, full = after_restore["none"], after_restore["all"]
+    assert full["first_invoke_page_faults"]["median"] < none["first_invoke_page_faults"]["median"] / 10
+    assert full["restore_ms"]["median"] > none["restore_ms"]["median"]
     assert set(result["ratios"]) == {"ready_vs_baseline", "ready_vs_vanilla", "warm_invoke_vs_bare_llama_cpp"}
     assert all(value > 0 for value in result["ratios"].values())
     assert result["lifecycle"]["s3_to_memfd_s"] > 0

@@ -9,7 +9,7 @@ import pytest
 
 from snapllm.config import EngineSettings, InferenceSettings, ModelSource
 from snapllm.contract import CALLER_DEADLINE_KEY, parse_request
-from snapllm.engine import Deadline, Engine
+from snapllm.engine import WARMUP_REQUESTS, Deadline, Engine
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError
 from snapllm.loader import DownloadStats
 from snapllm.runtime import InferenceRuntime
@@ -137,9 +137,17 @@ def test_repacking_can_be_chosen(model_path):
     assert repacking.generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
 
 
-def test_warm_up_leaves_no_tokens_behind(engine):
-    engine.warm_up()
-    assert engine.llama.n_tokens == 0
+def test_warm_up_leaves_only_the_chat_templates_common_prefix_behind(engine):
+    requests = [parse_request({**body, "max_tokens": 2}) for body in WARMUP_REQUESTS]
+    engine.warm_up(requests)
+    cached = list(engine.llama.input_ids[: engine.llama.n_tokens])
+    first = engine.prepare(parse_request({"messages": [{"role": "user", "content": "Why is the sky blue?"}]}))
+    second = engine.prepare(parse_request({"messages": [{"role": "user", "content": "Name a river."}]}))
+    # SmolLM2's template starts every chat without a system message with its default system prompt: that
+    # much is evaluated before the snapshot, and nothing of the warm-up's own messages.
+    assert len(cached) > 10
+    assert first.tokens[: len(cached)] == cached == second.tokens[: len(cached)]
+    assert first.tokens[len(cached)] != second.tokens[len(cached)]
 
 
 def test_after_restore_reseeds_and_renews_identity(engine):

@@ -166,3 +166,23 @@ def test_a_callers_earlier_deadline_stops_generation(environment):
     assert response["deadline_reached"] is True
     assert response["choices"][0]["finish_reason"] == "length"
     assert result.duration_s < 2.0
+
+
+def test_the_prefault_takes_the_first_requests_page_faults_into_the_restore(deployment):
+    # A restored environment is a fork of the snapshotted process: without a prefault its first request
+    # maps the weights and copies every page of llama.cpp's buffers it writes.
+    first_faults = {}
+    for mode in ("none", "all"):
+        with (
+            deployment.function(
+                "InferenceFunction", SNAPLLM_THREADS=TEST_THREADS, SNAPLLM_PREFAULT=mode
+            ) as fn,
+        ):
+            fn.init()
+            fn.snapshot()
+            with fn.restore() as restored:
+                first = restored.invoke(CHAT)
+                assert first.error is None
+                first_faults[mode] = sum(first.faults.values())
+    assert first_faults["none"] > 2000
+    assert first_faults["all"] < first_faults["none"] / 10

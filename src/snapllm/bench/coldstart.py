@@ -12,6 +12,15 @@ then the warm invoke of the real handler (``InferenceRuntime.handle``) against b
 separate process (import, S3 -> memfd, load, warm-up, restore, first token, warm invoke). Ratios are
 medians over rounds; absolute times are shown only to read the ratios against.
 
+**After a restore**, for each ``SNAPLLM_PREFAULT`` mode (one init and snapshot per mode, ``--restores``
+environments restored from it): the restore's duration (the after-restore hooks, prefault included), the
+first request's time to first token minus a warm request's, and the first invoke over a warm invoke. Each
+restored environment answers :data:`FIRST` (its first request), then :data:`OTHER` (same prompt length,
+different text: the warm time to first token), then :data:`FIRST` again, whose prompt :data:`OTHER` has
+pushed out of the KV cache (the warm invoke: the same tokens generated as the first). Neither warm request
+reuses more of the KV cache than the chat template's role header, so prompt evaluation counts on both
+sides.
+
 ``--faults`` measures instead the S3 -> memfd load under transient network faults against a clean load
 (:mod:`snapllm.bench.loadfaults`).
 """
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,16 +42,36 @@ from llama_cpp import Llama
 
 from snapllm import sam
 from snapllm.bench import loadfaults
-from snapllm.config import InferenceSettings, ModelSource
+from snapllm.config import InferenceSettings, ModelSource, PrefaultMode
 from snapllm.engine import Engine
+from snapllm.errors import ConfigurationError
 from snapllm.loader import S3ModelLoader
 from snapllm.local.context import LocalContext
 from snapllm.local.kinds import model_function
+from snapllm.local.lifecycle import InvokeResult
 from snapllm.local.report import megabytes, seconds, table
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
+from snapllm.models import PACKAGED_MODELS, model_path
+from snapllm.prefault import PREFAULT_MODES
 from snapllm.runtime import InferenceRuntime
 
-REQUEST: dict[str, Any] = {
+#: The first request after a restore and the warm reference (see the module docstring): text completions,
+#: which every model serves, of the same token count with SmolLM2's and Gemma 3's tokenizers. Greedy, so
+#: the first and the warm invoke of FIRST generate the same tokens.
+FIRST: dict[str, Any] = {
+    "prompt": "Three common uses of a serverless function are",
+    "max_tokens": 32,
+    "temperature": 0.0,
+}
+OTHER: dict[str, Any] = {**FIRST, "prompt": "Three warm colours of a summer sunset sky are"}
+#: The lifecycle's and the warm comparison's request: a chat, or for a model without a chat template (a
+#: base model) a text completion of the same text.
+TEXT_REQUEST: dict[str, Any] = {
+    "prompt": "List three uses of a serverless function.",
+    "max_tokens": 48,
+    "temperature": 0.0,
+}
+CHAT_REQUEST: dict[str, Any] = {
     "messages": [{"role": "user", "content": "List three uses of a serverless function."}],
     "max_tokens": 48,
     # Greedy and unseeded on both sides, so both reuse the cached prompt prefix alike (a seeded request
@@ -55,9 +85,23 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "coldstart", help="cold-start phases and ratios against vanilla and bare llama_cpp"
     )
     parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
-    parser.add_argument("--model", type=Path, help="GGUF file (default: the packaged SmolLM2)")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help=f"GGUF file, or a packaged model: {', '.join(sorted(PACKAGED_MODELS))} (default smollm2-135m)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="load rounds per path (median reported)")
     parser.add_argument("--invokes", type=int, default=7, help="warm invokes per side (median reported)")
+    parser.add_argument(
+        "--restores", type=int, default=5, help="restored environments per prefault mode (median reported)"
+    )
+    parser.add_argument(
+        "--prefault",
+        nargs="+",
+        choices=PREFAULT_MODES,
+        default=list(PREFAULT_MODES),
+        help="SNAPLLM_PREFAULT modes to measure after a restore (default: all of them)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument(
         "--faults",
@@ -126,7 +170,11 @@ def _measure_loads(
 
 
 def _measure_invokes(
-    deployment: LocalDeployment, settings: InferenceSettings, invokes: int, samples: Samples
+    deployment: LocalDeployment,
+    settings: InferenceSettings,
+    request: dict[str, Any],
+    invokes: int,
+    samples: Samples,
 ) -> tuple[dict[str, Any], int]:
     """Warm invokes of the real handler against bare llama_cpp; returns a response and the KV cache size."""
     source = ModelSource(
@@ -148,17 +196,18 @@ def _measure_invokes(
     )
 
     def bare_chat() -> Any:  # top_p: llama_cpp's default, 0.95, as the handler's default
-        return bare.create_chat_completion(
-            messages=REQUEST["messages"], max_tokens=REQUEST["max_tokens"], temperature=REQUEST["temperature"]
-        )
+        limits = {"max_tokens": request["max_tokens"], "temperature": request["temperature"]}
+        if "messages" in request:
+            return bare.create_chat_completion(messages=request["messages"], **limits)
+        return bare.create_completion(prompt=request["prompt"], **limits)
 
     # One untimed round on each side, so both time requests whose prompt prefix is already cached.
     bare_chat()
-    runtime.handle(dict(REQUEST), LocalContext.create("bench", timeout_s=120, memory_mb=10240))
+    runtime.handle(dict(request), LocalContext.create("bench", timeout_s=120, memory_mb=10240))
     sample_response: dict[str, Any] = {}
     for _ in range(invokes):
         context = LocalContext.create("bench", timeout_s=120, memory_mb=10240)
-        ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(REQUEST), c))
+        ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(request), c))
         bare_s, bare_response = _timed(bare_chat)
         if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:
             raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
@@ -167,15 +216,17 @@ def _measure_invokes(
     return sample_response, kv_cache_bytes(engine)
 
 
-def _measure_lifecycle(deployment: LocalDeployment) -> tuple[dict[str, Any], dict[str, str]]:
+def _measure_lifecycle(
+    deployment: LocalDeployment, request: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The phases of one init -> snapshot -> restore -> invoke, and the environment the function had."""
     with deployment.function(model_function(deployment.template).name) as function:
         environment_variables = function.environment
         init = function.init()
         snapshot = function.snapshot()
         with function.restore() as environment:
-            first = environment.invoke(dict(REQUEST))
-            warm = environment.invoke(dict(REQUEST))
+            first = environment.invoke(dict(request))
+            warm = environment.invoke(dict(request))
             restore_s = environment.restore_s
     phases = snapshot["phases"]
     return {
@@ -197,6 +248,59 @@ def _measure_lifecycle(deployment: LocalDeployment) -> tuple[dict[str, Any], dic
     }, environment_variables
 
 
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _first_token_ms(result: InvokeResult) -> float:
+    if result.error is not None or "timings" not in result.response:
+        raise RuntimeError(f"the benchmark request failed: {result.error or result.response}")
+    return float(result.response["timings"]["time_to_first_token_ms"])
+
+
+def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: int) -> dict[str, Any]:
+    """One init and snapshot with ``SNAPLLM_PREFAULT=mode``, then ``restores`` restored environments, each
+    answering FIRST, OTHER and FIRST again (see the module docstring); medians with their range."""
+    samples = Samples()
+    name = model_function(deployment.template).name
+    with deployment.function(name, SNAPLLM_PREFAULT=mode) as function:
+        function.init()
+        function.snapshot()
+        for _ in range(restores):
+            with function.restore() as environment:
+                first = environment.invoke(dict(FIRST))
+                other = environment.invoke(dict(OTHER))
+                warm = environment.invoke(dict(FIRST))
+                restore_s = environment.restore_s
+            first_ms, other_ms = _first_token_ms(first), _first_token_ms(other)
+            _first_token_ms(warm)
+            counts = [
+                (r.response["usage"]["prompt_tokens"], r.response["usage"]["completion_tokens"])
+                for r in (first, other, warm)
+            ]
+            if counts[0] != counts[2] or counts[0][0] != counts[1][0]:
+                raise RuntimeError(
+                    "the first and the warm requests differ in token counts; not comparable: "
+                    f"{first.response['usage']}, {other.response['usage']}, {warm.response['usage']}"
+                )
+            samples.add("restore_ms", restore_s * 1000.0)
+            samples.add("first_token_ms", first_ms)
+            samples.add("warm_first_token_ms", other_ms)
+            samples.add("first_token_gap_ms", first_ms - other_ms)
+            samples.add("first_invoke_ms", first.duration_s * 1000.0)
+            samples.add("warm_invoke_ms", warm.duration_s * 1000.0)
+            samples.add("first_over_warm_invoke", first.duration_s / warm.duration_s)
+            samples.add(
+                "first_invoke_page_faults", first.faults.get("minor", 0) + first.faults.get("major", 0)
+            )
+            samples.add("warm_invoke_page_faults", warm.faults.get("minor", 0) + warm.faults.get("major", 0))
+    return {name: _spread(values) for name, values in samples.values.items()}
+
+
+def _has_chat_template(model: Path) -> bool:
+    return "tokenizer.chat_template" in Llama(model_path=str(model), vocab_only=True, verbose=False).metadata
+
+
 def kv_cache_bytes(engine: Engine) -> int:
     """Bytes of an f16 KV cache for the engine's context size, from the model's own metadata."""
     meta = engine.llama.metadata
@@ -212,18 +316,27 @@ def run(args: argparse.Namespace) -> int:
     if args.faults:
         return loadfaults.run(args)
     samples = Samples()
-    with LocalDeployment.start(sam.load(args.template), model_path=args.model) as deployment:
-        lifecycle, environment_variables = _measure_lifecycle(deployment)
+    try:
+        model = model_path(args.model)
+    except ConfigurationError as exc:
+        print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
+        return 2
+    with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
+        request = CHAT_REQUEST if _has_chat_template(model) else TEXT_REQUEST
+        lifecycle, environment_variables = _measure_lifecycle(deployment, request)
+        after_restore = {mode: measure_restores(deployment, mode, args.restores) for mode in args.prefault}
         # The in-process paths use the settings the function ran with (template, local profile, overrides).
         settings = InferenceSettings.from_env(environment_variables)
         _measure_loads(deployment, settings, args.rounds, samples)
-        response, kv = _measure_invokes(deployment, settings, args.invokes, samples)
+        response, kv = _measure_invokes(deployment, settings, request, args.invokes, samples)
         model_bytes = deployment.model_path.stat().st_size
     engine_settings = settings.engine
     budget = model_bytes + kv + 300_000_000
     result = {
+        "model": model.name,
         "model_bytes": model_bytes,
         "lifecycle": lifecycle,
+        "after_restore": after_restore,
         "medians_s": {name: samples.median(name) for name in samples.values},
         "ratios": {
             "ready_vs_baseline": samples.median("snapllm.ready") / samples.median("baseline.ready"),
@@ -245,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
         },
         "rounds": args.rounds,
         "invokes": args.invokes,
+        "restores": args.restores,
     }
     print(json.dumps(result, indent=2) if args.json else _render(result))
     return 0
@@ -297,4 +411,27 @@ def _render(result: dict[str, Any]) -> str:
         ],
         title="memory",
     )
-    return "\n\n".join([lifecycle, paths, ratio, memory])
+    return "\n\n".join([lifecycle, _render_after_restore(result), paths, ratio, memory])
+
+
+def _render_after_restore(result: dict[str, Any]) -> str:
+    def cell(spread: dict[str, float], unit: str = "ms", digits: int = 1) -> str:
+        median, low, high = (f"{spread[k]:.{digits}f}" for k in ("median", "min", "max"))
+        return f"{median} {unit} ({low}-{high})".replace(" ()", "")
+
+    rows = []
+    for mode, figures in result["after_restore"].items():
+        rows.append((f"SNAPLLM_PREFAULT={mode}", ""))
+        rows.append(("  restore (after-restore hooks)", cell(figures["restore_ms"])))
+        rows.append(("  first token - warm first token", cell(figures["first_token_gap_ms"])))
+        rows.append(("  first invoke / warm invoke", cell(figures["first_over_warm_invoke"], "x", 3)))
+        rows.append(
+            (
+                "  page faults, first / warm invoke",
+                cell(figures["first_invoke_page_faults"], "", 0)
+                + " / "
+                + cell(figures["warm_invoke_page_faults"], "", 0),
+            )
+        )
+    title = f"after a restore: {result['model']}, medians (range) of {result['restores']} restores per mode"
+    return table(rows, title=title)

@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -51,6 +52,12 @@ def _commands(conn: Connection) -> Iterator[tuple[str, Any]]:
 def _measured(**result: Any) -> dict[str, Any]:
     memory = {"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()}
     return {**result, "phases": phases.as_dict(), **memory}
+
+
+def _page_faults() -> dict[str, int]:
+    """This process's page faults so far: minor (the page was in memory, only unmapped) and major."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"minor": usage.ru_minflt, "major": usage.ru_majflt}
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -113,6 +120,7 @@ class _Host:
     def _invoke(self, event: str | bytes, context: LocalContext) -> dict[str, Any]:
         """What Lambda's runtime does with one event: decode the JSON, call the handler, encode the result."""
         invoked = time.perf_counter()
+        faults_before = _page_faults()
         try:
             decoded = json.loads(event)
         except (ValueError, RecursionError) as exc:
@@ -122,8 +130,9 @@ class _Host:
         except Exception as exc:
             return {"error": _error(exc), "duration_s": time.perf_counter() - invoked}
         duration_s = time.perf_counter() - invoked
+        faults = {kind: after - faults_before[kind] for kind, after in _page_faults().items()}
         try:
-            return {"response": json.loads(json.dumps(response)), "duration_s": duration_s}
+            return {"response": json.loads(json.dumps(response)), "duration_s": duration_s, "faults": faults}
         except (TypeError, ValueError, RecursionError) as exc:
             return {"error": _runtime_error("Runtime.MarshalError", exc), "duration_s": duration_s}
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ class InvokeResult:
     response: Any
     duration_s: float
     error: dict[str, Any] | None = None
+    #: The environment's page faults during the invoke: ``{"minor": N, "major": N}`` (empty on an error).
+    faults: dict[str, int] = field(default_factory=dict)
 
 
 class RestoredEnvironment(Closing):
@@ -81,7 +83,9 @@ class RestoredEnvironment(Closing):
             reply = self._conn.recv()
         except (EOFError, OSError) as exc:
             raise LocalFunctionError.died("invoke", f"environment {self.pid} exited: {exc}") from exc
-        return InvokeResult(reply.get("response"), reply["duration_s"], reply.get("error"))
+        return InvokeResult(
+            reply.get("response"), reply["duration_s"], reply.get("error"), reply.get("faults") or {}
+        )
 
     def close(self) -> None:
         _exit(self._conn)
