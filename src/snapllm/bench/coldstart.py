@@ -313,14 +313,14 @@ def kv_cache_bytes(engine: Engine) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.faults:
-        return loadfaults.run(args)
-    samples = Samples()
     try:
         model = model_path(args.model)
     except ConfigurationError as exc:
         print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
         return 2
+    if args.faults:
+        return loadfaults.run(args, model)
+    samples = Samples()
     with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
         request = CHAT_REQUEST if _has_chat_template(model) else TEXT_REQUEST
         lifecycle, environment_variables = _measure_lifecycle(deployment, request)
