@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from snapllm.contract import (
+    MAX_SEED,
     MAX_TOP_LOGPROBS,
     STRICT,
     ChatCompletionRequest,
@@ -308,6 +309,9 @@ class ResponsesRequest(DecidedRequest):
     background: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
     metadata: dict[str, str] | None = None
+    # Not an OpenAI field: snapllm's own, as on chat completions, so an answer can be reproduced (the
+    # official SDK sends it with extra_body={"seed": ...}).
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
 
     _chat: ChatCompletionRequest | None = PrivateAttr(default=None)
 
@@ -395,6 +399,8 @@ class ResponsesRequest(DecidedRequest):
         }
         if self.model is not None:
             body["model"] = self.model
+        if self.seed is not None:
+            body["seed"] = self.seed
         if self.max_output_tokens is not None:
             body["max_completion_tokens"] = self.max_output_tokens
         if self.tools:

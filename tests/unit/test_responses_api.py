@@ -71,6 +71,8 @@ def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
     assert isinstance(chat, ChatCompletionRequest)
     assert [(m.role, m.text()) for m in chat.messages] == [("system", "Be brief."), ("user", "Hi")]
     assert (chat.requested_max_tokens, chat.temperature, chat.top_p) == (16, 0.0, 0.5)
+    # snapllm's seed, as on chat completions (not an OpenAI field of this API).
+    assert parse_responses_request({"input": "Hi", "seed": 7}).chat.seed == 7
 
 
 def test_a_tool_conversation_continues_from_its_items():
@@ -155,6 +157,7 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
         ({"input": "x", "max_output_tokens": "3"}, InvalidRequestError, "max_output_tokens"),
         ({"input": "x", "max_output_tokens": 0}, InvalidRequestError, "max_output_tokens"),
         ({"input": "x", "temperature": 3}, InvalidRequestError, "temperature"),
+        ({"input": "x", "seed": -1}, InvalidRequestError, "seed"),
         ({"input": 5}, InvalidRequestError, "input"),
         ({"input": []}, InvalidRequestError, "input"),
         ({"input": [{"role": "bot", "content": "x"}]}, InvalidRequestError, "input.0.role"),

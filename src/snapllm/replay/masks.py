@@ -115,7 +115,7 @@ def normalize(value: Any, masks: tuple[Mask, ...] = MASKS, path: Path = ()) -> A
 def masks_for(request: Any) -> tuple[Mask, ...]:
     """The masks for the answer to ``request`` (a chat or text completion, a response, or anything else): a
     request without a seed gets a drawn one, and one that also samples gets text that differs from run to
-    run. A Responses request has no seed field: it reproduces with ``temperature: 0``."""
+    run."""
     if not isinstance(request, dict) or not any(
         field in request for field in ("messages", "prompt", "input")
     ):
