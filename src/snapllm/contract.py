@@ -207,10 +207,10 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
-class GenerationParameters(RequestBody):
-    """Sampling and limits shared by chat and text completions.
+class DecidedRequest(RequestBody):
+    """A request of one of OpenAI's endpoints, whose fields are decided in one table.
 
-    Fields of OpenAI's request types that snapllm refuses or ignores are decided in one table,
+    Fields of OpenAI's request types that snapllm refuses or ignores are decided in
     :data:`snapllm.openai_fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
     one that no field here declares is dropped before validation.
     """
@@ -232,6 +232,10 @@ class GenerationParameters(RequestBody):
             if found.kind == "ignored" and field not in cls.model_fields:
                 dropped.append(field)
         return {k: v for k, v in data.items() if k not in dropped} if dropped else data
+
+
+class GenerationParameters(DecidedRequest):
+    """Sampling and limits shared by chat and text completions."""
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -445,7 +449,8 @@ def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None =
     has_messages, has_prompt = "messages" in body, "prompt" in body
     if has_messages == has_prompt:
         raise InvalidRequestError(
-            "send either 'messages' (chat completion) or 'prompt' (text completion)",
+            "send either 'messages' (chat completion) or 'prompt' (text completion), or 'input' alone "
+            "(a response)",
             param="messages" if not has_messages else "prompt",
         )
     model = ChatCompletionRequest if has_messages else CompletionRequest
