@@ -63,6 +63,10 @@ class RequestBody(BaseModel):
         return data
 
 
+#: A function, tool or response-format name as OpenAI accepts it: letters, digits, _ and -, up to 64.
+OpenAIName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
 class TextPart(BaseModel):
     """One part of a multi-part message; only text parts are supported by text-only models."""
 
@@ -138,7 +142,7 @@ class JSONSchemaFormat(BaseModel):
     """``response_format.json_schema``: the schema the answer must validate against."""
 
     model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True, validate_by_name=True)
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    name: OpenAIName
     description: str | None = None
     json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
@@ -182,7 +186,7 @@ class FunctionDefinition(BaseModel):
     """A function the model may call: its name and its arguments' JSON schema."""
 
     model_config = STRICT
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    name: OpenAIName
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None

@@ -41,6 +41,7 @@ from snapllm.contract import (
     ChatCompletionRequest,
     DecidedRequest,
     InferenceRequest,
+    OpenAIName,
     parse_request,
     validation_error,
 )
@@ -178,7 +179,7 @@ class TextFormatJSONSchema(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True, validate_by_name=True)
     type: Literal["json_schema"]
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    name: OpenAIName
     json_schema: dict[str, Any] = Field(alias="schema")
     description: str | None = None
     strict: bool | None = None
@@ -209,7 +210,7 @@ class FunctionTool(BaseModel):
 
     model_config = STRICT
     type: Literal["function"]
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    name: OpenAIName
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
