@@ -106,7 +106,9 @@ class EngineSettings:
     repack_weights: bool = False
     # What the after-restore hook faults in before the first request (snapllm.prefault).
     prefault: PrefaultMode = "all"
-    prefault_threads: int | None = None
+    # One thread: two measured slower on the restore (0.31 s against 0.17 s, SmolLM2 on 2 cores) and left
+    # the first request's generation 0.1-0.2 s slower than a warm one's; one thread left no gap.
+    prefault_threads: int = 1
     prefault_budget_ms: int = 5000
 
     @classmethod
@@ -180,10 +182,9 @@ class InferenceEnvironment(EnvironmentSettings):
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping) or `all` (the weights and the process's private memory: compute buffers, KV cache,
     heap). Its time counts toward the restore, which Lambda limits to 10 s."""
-    prefault_threads: int | None = Field(
-        EngineSettings.prefault_threads, ge=1, json_schema_extra={"unset": "CPUs really available"}
-    )
-    """Threads of the after-restore prefault."""
+    prefault_threads: int = Field(EngineSettings.prefault_threads, ge=1)
+    """Threads of the after-restore prefault. More may fault a multi-GB model in sooner on 6 vCPUs; check
+    with `snapllm bench aws` that the first request does not pay for them."""
     prefault_budget_ms: int = Field(EngineSettings.prefault_budget_ms, ge=0, le=9000)
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""

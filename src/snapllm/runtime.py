@@ -32,7 +32,7 @@ from snapllm.loader import DownloadStats, S3ModelLoader
 from snapllm.prefault import PrefaultStats, prefault
 from snapllm.responses import render_response
 from snapllm.responses_contract import engine_request, parse_invoke, responses_fields
-from snapllm.system import available_cpus, peak_rss_bytes, rss_bytes
+from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
 logger = logging.getLogger("snapllm.inference")
@@ -123,9 +123,7 @@ class InferenceRuntime:
         self._first_invoke_pending = True
         engine = self.settings.engine
         with phases.measure("prefault"):
-            self.last_prefault = prefault(
-                engine.prefault, threads=engine.prefault_threads or available_cpus()
-            )
+            self.last_prefault = prefault(engine.prefault, threads=engine.prefault_threads)
 
     def register_snapstart_hooks(self) -> None:
         """Register the hooks with the Lambda runtime (``snapshot-restore-py``)."""
