@@ -32,10 +32,13 @@ def test_approve_prints_the_result_and_the_operation_table():
     result = json.loads(done.stdout)
     assert result["status"] == "completed" and result["answer"].strip()
     assert result["approval"]["reason"] == "ship it"
-    assert len(result["findings"]) == 2
+    documents = set(json.loads((REPO / "events/agent/review.json").read_text())["documents"])
+    assert result["plan"] and all(step["arguments"]["uri"] in documents for step in result["plan"])
+    assert len(result["findings"]) == len(result["plan"])
     table = done.stderr[done.stderr.index("operation ") :]
-    for name in ("plan", "run tools", "approval", "request approval", "answer"):
+    for name in ("plan", "run tools", "  choose call 1", "approval", "request approval", "answer"):
         assert f"\n{name} " in table
+    assert "\n  call 1 " in table
     assert "largest checkpointed operation:" in table and "(budget 65,536 B, OK)" in table
 
 

@@ -17,12 +17,15 @@ from snapllm.agent.errors import (
     InferenceRejectedError,
     StateBudgetExceededError,
 )
-from snapllm.agent.flow import _decision, tool_calls
+from snapllm.agent.flow import _decision, describe_step, idempotency_key
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import INFERENCE_RETRY, NEVER_RETRY, STORAGE_RETRY
+from snapllm.agent.schemas import enforceable, plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
+from snapllm.agent.tools import BuiltinTools, DocumentChunk, ToolContext, chunk_offset
 from snapllm.errors import ConfigurationError, InferenceThrottledError, InferenceTimeoutError
 from snapllm.local.s3 import LocalS3
+from snapllm.structured import check_schema
 
 BUCKET = "snapllm-agent-unit"
 
@@ -57,24 +60,69 @@ def test_request_rejects_bad_input_with_a_clear_message(event, message):
         AgentRequest.parse(event, max_documents=2)
 
 
-def test_tool_calls_read_bounded_chunks_spread_over_a_large_document():
-    settings = AgentSettings(
-        artifacts_bucket=BUCKET, chunks_per_document=3, chunk_bytes=1000, excerpt_bytes=500
-    )
-    small, big = (
-        {"uri": "s3://b/agent/s.md", "size": 300},
-        {"uri": "s3://b/agent/big.txt", "size": 10_000_000},
-    )
-    calls = tool_calls([small, big], settings)
+def test_chunks_are_bounded_and_spread_over_a_large_document():
+    settings = AgentSettings(artifacts_bucket=BUCKET, chunks_per_document=3, chunk_bytes=1000)
+    assert [chunk_offset(10_000_000, part, settings) for part in range(3)] == [
+        (0, 1000),
+        (4_999_500, 1000),
+        (9_999_000, 1000),
+    ]
+    # A document of one chunk has one part: any part number reads it whole.
+    assert chunk_offset(300, 0, settings) == chunk_offset(300, 2, settings) == (0, 300)
+    assert chunk_offset(10_000_000, 7, settings) == (9_999_000, 1000)
 
-    assert [c["tool"] for c in calls] == ["read_excerpt", "summarize_chunk"] + ["read_excerpt"] + [
-        "summarize_chunk"
-    ] * 3
-    assert calls[0]["args"] == {"uri": small["uri"], "offset": 0, "length": 300}
-    assert calls[1]["args"] == {"uri": small["uri"], "offset": 0, "length": 300}
-    big_chunks = [c["args"] for c in calls[3:]]
-    assert [c["offset"] for c in big_chunks] == [0, 4_999_500, 9_999_000]
-    assert all(c["length"] == 1000 for c in big_chunks)
+
+def test_tool_parameters_come_from_the_input_models_and_the_grammar_keeps_them():
+    settings = AgentSettings(artifacts_bucket=BUCKET, chunks_per_document=3)
+    ctx = ToolContext(store=None, inference=None, settings=settings)  # type: ignore[arg-type]
+    specs = {spec.name: spec for spec in BuiltinTools().list_tools(ctx)}
+    assert set(specs) == {"read_excerpt", "summarize_chunk"} and all(s.documents for s in specs.values())
+    part = specs["summarize_chunk"].parameters["properties"]["part"]
+    # pydantic's ge/lt bounds are refused by the grammar; the range becomes the enum of the setting.
+    assert part["enum"] == [0, 1, 2] and "minimum" not in part and "exclusiveMaximum" not in part
+    assert DocumentChunk.model_json_schema()["properties"]["part"]["exclusiveMaximum"] == 8
+    docs = ["s3://b/agent/documents/a.md", "s3://b/agent/documents/b.md"]
+    for spec in specs.values():
+        check_schema(with_documents(spec.parameters, docs), param="tools")
+    assert with_documents(specs["read_excerpt"].parameters, docs)["properties"]["uri"]["enum"] == docs
+    schema = plan_schema([(s.name, with_documents(s.parameters, docs)) for s in specs.values()], max_steps=4)
+    check_schema(schema, param="response_format")
+    assert schema["properties"]["steps"]["maxItems"] == 4
+    consts = [
+        option["properties"]["tool"]["const"] for option in schema["properties"]["steps"]["items"]["anyOf"]
+    ]
+    assert consts == ["read_excerpt", "summarize_chunk"]
+
+
+def test_enforceable_rewrites_what_the_grammar_cannot_keep():
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 1, "maximum": 3},
+            "big": {"type": "integer", "minimum": 0, "maximum": 10_000},
+            "url": {"type": "string", "format": "uri"},
+            "when": {"type": "string", "format": "date"},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        },
+        "$defs": {"x": {"type": "number", "multipleOf": 2}},
+    }
+    out = enforceable(schema)
+    check_schema(out, param="tools")
+    assert out["properties"]["n"]["enum"] == [1, 2, 3]
+    assert out["properties"]["big"] == {"type": "integer"}
+    assert out["properties"]["url"] == {"type": "string"}
+    assert out["properties"]["when"]["format"] == "date"
+    assert "uniqueItems" not in out["properties"]["tags"] and out["$defs"]["x"] == {"type": "number"}
+    assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
+
+
+def test_plan_steps_read_as_one_line_and_idempotency_keys_are_per_step():
+    step = {"tool": "summarize_chunk", "arguments": {"uri": "s3://b/agent/documents/a.md", "part": 1}}
+    assert describe_step(step) == "summarize_chunk(uri=a.md, part=1)"
+    arn = "arn:aws:lambda:us-east-1:1:function:f:live/durable-execution/run/abc"
+    key = idempotency_key(arn, "call 1 deploy")
+    assert key == idempotency_key(arn, "call 1 deploy") and len(key) == 32
+    assert key != idempotency_key(arn, "call 2 deploy") and key != idempotency_key(arn + "x", "call 1 deploy")
 
 
 def test_approval_answers_are_normalised():

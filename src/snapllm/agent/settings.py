@@ -22,6 +22,9 @@ KiB = 1024
 # The service rejects a checkpointed operation result over 256 KB; the budget stays well below that so
 # the envelope the SDK adds around map/parallel results and JSON escaping can never push a value over.
 SERVICE_OPERATION_LIMIT_BYTES = 256 * KiB
+# Chunks a document may be split into for summaries, and tool calls a plan may make: both bound a run's cost.
+MAX_CHUNKS_PER_DOCUMENT = 8
+MAX_TOOL_CALLS = 8
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,9 @@ class AgentSettings:
     chunks_per_document: int = 2
     chunk_bytes: int = 1200
     excerpt_bytes: int = 2 * KiB
-    plan_max_tokens: int = 48
+    max_tool_calls: int = 4
+    plan_max_tokens: int = 320
+    tool_call_max_tokens: int = 96
     summary_max_tokens: int = 40
     answer_max_tokens: int = 64
     inference_timeout_s: float = 120.0
@@ -87,14 +92,19 @@ class AgentEnvironment(EnvironmentSettings):
     256 KiB per operation."""
     max_documents: int = Field(AgentSettings.max_documents, ge=1)
     """Most documents a run may name."""
-    chunks_per_document: int = Field(AgentSettings.chunks_per_document, ge=1)
-    """Chunks summarized per document larger than one chunk, spread evenly over it."""
+    chunks_per_document: int = Field(AgentSettings.chunks_per_document, ge=1, le=MAX_CHUNKS_PER_DOCUMENT)
+    """Chunks a document larger than one chunk is split into for summaries, spread evenly over it (the
+    `part` a `summarize_chunk` call names)."""
+    max_tool_calls: int = Field(AgentSettings.max_tool_calls, ge=1, le=MAX_TOOL_CALLS)
+    """Most steps a plan may have, each one tool call: the bound on a run's tool calls."""
     chunk_bytes: int = Field(AgentSettings.chunk_bytes, ge=64)
     """Bytes of a document read for one chunk's summary."""
     excerpt_bytes: int = Field(AgentSettings.excerpt_bytes, ge=64)
     """Bytes of a document's opening excerpt."""
     plan_max_tokens: int = Field(AgentSettings.plan_max_tokens, ge=1)
-    """Tokens the model may generate for the plan."""
+    """Tokens the model may generate for the plan (JSON: the steps, each a tool and its arguments)."""
+    tool_call_max_tokens: int = Field(AgentSettings.tool_call_max_tokens, ge=1)
+    """Tokens the model may generate for one tool call (its arguments)."""
     summary_max_tokens: int = Field(AgentSettings.summary_max_tokens, ge=1)
     """Tokens the model may generate per summary."""
     answer_max_tokens: int = Field(AgentSettings.answer_max_tokens, ge=1)

@@ -24,7 +24,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from snapllm.agent.operations import APPROVAL_CALLBACK
 from snapllm.agent.report import OperationReport
 from snapllm.agent.runs import AgentRuns
 from snapllm.agent.settings import AgentSettings
-from snapllm.agent.tools import ToolRegistry
+from snapllm.agent.tools import BuiltinTools, ToolSource
 from snapllm.inference_client import InferenceClient
 from snapllm.local.durable_service import LocalDurableLambda
 from snapllm.local.environment import function_environment
@@ -154,7 +154,11 @@ class LocalAgent:
         return upload_documents(self.deployment.s3, self.settings, directory)
 
     def dependencies(
-        self, *, settings: AgentSettings | None = None, inference: InferenceClient | None = None
+        self,
+        *,
+        settings: AgentSettings | None = None,
+        inference: InferenceClient | None = None,
+        tools: Sequence[ToolSource] | None = None,
     ) -> AgentDependencies:
         settings = settings or self.settings
         return AgentDependencies(
@@ -165,7 +169,7 @@ class LocalAgent:
                 prefix=settings.artifacts_prefix,
             ),
             inference=inference or self.inference,
-            tools=ToolRegistry.builtin(),
+            tools=tuple(tools) if tools is not None else (BuiltinTools(),),
         )
 
     @contextlib.contextmanager
@@ -192,12 +196,13 @@ class LocalAgent:
         decide: Decider | None = None,
         settings: AgentSettings | None = None,
         inference: InferenceClient | None = None,
+        tools: Sequence[ToolSource] | None = None,
         wrap_handler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
         execution_name: str = "local-agent-run",
         timeout_s: int = 600,
     ) -> LocalRun:
         """Run one execution to its end, answering the approval callback with ``decide``."""
-        deps = self.dependencies(settings=settings, inference=inference)
+        deps = self.dependencies(settings=settings, inference=inference, tools=tools)
         handler = build_handler(lambda: deps)
         if wrap_handler is not None:
             handler = wrap_handler(handler)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from snapllm.agent.flow import describe_step
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError, SnapllmError
 from snapllm.local.durable import Decider, LocalAgent, agent_settings, approve, reject
@@ -36,9 +37,11 @@ def _read_event(path: Path | None) -> dict[str, Any]:
 
 def _ask(review: dict[str, Any]) -> dict[str, Any]:
     print("\n--- approval requested ---", file=sys.stderr)
-    print(f"task: {review.get('task')}\nplan:\n{review.get('plan')}", file=sys.stderr)
+    print(f"task: {review.get('task')}\nplan:", file=sys.stderr)
+    for number, step in enumerate(review.get("plan", []), 1):
+        print(f"  {number}. {describe_step(step)}", file=sys.stderr)
     for finding in review.get("findings", []):
-        print(f"  - {finding['uri']}@{finding['offset']}: {finding['summary']}", file=sys.stderr)
+        print(f"  - {describe_step(finding)}: {finding['preview'][:200]}", file=sys.stderr)
     answer = input("approve? [y/N] ").strip().lower()
     reason = input("comment: ").strip()
     return {"approved": answer in {"y", "yes"}, "approver": "terminal", "reason": reason}
