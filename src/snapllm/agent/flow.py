@@ -7,6 +7,7 @@
     plan              (step: the model drafts a plan, JSON constrained to real tools and documents)
     run tools         (child context, per plan step:)
       choose call N   (step: the model answers with a tool call)
+      approve call N  (callback, only for a tool that needs approval) + request approval call N (step)
       call N TOOL     (step: the tool runs; its answer goes back to the model)
     approval          (callback, with a timeout) + request approval (step: writes the review to S3)
     answer            (step: the model answers from the plan and the findings)
@@ -37,6 +38,7 @@ from aws_durable_execution_sdk_python.config import (
     Duration,
     MapConfig,
     StepConfig,
+    StepSemantics,
 )
 from aws_durable_execution_sdk_python.exceptions import DurableOperationError, StepError
 from aws_durable_execution_sdk_python.serdes import JsonSerDes
@@ -44,8 +46,8 @@ from aws_durable_execution_sdk_python.serdes import JsonSerDes
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import BatchJsonSerDes, StateBudget, run_id_from_arn
 from snapllm.agent.errors import AgentError, ModelAnswerIncompleteError, UnknownToolError, agent_error_class
-from snapllm.agent.llm import chat, complete
-from snapllm.agent.operations import APPROVAL_CALLBACK
+from snapllm.agent.llm import chat, complete, complete_items
+from snapllm.agent.operations import APPROVAL_CALLBACK, review_document, tool_approval_callback
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
 from snapllm.agent.schemas import plan_schema, with_documents
@@ -86,12 +88,13 @@ def _step(
     *,
     retry: RetryStrategy,
     budget: StateBudget,
+    semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE_PER_RETRY,
 ) -> Any:
     try:
         return context.step(
             lambda step_context: budget.fit(name, body(step_context)),
             name=name,
-            config=StepConfig(retry_strategy=retry, serdes=JSON),
+            config=StepConfig(retry_strategy=retry, serdes=JSON, step_semantics=semantics),
         )
     except StepError as exc:
         # Re-raised as the agent's own error, so a map item or the run that fails with it records its
@@ -155,7 +158,7 @@ def run_agent(event: Any, context: DurableContext, deps: AgentDependencies) -> d
     answer = _step(
         context,
         "answer",
-        lambda _: _answer(request, plan, findings, deps),
+        lambda _: _answer(request, findings, deps),
         retry=RETRY["inference"],
         budget=budget,
     )
@@ -252,7 +255,9 @@ def _plan(
 ) -> dict[str, Any]:
     """The model drafts the plan as JSON constrained by :func:`~snapllm.agent.schemas.plan_schema`: 1 to
     ``max_tool_calls`` steps, each naming a registered tool and arguments valid for it (a document is one
-    of the run's), so every plan names real tools and documents and none can be malformed."""
+    of the run's), so every plan names real tools and documents and none can be malformed. A plan cut
+    short by ``plan_max_tokens`` keeps the steps it finished (possibly none: the run then answers without
+    tools)."""
     if not specs:
         return {"steps": [], "tokens": 0}
     listing = "\n".join(f"- {d['uri']} ({d['size']} bytes)" for d in documents) or "- none"
@@ -279,6 +284,10 @@ def _plan(
             max_tokens=deps.settings.plan_max_tokens,
             response_format={"type": "json_schema", "json_schema": {"name": "plan", "schema": schema}},
         )
+        if reply.finish_reason == "length":
+            # Cut short by plan_max_tokens: the steps the model finished are valid; the plan is those.
+            steps = complete_items(reply.text, "steps")[: deps.settings.max_tool_calls]
+            return {"steps": steps, "tokens": reply.completion_tokens, "truncated": True}
         return {"steps": reply.json("plan")["steps"], "tokens": reply.completion_tokens}
 
     return budget.resolve(_step(context, "plan", plan, retry=RETRY["inference"], budget=budget))
@@ -322,12 +331,24 @@ def _run_tools(
             _step(
                 context,
                 f"choose call {index}",
-                lambda _, prompt=prompt, spec=spec: _choose_call(deps, prompt, definitions, spec),
+                lambda _, prompt=prompt, spec=spec, step=step: _choose_call(
+                    deps, prompt, definitions, spec, step
+                ),
                 retry=RETRY["inference"],
                 budget=budget,
             )
         )
-        outcome = _call_tool(context, index, spec, call["arguments"], deps, budget)
+        decision = None
+        if spec.needs_approval:
+            decision = _await_call_approval(context, request, index, spec, call["arguments"], deps, budget)
+        if decision is not None and not decision["approved"]:
+            # Not called: the model is told so, as the call's answer.
+            outcome = {
+                "is_error": True,
+                "preview": f"not called: {decision['reason']}"[:_PROMPT_SNIPPET_CHARS],
+            }
+        else:
+            outcome = _call_tool(context, index, spec, call["arguments"], deps, budget)
         # Call ids are the step numbers, so the conversation (and every prompt's seed) is reproducible.
         call_id = f"call_{index}"
         messages.append(
@@ -345,21 +366,54 @@ def _run_tools(
         )
         answer = outcome["preview"] or "(no text)"
         messages.append({"role": "tool", "tool_call_id": call_id, "content": answer})
-        findings.append(
-            {
-                "step": index,
-                "tool": spec.name,
-                "arguments": call["arguments"],
-                "is_error": outcome["is_error"],
-                "preview": outcome["preview"],
-            }
-        )
+        finding = {
+            "step": index,
+            "tool": spec.name,
+            "arguments": call["arguments"],
+            "is_error": outcome["is_error"],
+            "preview": outcome["preview"],
+        }
+        if decision is not None:
+            finding["approval"] = decision
+        findings.append(finding)
     return findings
 
 
-def _choose_call(
-    deps: AgentDependencies, prompt: list[dict[str, Any]], definitions: list[dict[str, Any]], spec: ToolSpec
+def _await_call_approval(
+    context: DurableContext,
+    request: AgentRequest,
+    index: int,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    deps: AgentDependencies,
+    budget: StateBudget,
 ) -> dict[str, Any]:
+    """Wait for a person to approve step ``index``'s call of a tool that needs approval. The review shows
+    the exact arguments the call will send; the call is made only with an approval."""
+    name = tool_approval_callback(index)
+    review = {
+        "kind": "tool_call",
+        "task": request.task,
+        "step": index,
+        "tool": spec.name,
+        "server": spec.source,
+        "server_tool": spec.tool,
+        "description": spec.description,
+        "arguments": arguments,
+    }
+    return _ask_approval(context, name, review, request.approval.timeout_s, deps, budget)
+
+
+def _choose_call(
+    deps: AgentDependencies,
+    prompt: list[dict[str, Any]],
+    definitions: list[dict[str, Any]],
+    spec: ToolSpec,
+    planned: dict[str, Any],
+) -> dict[str, Any]:
+    """The model's call for one plan step. A call cut short by ``tool_call_max_tokens`` (a small model
+    may fill a free string to its bound) is not a failure: the plan already holds arguments valid against
+    the same schema, and those are called instead (``"from_plan": true``)."""
     reply = complete(
         deps.inference,
         prompt,
@@ -368,9 +422,11 @@ def _choose_call(
         tool_choice={"type": "function", "function": {"name": spec.name}},
         parallel_tool_calls=False,
     )
-    if not reply.tool_calls:
-        raise ModelAnswerIncompleteError(f"the model answered without calling {spec.name}")
-    return {"tool": spec.name, "arguments": reply.tool_calls[0]["arguments"]}
+    if reply.tool_calls:
+        return {"tool": spec.name, "arguments": reply.tool_calls[0]["arguments"]}
+    if reply.finish_reason == "length":
+        return {"tool": spec.name, "arguments": planned.get("arguments") or {}, "from_plan": True}
+    raise ModelAnswerIncompleteError(f"the model answered without calling {spec.name}")
 
 
 def _call_tool(
@@ -382,7 +438,22 @@ def _call_tool(
     budget: StateBudget,
 ) -> dict[str, Any]:
     """One tool call as a named durable step. The whole answer is checkpointed, or offloaded to S3 when it
-    is over the budget; a short text preview stays in the checkpoint for the conversation and the answer."""
+    is over the budget; a short text preview stays in the checkpoint for the conversation and the answer.
+
+    Durable steps run *at least once*: a step whose body ran but whose result was not checkpointed yet
+    (the function timed out, crashed or was replaced in between) runs again on the next invocation, and a
+    retried step runs again by design. For a tool that reads, or that is idempotent, that costs a second
+    call and nothing else. For any other tool it could do a thing twice (open two tickets, pay twice), so:
+
+    - every call carries an idempotency key derived from the execution and the step's name (the same on
+      every attempt and replay), in ``_meta``, which a server may use to drop a repeated call;
+    - a tool that is not idempotent (neither named in its server's ``idempotent`` list nor annotated
+      ``idempotentHint``/``readOnlyHint``) runs with ``AT_MOST_ONCE_PER_RETRY``: the step is checkpointed
+      as started before the call leaves, and an attempt that was interrupted is not run again silently
+      but counted as failed; its retry rule (``tool_once``) then retries only failures where nothing was
+      sent (server unreachable). A call that broke off after it was sent fails the step: whether it took
+      effect is for a person to find out, not for a retry to guess.
+    """
     name = f"call {index} {spec.name}"
     source = deps.source(spec.source)
 
@@ -396,7 +467,10 @@ def _call_tool(
             "result": budget.fit(name, result.to_dict()),
         }
 
-    return _step(context, name, run, retry=RETRY[spec.retry_class], budget=budget)
+    semantics = (
+        StepSemantics.AT_LEAST_ONCE_PER_RETRY if spec.idempotent else StepSemantics.AT_MOST_ONCE_PER_RETRY
+    )
+    return _step(context, name, run, retry=RETRY[spec.retry_class], budget=budget, semantics=semantics)
 
 
 def idempotency_key(execution_arn: str, step_name: str) -> str:
@@ -413,25 +487,33 @@ def _await_approval(
     deps: AgentDependencies,
     budget: StateBudget,
 ) -> dict[str, Any]:
-    """Wait (at no cost: the function is not running) for a person to approve or reject."""
-    timeout_s = request.approval.timeout_s
+    """Wait (at no cost: the function is not running) for a person to approve or reject the run."""
+    review = {"kind": "run", "task": request.task, "plan": plan["steps"], "findings": findings}
+    return _ask_approval(context, APPROVAL_CALLBACK, review, request.approval.timeout_s, deps, budget)
+
+
+def _ask_approval(
+    context: DurableContext,
+    name: str,
+    review: dict[str, Any],
+    timeout_s: int,
+    deps: AgentDependencies,
+    budget: StateBudget,
+) -> dict[str, Any]:
+    """One approval: a callback named ``name``, and a step that writes the review document the approver
+    reads (its callback id included); the run's state keeps only the document's reference."""
     callback = context.create_callback(
-        name=APPROVAL_CALLBACK,
+        name=name,
         config=CallbackConfig(timeout=Duration.from_seconds(timeout_s), serdes=JSON),
     )
 
     def request_approval(_: StepContext) -> dict[str, Any]:
-        # The reviewer reads this document; the run's state only keeps its reference.
-        review = {
-            "callback_id": callback.callback_id,
-            "task": request.task,
-            "plan": plan["steps"],
-            "findings": findings,
-            "timeout_s": timeout_s,
-        }
-        return {"review": deps.store.put_json(f"runs/{budget.run_id}/approval-request.json", review)}
+        document = {"callback_id": callback.callback_id, **review, "timeout_s": timeout_s}
+        key = f"runs/{budget.run_id}/{review_document(name)}"
+        return {"review": deps.store.put_json(key, document)}
 
-    _step(context, "request approval", request_approval, retry=RETRY["storage"], budget=budget)
+    step_name = "request approval" if name == APPROVAL_CALLBACK else f"request approval {name}"
+    _step(context, step_name, request_approval, retry=RETRY["storage"], budget=budget)
     try:
         decision = callback.result()
     except CallbackTimeoutError:
@@ -452,10 +534,9 @@ def _decision(payload: Any) -> dict[str, Any]:
     return {"approved": False, "approver": approver, "reason": reason}
 
 
-def _answer(
-    request: AgentRequest, plan: dict[str, Any], findings: list[dict[str, Any]], deps: AgentDependencies
-) -> dict[str, Any]:
-    outline = "\n".join(f"{i}. {describe_step(step)}" for i, step in enumerate(plan["steps"], 1))
+def _answer(request: AgentRequest, findings: list[dict[str, Any]], deps: AgentDependencies) -> dict[str, Any]:
+    """The answer, from what the tool calls found. The task comes last, as the question: a small model
+    otherwise continues the notes' pattern instead of answering."""
     lines = []
     for f in findings:
         said = "failed: " if f["is_error"] else ""
@@ -463,8 +544,8 @@ def _answer(
     notes = "\n".join(lines) or "- no tool calls"
     reply = chat(
         deps.inference,
-        system="You are a concise assistant. Answer in two or three sentences.",
-        user=f"Task: {request.task}\nPlan:\n{outline or '- none'}\nNotes:\n{notes}\nAnswer:",
+        system="You are a concise assistant. Answer in two or three sentences, from the notes.",
+        user=f"Notes from the tools:\n{notes}\n\n{request.task}",
         max_tokens=deps.settings.answer_max_tokens,
     )
     return {"text": reply.text, "tokens": reply.completion_tokens}

@@ -46,6 +46,29 @@ class ChatReply:
             ) from None
 
 
+def complete_items(text: str, key: str) -> list[Any]:
+    """The complete items of the list ``key`` in a JSON object that ``max_tokens`` cut short.
+
+    The grammar made every item that was finished valid; only the one being written when the cut came is
+    lost. ``'{"steps": [{"a": 1}, {"a": 2}, {"a"'`` -> ``[{"a": 1}, {"a": 2}]``.
+    """
+    decoder = json.JSONDecoder()
+    start = text.find(f'"{key}"')
+    bracket = text.find("[", start) if start >= 0 else -1
+    items: list[Any] = []
+    if bracket < 0:
+        return items
+    position = bracket + 1
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        try:
+            item, position = decoder.raw_decode(text, position)
+        except ValueError:
+            return items
+        items.append(item)
+
+
 def prompt_seed(system: str, user: str) -> int:
     """The sampling seed of a prompt: the same question gets the same answer, so an execution (and a replay
     of its event) is reproducible, while different questions still sample differently."""

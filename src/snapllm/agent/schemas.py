@@ -28,14 +28,21 @@ _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("items", "additionalProperties")
 
 
-def enforceable(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` that the inference function's grammar enforces in full (see the module)."""
-    return _rewrite(copy.deepcopy(schema))
+def enforceable(schema: dict[str, Any], *, string_limit: int | None = None) -> dict[str, Any]:
+    """A copy of ``schema`` that the inference function's grammar enforces in full (see the module).
+
+    ``string_limit`` bounds every free string (one with no ``maxLength``, ``enum``, ``const``, ``pattern``
+    or ``format``): a small model may otherwise go on writing one until ``max_tokens`` cuts the JSON.
+    """
+    return _rewrite(copy.deepcopy(schema), string_limit)
 
 
-def _rewrite(node: Any) -> Any:
+def _rewrite(node: Any, string_limit: int | None = None) -> Any:
     if not isinstance(node, dict):
         return node
+    free = not any(key in node for key in ("maxLength", "enum", "const", "pattern", "format"))
+    if string_limit is not None and node.get("type") == "string" and free:
+        node["maxLength"] = string_limit
     bounds = {key: node[key] for key in _BOUNDS if key in node}
     if node.get("type") == "integer" and "enum" not in node and _small_range(bounds):
         low = int(bounds.get("minimum", bounds.get("exclusiveMinimum", -1) + 1))
@@ -48,13 +55,13 @@ def _rewrite(node: Any) -> Any:
             del node[key]
     for key in _SCHEMA_MAPS:
         if isinstance(node.get(key), dict):
-            node[key] = {name: _rewrite(value) for name, value in node[key].items()}
+            node[key] = {name: _rewrite(value, string_limit) for name, value in node[key].items()}
     for key in _SCHEMA_LISTS:
         if isinstance(node.get(key), list):
-            node[key] = [_rewrite(value) for value in node[key]]
+            node[key] = [_rewrite(value, string_limit) for value in node[key]]
     for key in _SCHEMA_VALUES:
         if isinstance(node.get(key), dict):
-            node[key] = _rewrite(node[key])
+            node[key] = _rewrite(node[key], string_limit)
     return node
 
 
