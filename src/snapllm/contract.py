@@ -63,6 +63,10 @@ class RequestBody(BaseModel):
         return data
 
 
+#: A function, tool or response-format name as OpenAI accepts it: letters, digits, _ and -, up to 64.
+OpenAIName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
 class TextPart(BaseModel):
     """One part of a multi-part message; only text parts are supported by text-only models."""
 
@@ -138,7 +142,7 @@ class JSONSchemaFormat(BaseModel):
     """``response_format.json_schema``: the schema the answer must validate against."""
 
     model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True, validate_by_name=True)
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    name: OpenAIName
     description: str | None = None
     json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
@@ -182,7 +186,7 @@ class FunctionDefinition(BaseModel):
     """A function the model may call: its name and its arguments' JSON schema."""
 
     model_config = STRICT
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    name: OpenAIName
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -207,10 +211,10 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
-class GenerationParameters(RequestBody):
-    """Sampling and limits shared by chat and text completions.
+class DecidedRequest(RequestBody):
+    """A request of one of OpenAI's endpoints, whose fields are decided in one table.
 
-    Fields of OpenAI's request types that snapllm refuses or ignores are decided in one table,
+    Fields of OpenAI's request types that snapllm refuses or ignores are decided in
     :data:`snapllm.openai_fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
     one that no field here declares is dropped before validation.
     """
@@ -232,6 +236,10 @@ class GenerationParameters(RequestBody):
             if found.kind == "ignored" and field not in cls.model_fields:
                 dropped.append(field)
         return {k: v for k, v in data.items() if k not in dropped} if dropped else data
+
+
+class GenerationParameters(DecidedRequest):
+    """Sampling and limits shared by chat and text completions."""
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -445,7 +453,8 @@ def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None =
     has_messages, has_prompt = "messages" in body, "prompt" in body
     if has_messages == has_prompt:
         raise InvalidRequestError(
-            "send either 'messages' (chat completion) or 'prompt' (text completion)",
+            "send either 'messages' (chat completion) or 'prompt' (text completion), or 'input' alone "
+            "(a response)",
             param="messages" if not has_messages else "prompt",
         )
     model = ChatCompletionRequest if has_messages else CompletionRequest

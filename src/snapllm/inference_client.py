@@ -154,7 +154,14 @@ class HttpInferenceClient:
         self._read_timeout_s = read_timeout_s
 
     def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        path = "/chat/completions" if "messages" in payload else "/completions"
+        # A Responses request goes to the endpoint's own /responses: it must serve that route itself.
+        path = (
+            "/responses"
+            if "input" in payload
+            else "/chat/completions"
+            if "messages" in payload
+            else "/completions"
+        )
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"

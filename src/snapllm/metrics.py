@@ -66,9 +66,11 @@ def add_completion_metrics(
     for key, value in (features or {}).items():
         metrics.add_metadata(key, value)
     metrics.add_metric("Latency", MetricUnit.Milliseconds, latency_ms)
-    if usage is not None:
-        metrics.add_metric("PromptTokens", MetricUnit.Count, usage.get("prompt_tokens", 0))
-        metrics.add_metric("CompletionTokens", MetricUnit.Count, usage.get("completion_tokens", 0))
+    if usage is not None:  # a completion's usage, or a response's (input_tokens, output_tokens)
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+        completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+        metrics.add_metric("PromptTokens", MetricUnit.Count, prompt)
+        metrics.add_metric("CompletionTokens", MetricUnit.Count, completion)
     if timings and "time_to_first_token_ms" in timings:
         metrics.add_metric("TimeToFirstToken", MetricUnit.Milliseconds, timings["time_to_first_token_ms"])
         metrics.add_metric("TokensPerSecond", MetricUnit.CountPerSecond, timings["tokens_per_second"])

@@ -7,6 +7,9 @@ installed ``openai`` package's TypedDicts and fails on any field without a decis
 version shows up as a failing test rather than as broken users::
 
     decision("chat", "reasoning_effort")   # Decision(kind="ignored", reason="...")
+
+The Responses API (``responses``) is served statelessly: nothing it asks OpenAI's service to keep
+(``store: true``, ``previous_response_id``, ``conversation``, ``background``) can be honoured here.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Endpoint = Literal["chat", "completion"]
+Endpoint = Literal["chat", "completion", "responses"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ def _refused(reason: str) -> Decision:
 
 
 _NOTHING_STORED = _ignored("nothing is stored or billed per user here; the answer is the same")
+_PREFIX_CACHE_KEY = _ignored("the prompt prefix cache is automatic (usage reports the cached tokens)")
 _SHARED: dict[str, Decision] = {
     "model": SUPPORTED,
     "frequency_penalty": SUPPORTED,
@@ -67,9 +71,7 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "metadata": _NOTHING_STORED,
         "service_tier": _ignored("there is one tier: every request runs on the same function"),
         "safety_identifier": _NOTHING_STORED,
-        "prompt_cache_key": _ignored(
-            "the prompt prefix cache is automatic (usage.prompt_tokens_details.cached_tokens reports it)"
-        ),
+        "prompt_cache_key": _PREFIX_CACHE_KEY,
         "prompt_cache_retention": _ignored("the prompt prefix cache lives as long as the environment"),
         "prompt_cache_options": _ignored("the prompt prefix cache lives as long as the environment"),
         "reasoning_effort": _ignored("the models served here have no reasoning mode to adjust"),
@@ -87,6 +89,54 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "best_of": SUPPORTED,  # 1 only: refused otherwise, with the reason
         "echo": SUPPORTED,  # false only: refused otherwise, with the reason
         "suffix": SUPPORTED,  # empty only: fill-in-the-middle is refused, with the reason
+    },
+    "responses": {
+        "model": SUPPORTED,
+        "input": SUPPORTED,
+        "instructions": SUPPORTED,
+        "max_output_tokens": SUPPORTED,
+        "temperature": SUPPORTED,
+        "top_p": SUPPORTED,
+        "text": SUPPORTED,  # format text, json_object or json_schema; its verbosity is ignored
+        "tools": SUPPORTED,  # function tools; built-in tools are refused, with the reason
+        "tool_choice": SUPPORTED,
+        "parallel_tool_calls": SUPPORTED,
+        "stream": SUPPORTED,
+        "include": SUPPORTED,  # message.output_text.logprobs only: other inclusions are refused
+        "top_logprobs": SUPPORTED,
+        "store": SUPPORTED,  # false or absent only: store=true is refused, with the reason
+        "background": SUPPORTED,  # false only: background=true is refused, with the reason
+        "truncation": SUPPORTED,  # "disabled" only: "auto" is refused, with the reason
+        "metadata": _NOTHING_STORED,
+        "user": _NOTHING_STORED,
+        "safety_identifier": _NOTHING_STORED,
+        "service_tier": _ignored("there is one tier: every request runs on the same function"),
+        "prompt_cache_key": _PREFIX_CACHE_KEY,
+        "prompt_cache_retention": _ignored("the prompt prefix cache lives as long as the environment"),
+        "reasoning": _ignored("the models served here have no reasoning mode to adjust"),
+        "max_tool_calls": _ignored("it caps calls to built-in tools, and there are none here"),
+        "stream_options": _ignored("stream events are not padded against side channels here"),
+        "previous_response_id": _refused(
+            "this server is stateless and stores no response to continue from; send the whole "
+            "conversation as input (earlier output items included)"
+        ),
+        "conversation": _refused(
+            "this server is stateless and stores no conversation; send the whole conversation as input"
+        ),
+        "prompt": _refused(
+            "stored prompt templates live in OpenAI's service; send instructions and input instead"
+        ),
+        "prompt_cache_options": _ignored("the prompt prefix cache lives as long as the environment"),
+        "moderation": _refused("no moderation runs here; moderate before or after calling"),
+        "image": _refused("the models served here take and produce text only"),
+        "access_programs": _refused("domain-specific access programs belong to OpenAI's service"),
+        "background_options": _refused(
+            "background responses are not served here (this server is stateless): each request answers "
+            "before it returns"
+        ),
+        "context_management": _refused(
+            "this server is stateless and compacts no stored context; send the conversation as input"
+        ),
     },
 }
 

@@ -7,6 +7,9 @@ added here appears in every answer and in the document at once::
     completion.model_dump(mode="json")     # the chat.completion / text_completion object
     ModelList.of(["smollm2"], created=0, owned_by="snapllm")
 
+A Responses request (``POST /v1/responses``) is answered with a :class:`ResponseObject`
+(``response_object(request, generation, model=...)``).
+
 snapllm adds ``timings`` and ``seed`` (and ``deadline_reached`` when generation stopped at the caller's
 deadline) to OpenAI's objects; clients ignore fields they do not know.
 """
@@ -16,9 +19,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from snapllm.contract import (
     ChatCompletionRequest,
@@ -30,6 +33,15 @@ from snapllm.contract import (
     ToolCall,
 )
 from snapllm.errors import ErrorResponse
+from snapllm.responses_contract import (
+    AnyRequest,
+    FunctionTool,
+    ResponsesRequest,
+    ResponsesToolChoice,
+    TextFormatJSONObject,
+    TextFormatJSONSchema,
+    TextFormatText,
+)
 
 __all__ = ["ErrorResponse"]
 
@@ -303,8 +315,11 @@ def completion_response(
     )
 
 
-def render_response(request: InferenceRequest, generation: Generation, *, model: str) -> dict[str, Any]:
-    """:func:`completion_response` as the JSON object a direct invoke returns."""
+def render_response(request: AnyRequest, generation: Generation, *, model: str) -> dict[str, Any]:
+    """The JSON object a direct invoke returns: :func:`completion_response`, or for a Responses request
+    :func:`response_object`."""
+    if isinstance(request, ResponsesRequest):
+        return response_object(request, generation, model=model).model_dump(mode="json")
     return completion_response(request, generation, model=model).model_dump(mode="json")
 
 
@@ -327,3 +342,287 @@ class ModelList(OpenAIObject):
 class Health(OpenAIObject):
     status: Literal["ok"]
     models: list[str]
+
+
+# --- The Responses API (/v1/responses) --------------------------------------------------------------------
+
+
+def new_item_id(kind: Literal["resp", "msg", "fc"]) -> str:
+    return f"{kind}_{uuid.uuid4().hex}"
+
+
+class OutputText(OpenAIObject):
+    """The answer's text; ``logprobs`` only when the request included them."""
+
+    omit_when_none = frozenset({"logprobs"})
+
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[dict[str, Any]]
+    logprobs: list[ContentLogprob] | None = None
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputMessage(OpenAIObject):
+    """An output item holding the answer's text."""
+
+    type: Literal["message"] = "message"
+    id: str
+    status: ItemStatus
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class FunctionCallItemOut(OpenAIObject):
+    """An output item holding one function call: ``call_id`` is what its ``function_call_output`` answers."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus
+
+
+OutputItem = Annotated[OutputMessage | FunctionCallItemOut, Field(discriminator="type")]
+
+
+class InputTokensDetails(OpenAIObject):
+    """``cached_tokens`` were reused from the KV cache; the others were evaluated and written to it (the
+    next request may reuse them as its prefix)."""
+
+    cached_tokens: int
+    cache_write_tokens: int
+
+
+class OutputTokensDetails(OpenAIObject):
+    reasoning_tokens: int
+
+
+class ResponseUsage(OpenAIObject):
+    """Token counts; ``input_tokens_details.cached_tokens`` is the prompt prefix reused from the KV cache."""
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+    @classmethod
+    def of(cls, generation: Generation) -> ResponseUsage:
+        return cls(
+            input_tokens=generation.prompt_tokens,
+            input_tokens_details=InputTokensDetails(
+                cached_tokens=generation.cached_tokens,
+                cache_write_tokens=generation.prompt_tokens - generation.cached_tokens,
+            ),
+            output_tokens=generation.completion_tokens,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+            total_tokens=generation.prompt_tokens + generation.completion_tokens,
+        )
+
+
+class IncompleteDetails(OpenAIObject):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseTextOut(OpenAIObject):
+    """``text``: the format the answer was given in."""
+
+    format: TextFormatText | TextFormatJSONObject | TextFormatJSONSchema
+
+
+ResponseStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponseObject(OpenAIObject):
+    """``response``: the answer of ``POST /v1/responses``, with the request's settings as they were applied.
+
+    Nothing is stored (``store`` is false). snapllm adds ``timings`` and ``seed`` (and
+    ``deadline_reached``), as to its completions."""
+
+    omit_when_none = frozenset({"timings", "seed", "deadline_reached", "top_logprobs"})
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: ResponseStatus
+    error: None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[OutputItem]
+    parallel_tool_calls: bool
+    temperature: float
+    top_p: float
+    tool_choice: ResponsesToolChoice
+    tools: list[FunctionTool]
+    text: ResponseTextOut
+    top_logprobs: int | None = None
+    truncation: Literal["disabled"] = "disabled"
+    store: Literal[False] = False
+    background: Literal[False] = False
+    previous_response_id: None = None
+    metadata: dict[str, str]
+    usage: ResponseUsage | None = None
+    timings: Timings | None = None
+    seed: int | None = None
+    deadline_reached: Literal[True] | None = None
+
+    @classmethod
+    def started(cls, request: ResponsesRequest, *, model: str, id: str, created_at: int) -> ResponseObject:
+        """The response as it stands before any output: ``in_progress``, no output, no usage."""
+        return cls(
+            id=id,
+            created_at=created_at,
+            status="in_progress",
+            instructions=request.instructions,
+            max_output_tokens=request.max_output_tokens,
+            model=model,
+            output=[],
+            parallel_tool_calls=request.parallel_tool_calls is not False,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            tool_choice=request.tool_choice or "auto",
+            tools=list(request.tools or []),
+            text=ResponseTextOut(format=request.format),
+            top_logprobs=request.top_logprobs,
+            metadata=dict(request.metadata or {}),
+        )
+
+    def finished(
+        self, generation: Generation, output: list[OutputMessage | FunctionCallItemOut]
+    ) -> ResponseObject:
+        """This response with its output, status and usage, once ``generation`` has ended."""
+        incomplete = generation.finish_reason == "length"
+        return self.model_copy(
+            update={
+                "status": "incomplete" if incomplete else "completed",
+                "incomplete_details": IncompleteDetails(reason="max_output_tokens") if incomplete else None,
+                "output": output,
+                "usage": ResponseUsage.of(generation),
+                "timings": generation.timings,
+                "seed": generation.seed,
+                "deadline_reached": True if generation.deadline_reached else None,
+            }
+        )
+
+
+def response_logprobs(tokens: tuple[TokenLogprob, ...] | None) -> list[ContentLogprob]:
+    """Per-token log probabilities in the Responses shape (the chat completion's entries)."""
+    found = ChatLogprobs.of(tokens)
+    return found.content if found is not None else []
+
+
+def item_status(generation: Generation) -> ItemStatus:
+    return "incomplete" if generation.finish_reason == "length" else "completed"
+
+
+def function_call_items(generation: Generation) -> list[FunctionCallItemOut]:
+    """One output item per function call the generation made."""
+    return [
+        FunctionCallItemOut(
+            id=new_item_id("fc"),
+            call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            status=item_status(generation),
+        )
+        for call in generation.tool_calls
+    ]
+
+
+def output_items(
+    generation: Generation, *, logprobs: bool = False
+) -> list[OutputMessage | FunctionCallItemOut]:
+    """The output items of a finished generation: its function calls, else one message with its text."""
+    if generation.tool_calls:
+        return list(function_call_items(generation))
+    part = OutputText(
+        text=generation.text,
+        annotations=[],
+        logprobs=response_logprobs(generation.logprobs) if logprobs else None,
+    )
+    return [OutputMessage(id=new_item_id("msg"), status=item_status(generation), content=[part])]
+
+
+def response_object(request: ResponsesRequest, generation: Generation, *, model: str) -> ResponseObject:
+    """The ``response`` object answering ``request``."""
+    started = ResponseObject.started(
+        request, model=model, id=new_item_id("resp"), created_at=int(time.time())
+    )
+    return started.finished(generation, output_items(generation, logprobs=request.logprobs))
+
+
+# --- Streamed responses: one event per step, each with its sequence_number ----------------------------------
+
+
+class ResponseStreamEvent(OpenAIObject):
+    """One server-sent event of a streamed response (sent as ``event: <type>`` and ``data: <json>``)."""
+
+    type: str
+    sequence_number: int
+
+
+class ResponseLifecycleEvent(ResponseStreamEvent):
+    type: Literal["response.created", "response.in_progress", "response.completed", "response.incomplete"]
+    response: ResponseObject
+
+
+class OutputItemEvent(ResponseStreamEvent):
+    type: Literal["response.output_item.added", "response.output_item.done"]
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartEvent(ResponseStreamEvent):
+    type: Literal["response.content_part.added", "response.content_part.done"]
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDeltaEvent(ResponseStreamEvent):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[ContentLogprob]
+
+
+class OutputTextDoneEvent(ResponseStreamEvent):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[ContentLogprob]
+
+
+class FunctionCallArgumentsDeltaEvent(ResponseStreamEvent):
+    type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDoneEvent(ResponseStreamEvent):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
+
+
+class ResponseErrorEvent(ResponseStreamEvent):
+    """An error after the stream started (its status line was sent)."""
+
+    type: Literal["error"] = "error"
+    code: str | None
+    message: str
+    param: str | None

@@ -25,17 +25,19 @@ from typing import Any
 from snapshot_restore_py import register_after_restore, register_before_snapshot
 
 from snapllm.config import InferenceSettings
-from snapllm.contract import parse_request
 from snapllm.edge import decode_json
 from snapllm.engine import WARMUP_REQUESTS, Deadline, Engine
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.loader import DownloadStats, S3ModelLoader
 from snapllm.prefault import PrefaultStats, prefault
 from snapllm.responses import render_response
+from snapllm.responses_contract import engine_request, parse_invoke, responses_fields
 from snapllm.system import available_cpus, peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
 logger = logging.getLogger("snapllm.inference")
+# The Responses path of the handler (its parsing and rendering) warms up too; the engine serves it as a chat.
+RESPONSES_WARMUP = {"input": "Say hello.", "instructions": "Be brief.", "temperature": 0.0}
 
 
 class InferenceRuntime:
@@ -90,9 +92,13 @@ class InferenceRuntime:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
         tokens = max(1, self.settings.engine.warmup_tokens)
         bodies = [
-            {**body, "model": self.engine.model_name, "max_tokens": tokens}
-            for body in WARMUP_REQUESTS
-            if self.engine.supports_chat or "messages" not in body  # a base model serves text only
+            {
+                **body,
+                "model": self.engine.model_name,
+                "max_output_tokens" if "input" in body else "max_tokens": tokens,
+            }
+            for body in (*WARMUP_REQUESTS, RESPONSES_WARMUP)
+            if self.engine.supports_chat or "prompt" in body  # a base model serves text only
         ]
         with phases.measure("warm_up"):
             # Through the handler first, so decoding, validation, rendering and logging have run once too.
@@ -100,7 +106,7 @@ class InferenceRuntime:
                 answer = self.handle(dict(body), None)
                 if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
                     raise ServerError(f"warm-up request {body} failed: {answer}")
-            self.engine.warm_up([parse_request(body) for body in bodies])
+            self.engine.warm_up([engine_request(parse_invoke(body)) for body in bodies])
         self._first_invoke_pending = True
         gc.collect()
         logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
@@ -129,14 +135,14 @@ class InferenceRuntime:
     # --- Invoke -------------------------------------------------------------------------------------------
 
     def handle(self, event: Any, context: Any) -> dict[str, Any]:
-        """Answer one direct invoke: an OpenAI chat or text completion request."""
+        """Answer one direct invoke: an OpenAI chat or text completion request, or a Responses request."""
         started = time.perf_counter()
         cold = self._first_invoke_pending
         self._first_invoke_pending = False
         request_id = getattr(context, "aws_request_id", None)
         try:
             body = decode_json(event) if isinstance(event, str | bytes) else event
-            request = parse_request(body)
+            request = parse_invoke(body)
             if request.stream:
                 raise UnsupportedParameterError(
                     "stream=true needs the streaming endpoint (the function URL); a direct invoke returns "
@@ -147,7 +153,8 @@ class InferenceRuntime:
             deadline = Deadline.from_lambda_context(
                 context, margin_ms=self.settings.engine.deadline_margin_ms
             )
-            generation = self.engine.generate(request, deadline=deadline)
+            with responses_fields(request):
+                generation = self.engine.generate(engine_request(request), deadline=deadline)
         except RequestError as exc:
             return self._reject(exc, request_id)
         except Exception:

@@ -87,6 +87,16 @@ _PATTERN_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 MAX_PARALLEL_TOOL_CALLS = 4
 
 
+def _is_regex(pattern: str) -> bool:
+    # Checked here, not only when the grammar is built: a target that is not a Lambda function (an
+    # always-on server) would otherwise meet the broken pattern first and answer 500.
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
+
+
 def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
     """Every (keyword, where) the grammar cannot enforce, depth first."""
     if isinstance(schema, bool):
@@ -113,6 +123,8 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
                 yield f"type {value!r}", where
         elif keyword == "pattern" and not isinstance(value, str):
             yield "a pattern that is not a string", where
+        elif keyword == "pattern" and not _is_regex(value):
+            yield f"a pattern that is not a regular expression ({value[:40]!r})", where
         elif keyword == "pattern" and any(
             int(n) > MAX_REPEAT for match in _PATTERN_COUNT.findall(value) for n in match if n
         ):

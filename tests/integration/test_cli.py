@@ -92,7 +92,8 @@ def test_bench_coldstart_reports_ratios_as_json():
     after_restore = result["after_restore"]
     assert set(after_restore) == {"none", "all"}
     for figures in after_restore.values():
-        assert {"restore_ms", "first_token_gap_ms", "first_over_warm_invoke"} <= set(figures)
+        assert {"restore_ms", "first_token_gap_ms", "first_over_warm_invoke", "invoke_gap_ms"} <= set(figures)
+        assert {"prompt_gap_ms", "generation_gap_ms", "outside_engine_gap_ms"} <= set(figures)
         assert figures["first_over_warm_invoke"]["median"] > 0
     # The prefault moves the first request's page faults into the restore.
     none, full = after_restore["none"], after_restore["all"]

@@ -67,7 +67,10 @@ def test_clean_answer_through_the_proxy(endpoint):
 )
 def test_faults_become_the_projects_errors(endpoint, fault, error, status):
     with FaultProxy(endpoint.removesuffix("/v1"), rule=_through(fault)) as proxy:
-        client = HttpInferenceClient(f"{proxy.url}/v1", read_timeout_s=1.0)
+        # A stall must end by the read timeout; every other fault must fire first, after the server's
+        # answer, which can take over a second on a loaded machine.
+        read_timeout_s = 1.0 if fault.stream is StreamFault.STALL else 15.0
+        client = HttpInferenceClient(f"{proxy.url}/v1", read_timeout_s=read_timeout_s)
         with pytest.raises(error) as raised:
             client.invoke(CHAT)
     assert raised.value.status_code == status

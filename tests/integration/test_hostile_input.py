@@ -41,8 +41,10 @@ from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shar
 pytestmark = pytest.mark.slow
 
 CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
+GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
 MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
 
 
@@ -52,6 +54,15 @@ def nested(depth: int) -> str:
 
 def chat_with(**fields: Any) -> bytes:
     return json.dumps({**GOOD, **fields}).encode()
+
+
+def response_with(**fields: Any) -> bytes:
+    return json.dumps({**GOOD_RESPONSE, **fields}).encode()
+
+
+def raw_response(extra: str) -> bytes:
+    """A Responses body with ``extra`` (raw JSON text) spliced in as one more field."""
+    return b'{"input": "Say hi.", "max_output_tokens": 4, ' + extra.encode() + b"}"
 
 
 def raw_chat(extra: str) -> bytes:
@@ -209,6 +220,78 @@ CASES = [
         413,
         skip=HTTP_ONLY,
     ),
+    # The Responses route: the same edge, its own fields, and what needs server state refused by name.
+    Case("responses-nesting-5000", raw_response(f'"metadata": {nested(5_000)}'), path=RESPONSES),
+    Case(
+        "responses-nesting-10000",
+        raw_response(f'"metadata": {nested(10_000)}'),
+        path=RESPONSES,
+        skip=NOT_JSON,
+    ),
+    Case(
+        "responses-nested-content",
+        response_with(input=[{"role": "user", "content": json.loads(nested(100))}]),
+        path=RESPONSES,
+    ),
+    Case("responses-nan", raw_response('"temperature": NaN'), path=RESPONSES, skip=NOT_JSON),
+    Case("responses-input-number", response_with(input=5), path=RESPONSES),
+    Case("responses-input-null", response_with(input=None), path=RESPONSES),
+    Case("responses-input-object", response_with(input={"role": "user", "content": "hi"}), path=RESPONSES),
+    Case("responses-input-empty", response_with(input=[]), path=RESPONSES),
+    Case("responses-unknown-item", response_with(input=[{"type": "bogus"}]), path=RESPONSES),
+    Case(
+        "responses-item-reference",
+        response_with(input=[{"type": "item_reference", "id": "x"}]),
+        path=RESPONSES,
+    ),
+    Case(
+        "responses-image-part",
+        response_with(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+        path=RESPONSES,
+    ),
+    Case(
+        "responses-part-without-text",
+        response_with(input=[{"role": "user", "content": [{}]}]),
+        path=RESPONSES,
+    ),
+    Case(
+        "responses-call-without-call-id",
+        response_with(input=[{"type": "function_call", "name": "f", "arguments": "{}"}]),
+        path=RESPONSES,
+    ),
+    Case("responses-surrogate-in-input", response_with(input="\ud800"), path=RESPONSES),
+    Case("responses-surrogate-in-instructions", response_with(instructions="\udfff"), path=RESPONSES),
+    Case("responses-max-output-tokens-string", response_with(max_output_tokens="4"), path=RESPONSES),
+    Case("responses-unknown-field", response_with(max_output_token=4), path=RESPONSES),
+    Case("responses-store-true", response_with(store=True), path=RESPONSES),
+    Case("responses-previous-response-id", response_with(previous_response_id="resp_1"), path=RESPONSES),
+    Case("responses-background", response_with(background=True), path=RESPONSES),
+    Case("responses-built-in-tool", response_with(tools=[{"type": "web_search"}]), path=RESPONSES),
+    Case(
+        "responses-built-in-tool-choice", response_with(tool_choice={"type": "file_search"}), path=RESPONSES
+    ),
+    Case("responses-tool-without-name", response_with(tools=[{"type": "function"}]), path=RESPONSES),
+    Case(
+        "responses-schema-with-minimum",
+        response_with(
+            text={"format": {"type": "json_schema", "name": "n", "schema": {"type": "integer", "minimum": 1}}}
+        ),
+        path=RESPONSES,
+    ),
+    Case("responses-format-unknown", response_with(text={"format": {"type": "xml"}}), path=RESPONSES),
+    Case("responses-streamed-wrong-type", response_with(stream=True, max_output_tokens="4"), path=RESPONSES),
+    Case("responses-with-messages", response_with(messages=[]), path=RESPONSES),
+    Case("responses-array-body", b"[]", path=RESPONSES),
+    Case(
+        "responses-form-encoded",
+        response_with(),
+        415,
+        path=RESPONSES,
+        headers={"content-type": "text/plain"},
+        skip=HTTP_ONLY,
+    ),
+    Case("responses-trailing-newline", response_with(), 404, path=f"{RESPONSES}%0A", skip=HTTP_ONLY),
+    Case("responses-get", b"", 405, method="GET", path=RESPONSES, skip=HTTP_ONLY),
     # The agent's routes.
     Case(
         "agent-nesting",
@@ -393,6 +476,18 @@ def test_a_good_request_succeeds_after_the_table(entry_points, entry):
     answer = json.loads(body)
     assert answer["choices"][0]["message"]["content"].strip()
     assert answer["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if e != "router-always-on"])
+def test_a_good_response_succeeds_after_the_table(entry_points, entry):
+    # An always-on target gets a Responses request on its own /v1/responses, which llama-cpp-python's server
+    # does not serve: that entry point is checked for refusals only.
+    good = Case("good-response", json.dumps(GOOD_RESPONSE).encode(), 200, path=RESPONSES)
+    status, _headers, body = entry_points[entry](good)
+    assert status == 200, body[:300]
+    answer = json.loads(body)
+    assert answer["object"] == "response" and answer["output"][0]["content"][0]["text"].strip()
+    assert answer["usage"]["output_tokens"] >= 1
 
 
 def test_a_client_that_leaves_mid_upload_leaves_no_traceback(tmp_path):

@@ -38,8 +38,9 @@ TRANSIENT = [
     "status=500",
     "status=503:SlowDown:every=2",
 ]
-# A stall always costs whole read timeouts: half a second is enough for a fault that never ends.
-PERMANENT_READ_TIMEOUT_S = 0.5
+# Long enough that the local S3 endpoint (moto copies the whole object for each ranged GET) starts every
+# part on a loaded machine, so each attempt reaches the fault; a stall still costs only this per attempt.
+PERMANENT_READ_TIMEOUT_S = 2.0
 PERMANENT = [
     ("reset@1MB:always", ModelDownloadError),
     ("close@1MB:always", ModelSizeMismatchError),

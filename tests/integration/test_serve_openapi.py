@@ -26,6 +26,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 OPERATIONS = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/responses"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
     ("POST", "/v1/agent/runs"),

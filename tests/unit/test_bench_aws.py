@@ -243,6 +243,7 @@ class FakeLambda:
         self.deleted: list[str] = []
         self.invoked: list[str] = []
         self.fresh: set[str] = set()
+        self.published_with: list[dict[str, str]] = []
 
     def get_function_configuration(self, FunctionName):
         return {
@@ -266,17 +267,19 @@ class FakeLambda:
     def publish_version(self, FunctionName, Description):
         version = str(len(self.versions) + 1)
         self.versions.append(version)
+        self.published_with.append(dict(self.environment))
         self.fresh.add(version)
         return {"Version": version}
 
     def invoke(self, FunctionName, Qualifier, LogType, Payload):
         self.invoked.append(Qualifier)
-        line = SNAPSTART_RESTORE if Qualifier in self.fresh else WARM
+        restored = Qualifier in self.fresh
+        line = SNAPSTART_RESTORE if restored else WARM
         self.fresh.discard(Qualifier)
         body = {
             "object": "chat.completion",
             "usage": {"prompt_tokens": 39, "completion_tokens": 48},
-            "timings": {"tokens_per_second": 118.0, "time_to_first_token_ms": 35.0},
+            "timings": {"tokens_per_second": 118.0, "time_to_first_token_ms": 95.0 if restored else 35.0},
         }
         return {"Payload": _Payload(body), "LogResult": base64.b64encode(line.encode()).decode()}
 
@@ -309,7 +312,7 @@ class FakeSession:
 
 def _args(**overrides):
     fields = {"stack": "snapllm-dev", "region": None, "function": "InferenceFunction", "cold": 2, "warm": 3}
-    fields |= {"stream": 0, "budget_usd": 5.0, "yes": False, "json": True}
+    fields |= {"stream": 0, "budget_usd": 5.0, "yes": False, "json": True, "prefault": None}
     return argparse.Namespace(**(fields | overrides))
 
 
@@ -331,6 +334,22 @@ def test_measure_publishes_invokes_counts_and_cleans_up(monkeypatch):
     assert spent["by_item"]["SnapStart cache (3 h minimum per version)"] == pytest.approx(cache, abs=1e-4)
     assert spent["usd"] > cache
     assert result["speed"]["tokens_per_s"] == 118.0
+
+
+def test_measure_reports_the_first_request_after_a_restore_per_prefault_mode(monkeypatch):
+    session = FakeSession()
+    monkeypatch.setattr(aws, "session_with_credentials", lambda region: session)
+    result = aws.measure(_args(prefault="weights"), ask=lambda q: False)
+    # Every cold version was published with the mode; the function's variables are back as they were.
+    assert [env.get("SNAPLLM_PREFAULT") for env in session.lambda_.published_with] == ["weights", "weights"]
+    assert "SNAPLLM_PREFAULT" not in session.lambda_.environment
+    figures = result["after_restore"]
+    assert figures["prefault"] == "weights"
+    assert figures["restore_ms"] == pytest.approx(488.18)
+    # Restored invokes: first token at 95 ms, REPORT Duration 611.52 ms; warm: 35 ms and 412.03 ms.
+    assert figures["first_token_gap_ms"] == pytest.approx(60.0)
+    assert figures["first_over_warm_invoke"] == pytest.approx(611.52 / 412.03)
+    assert "first invoke / warm invoke" in aws.render(result)
 
 
 def test_measure_stops_before_publishing_when_over_budget(monkeypatch):

@@ -5,13 +5,16 @@ from pathlib import Path
 import pytest
 from openai.types import completion_create_params as completion_params
 from openai.types.chat import completion_create_params as chat_params
+from openai.types.responses import response_create_params as responses_params
 
 from snapllm.contract import parse_request
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 from snapllm.openai_fields import FIELD_DECISIONS, ignored_fields
+from snapllm.responses_contract import parse_responses_request
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
+RESPONSE = {"input": "Hi"}
 
 
 def _fields(*typed_dicts) -> set[str]:
@@ -36,6 +39,13 @@ def _fields(*typed_dicts) -> set[str]:
             _fields(
                 completion_params.CompletionCreateParamsStreaming,
                 completion_params.CompletionCreateParamsNonStreaming,
+            ),
+        ),
+        (
+            "responses",
+            _fields(
+                responses_params.ResponseCreateParamsStreaming,
+                responses_params.ResponseCreateParamsNonStreaming,
             ),
         ),
     ],
@@ -71,3 +81,34 @@ def test_refused_fields_say_why(field):
 def test_typos_are_still_unrecognized():
     with pytest.raises(InvalidRequestError, match="unrecognized request argument: reasoning_efort"):
         parse_request({**CHAT, "reasoning_efort": "low"})
+
+
+def test_ignored_responses_fields_are_accepted():
+    samples = {
+        "metadata": {"team": "a"},
+        "user": "u",
+        "safety_identifier": "s",
+        "service_tier": "auto",
+        "prompt_cache_key": "k",
+        "prompt_cache_retention": "24h",
+        "prompt_cache_options": {},
+        "reasoning": {"effort": "low"},
+        "max_tool_calls": 3,
+        "stream_options": {"include_obfuscation": False},
+    }
+    assert set(samples) == {f for f, d in FIELD_DECISIONS["responses"].items() if d.kind == "ignored"}
+    request = parse_responses_request({**RESPONSE, **samples, "store": False, "truncation": "disabled"})
+    assert request.chat.messages[0].text() == "Hi"
+
+
+@pytest.mark.parametrize("field", [f for f, d in FIELD_DECISIONS["responses"].items() if d.kind == "refused"])
+def test_refused_responses_fields_say_why(field):
+    with pytest.raises(UnsupportedParameterError) as caught:
+        parse_responses_request({**RESPONSE, field: "x"})
+    assert caught.value.param == field and caught.value.code == "unsupported_parameter"
+    assert FIELD_DECISIONS["responses"][field].reason in caught.value.message
+
+
+def test_responses_typos_are_still_unrecognized():
+    with pytest.raises(InvalidRequestError, match="unrecognized request argument: max_output_token"):
+        parse_responses_request({**RESPONSE, "max_output_token": 5})

@@ -267,6 +267,59 @@ def test_inference_rejections_pass_through(fake_lambda):
     assert status == 400 and body == {"error": rejection["error"]}
 
 
+RESPONSE_REQUEST = {"model": MODEL, "input": "Name a colour.", "max_output_tokens": 8}
+RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "created_at": 1,
+    "status": "completed",
+    "model": MODEL,
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_1",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Red.", "annotations": []}],
+        }
+    ],
+    "usage": {"input_tokens": 20, "output_tokens": 2, "total_tokens": 22},
+    "timings": {"time_to_first_token_ms": 12.5, "tokens_per_second": 110.0},
+}
+
+
+def test_a_response_request_is_routed_to_the_alias_as_sent(fake_lambda, capsys):
+    fake_lambda.replies = [("ok", RESPONSE)]
+    request = {**RESPONSE_REQUEST, "store": False, "text": {"format": {"type": "json_object"}}}
+    status, _, body = call(make_router(fake_lambda), "POST", "/v1/responses", request)
+    assert status == 200 and body == RESPONSE
+    [sent] = fake_lambda.requests
+    assert sent["payload"] == request
+    [counted] = [blob for blob in _emf(capsys.readouterr().out) if "PromptTokens" in blob]
+    assert (counted["PromptTokens"], counted["CompletionTokens"]) == ([20.0], [2.0])
+    assert counted["response_format"] == "json_object"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({**RESPONSE_REQUEST, "stream": True}, "stream"),
+        ({**RESPONSE_REQUEST, "max_output_tokens": 65}, "max_output_tokens"),
+        ({**RESPONSE_REQUEST, "input": "x" * 201}, "input"),
+        ({**RESPONSE_REQUEST, "store": True}, "store"),
+        ({**RESPONSE_REQUEST, "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({**RESPONSE_REQUEST, "tools": [{"type": "web_search"}]}, "tools"),
+        ({**RESPONSE_REQUEST, "tools": [{"type": "function", "name": f"f{i}"} for i in range(33)]}, "tools"),
+        ({**RESPONSE_REQUEST, "max_output_tokenz": 3}, "max_output_tokenz"),
+        ({"model": MODEL}, "input"),
+    ],
+)
+def test_response_requests_are_checked_before_invoking(fake_lambda, body, param):
+    status, _, error = call(make_router(fake_lambda), "POST", "/v1/responses", body)
+    assert status == 400 and error["error"]["param"] == param, error
+    assert fake_lambda.requests == []
+
+
 # --- Invoke failures ---------------------------------------------------------------------------------------
 
 
@@ -423,7 +476,9 @@ def test_prompts_are_logged_only_when_enabled(fake_lambda):
 def test_openapi_document_is_served(fake_lambda):
     status, _, document = call(make_router(fake_lambda), "GET", "/openapi.json")
     assert status == 200 and document["openapi"].startswith("3.")
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(document["paths"])
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/health"} <= set(
+        document["paths"]
+    )
     responses = document["paths"]["/v1/chat/completions"]["post"]["responses"]
     assert {"200", "400", "404", "413", "429", "502", "504"} <= set(responses)
     assert "ChatCompletionRequest" in json.dumps(

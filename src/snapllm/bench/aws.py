@@ -10,6 +10,11 @@ own REPORT records, with the invocations and dollars it spent.
 - **warm**: invokes of the last version, which reuse its environment;
 - **stream**: time to the first server-sent-event byte through the streaming Function URL (SigV4-signed).
 
+With SnapStart it also reports the figures ``snapllm bench coldstart`` measures locally after a restore:
+the restore's duration, the first token after a restore minus a warm first token, and the first invoke
+over a warm one. ``--prefault MODE`` publishes the cold versions with ``SNAPLLM_PREFAULT=MODE``, so one
+run per mode compares them on AWS.
+
 Each invoke asks for its log tail (``LogType=Tail``), whose REPORT record gives Duration, Billed Duration,
 Init / Restore Duration, Billed Restore Duration and Max Memory Used. Before it starts, it prices the
 worst case (every invoke running to the function's timeout, each version's snapshot cache for its
@@ -37,6 +42,7 @@ from snapllm.bench import stats
 from snapllm.bench.lambda_reports import Report, parse_log, summarize
 from snapllm.cost.prices import Architecture, Prices, load
 from snapllm.local.report import table
+from snapllm.prefault import PREFAULT_MODES
 from snapllm.router.aws_auth import SigV4
 
 NONCE_VARIABLE = "SNAPLLM_BENCH_NONCE"
@@ -62,6 +68,11 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     parser.add_argument("--stream", type=int, default=3, help="streaming requests (0: skip)")
     parser.add_argument("--budget-usd", type=float, default=2.0, help="ask before spending more than this")
     parser.add_argument("--yes", action="store_true", help="approve spending over the budget")
+    parser.add_argument(
+        "--prefault",
+        choices=PREFAULT_MODES,
+        help="SNAPLLM_PREFAULT for the cold versions (default: the function's own setting)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.set_defaults(func=run)
 
@@ -233,6 +244,7 @@ def measure(args: argparse.Namespace, ask: Callable[[str], bool]) -> dict[str, A
     published: list[str] = []
     reports: list[Report] = []
     client_s: dict[str, list[float]] = {"cold": [], "warm": []}
+    first_token_ms: dict[str, list[float]] = {"cold": [], "warm": []}
     speed: list[dict[str, Any]] = []
     stream_s: list[float] = []
 
@@ -242,12 +254,17 @@ def measure(args: argparse.Namespace, ask: Callable[[str], bool]) -> dict[str, A
         client_s[kind].append(elapsed)
         spending.add(f"{kind} invokes", report.cost_usd(prices, architecture), invocation=True)
         timings = (body or {}).get("timings")
+        if timings:
+            first_token_ms[kind].append(float(timings["time_to_first_token_ms"]))
         if kind == "warm" and timings:
             speed.append({"timings": timings, "usage": body.get("usage", {})})
 
     try:
         for _ in range(cold_versions):
-            set_environment(lambda_, function, original | {NONCE_VARIABLE: secrets.token_hex(8)})
+            variables = original | {NONCE_VARIABLE: secrets.token_hex(8)}
+            if args.prefault:
+                variables["SNAPLLM_PREFAULT"] = args.prefault
+            set_environment(lambda_, function, variables)
             version = publish_version(lambda_, function)
             published.append(version)
             if snapstart:
@@ -278,6 +295,7 @@ def measure(args: argparse.Namespace, ask: Callable[[str], bool]) -> dict[str, A
         "client_ms": {kind: stats.summarize([s * 1000 for s in values]) for kind, values in client_s.items()},
         "stream_first_byte_ms": stats.summarize([s * 1000 for s in stream_s]),
         "speed": speed_of(speed, reports),
+        "after_restore": after_restore(reports, first_token_ms, args.prefault),
         "spent": {
             "invocations": spending.invocations,
             "usd": round(spending.usd, 4),
@@ -308,6 +326,27 @@ def speed_of(samples: list[dict[str, Any]], reports: list[Report]) -> dict[str, 
     }
 
 
+def after_restore(
+    reports: list[Report], first_token_ms: dict[str, list[float]], prefault: str | None
+) -> dict[str, Any] | None:
+    """The first request after a restore against a warm one, as ``snapllm bench coldstart`` reports it
+    locally: medians of the restore, of the first token's gap, and of the invoke durations' ratio."""
+    restores = [r for r in reports if r.phase == "restore"]
+    warm = [r.duration_ms for r in reports if r.phase == "warm"]
+    if not restores or not warm:
+        return None
+    cold_ttft, warm_ttft = first_token_ms["cold"], first_token_ms["warm"]
+    restore_invoke_ms = statistics.median(r.duration_ms for r in restores)
+    return {
+        "prefault": prefault,
+        "restore_ms": statistics.median(r.restore_duration_ms or 0.0 for r in restores),
+        "first_token_gap_ms": statistics.median(cold_ttft) - statistics.median(warm_ttft)
+        if cold_ttft and warm_ttft
+        else None,
+        "first_over_warm_invoke": restore_invoke_ms / statistics.median(warm),
+    }
+
+
 def render(result: dict[str, Any]) -> str:
     rows = []
     for phase, columns in result["reports"].items():
@@ -331,6 +370,14 @@ def render(result: dict[str, Any]) -> str:
                 f"{first['p50']:.1f} / {first['p90']:.1f} / {first['p99']:.1f}  (n={first['n']})",
             )
         )
+    figures = result.get("after_restore")
+    if figures:
+        mode = figures["prefault"] or "the function's setting"
+        rows.append((f"after a restore (SNAPLLM_PREFAULT: {mode})", ""))
+        rows.append(("  restore ms (median)", f"{figures['restore_ms']:.1f}"))
+        if figures["first_token_gap_ms"] is not None:
+            rows.append(("  first token - warm first token ms", f"{figures['first_token_gap_ms']:.1f}"))
+        rows.append(("  first invoke / warm invoke", f"{figures['first_over_warm_invoke']:.3f}"))
     spent = result["spent"]
     rows.append(("spent", f"{spent['invocations']} invocations, ${spent['usd']:.4f}"))
     title = (

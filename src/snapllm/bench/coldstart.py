@@ -294,7 +294,32 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
                 "first_invoke_page_faults", first.faults.get("minor", 0) + first.faults.get("major", 0)
             )
             samples.add("warm_invoke_page_faults", warm.faults.get("minor", 0) + warm.faults.get("major", 0))
+            samples.add("first_invoke_major_faults", first.faults.get("major", 0))
+            # Where the first invoke's extra time goes, against the warm invoke of the same request.
+            for part, value in _gap_parts(first, warm).items():
+                samples.add(part, value)
     return {name: _spread(values) for name, values in samples.values.items()}
+
+
+def _gap_parts(first: InvokeResult, warm: InvokeResult) -> dict[str, float]:
+    """The first invoke minus the warm one, part by part: prompt evaluation (to the first token), token
+    generation, and the handler's time outside the engine (validation, rendering, logging)."""
+
+    def parts(result: InvokeResult) -> tuple[float, float, float]:
+        timings = result.response["timings"]
+        outside = result.duration_s * 1000.0 - float(timings["total_ms"])
+        return float(timings["prompt_ms"]), float(timings["generation_ms"]), outside
+
+    (first_prompt, first_generation, first_outside), (warm_prompt, warm_generation, warm_outside) = (
+        parts(first),
+        parts(warm),
+    )
+    return {
+        "invoke_gap_ms": (first.duration_s - warm.duration_s) * 1000.0,
+        "prompt_gap_ms": first_prompt - warm_prompt,
+        "generation_gap_ms": first_generation - warm_generation,
+        "outside_engine_gap_ms": first_outside - warm_outside,
+    }
 
 
 def _has_chat_template(model: Path) -> bool:
@@ -313,14 +338,14 @@ def kv_cache_bytes(engine: Engine) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.faults:
-        return loadfaults.run(args)
-    samples = Samples()
     try:
         model = model_path(args.model)
     except ConfigurationError as exc:
         print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
         return 2
+    if args.faults:
+        return loadfaults.run(args, model)
+    samples = Samples()
     with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
         request = CHAT_REQUEST if _has_chat_template(model) else TEXT_REQUEST
         lifecycle, environment_variables = _measure_lifecycle(deployment, request)
@@ -425,6 +450,10 @@ def _render_after_restore(result: dict[str, Any]) -> str:
         rows.append(("  restore (after-restore hooks)", cell(figures["restore_ms"])))
         rows.append(("  first token - warm first token", cell(figures["first_token_gap_ms"])))
         rows.append(("  first invoke / warm invoke", cell(figures["first_over_warm_invoke"], "x", 3)))
+        rows.append(("  first invoke - warm invoke", cell(figures["invoke_gap_ms"])))
+        rows.append(("  of it: prompt evaluation", cell(figures["prompt_gap_ms"])))
+        rows.append(("  of it: token generation", cell(figures["generation_gap_ms"])))
+        rows.append(("  of it: handler outside the engine", cell(figures["outside_engine_gap_ms"])))
         rows.append(
             (
                 "  page faults, first / warm invoke",

@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from snapllm import sam
@@ -121,8 +122,8 @@ def render(result: dict[str, Any]) -> str:
     return table(rows, title=title)
 
 
-def run(args: argparse.Namespace) -> int:
-    with LocalDeployment.start(sam.load(args.template), model_path=args.model) as deployment:
+def run(args: argparse.Namespace, model: Path) -> int:
+    with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
         with deployment.function(model_function(deployment.template).name) as function:
             settings = LoaderSettings.from_env(function.environment)
         result = measure(deployment, settings, args.rounds)

@@ -39,7 +39,7 @@ from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, error_response
 
-STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 HOOK_PATHS = frozenset({BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH})
 # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs.
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024

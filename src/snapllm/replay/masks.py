@@ -20,8 +20,8 @@ from snapllm.contract import GenerationParameters
 Path = tuple[str | int, ...]
 Mask = Callable[[Path, Any], Any]
 
-# chatcmpl-..., cmpl-..., resp_..., call_..., msg_...: ids the API mints per response.
-_GENERATED_ID = re.compile(r"(?:chatcmpl|cmpl|resp|call|msg)[-_][0-9A-Za-z]{6,}")
+# chatcmpl-..., cmpl-..., resp_..., call_..., msg_..., fc_...: ids the API mints per response.
+_GENERATED_ID = re.compile(r"(?:chatcmpl|cmpl|resp|call|msg|fc)[-_][0-9A-Za-z]{6,}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 _CLOCK_KEYS = frozenset(
     {"created", "created_at", "completed_at", "started_at", "ended_at", "timestamp", "date"}
@@ -31,7 +31,19 @@ _REQUEST_ID_KEYS = frozenset(
 )
 _DEFAULT_TEMPERATURE = GenerationParameters.model_fields["temperature"].default
 # What sampling without a seed changes: the text and everything derived from it.
-_SAMPLED_KEYS = frozenset({"content", "text", "finish_reason", "usage", "seed", "logprobs"})
+_SAMPLED_KEYS = frozenset(
+    {
+        "content",
+        "text",
+        "finish_reason",
+        "usage",
+        "seed",
+        "logprobs",
+        "output",
+        "status",
+        "incomplete_details",
+    }
+)
 
 
 def _key(path: Path) -> str | None:
@@ -101,9 +113,12 @@ def normalize(value: Any, masks: tuple[Mask, ...] = MASKS, path: Path = ()) -> A
 
 
 def masks_for(request: Any) -> tuple[Mask, ...]:
-    """The masks for the answer to ``request`` (a chat or text completion, or anything else): a request
-    without a seed gets a drawn one, and one that also samples gets text that differs from run to run."""
-    if not isinstance(request, dict) or not ("messages" in request or "prompt" in request):
+    """The masks for the answer to ``request`` (a chat or text completion, a response, or anything else): a
+    request without a seed gets a drawn one, and one that also samples gets text that differs from run to
+    run."""
+    if not isinstance(request, dict) or not any(
+        field in request for field in ("messages", "prompt", "input")
+    ):
         return MASKS
     if request.get("seed") is not None:
         return MASKS

@@ -35,7 +35,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
 from snapllm import openapi
-from snapllm.contract import ChatCompletionRequest, CompletionRequest, InferenceRequest, validation_error
+from snapllm.contract import ChatCompletionRequest, CompletionRequest, validation_error
 from snapllm.edge import (
     RouteTable,
     check_body_size,
@@ -62,7 +62,8 @@ from snapllm.inference_client import (
 )
 from snapllm.limits import Limits
 from snapllm.metrics import add_completion_metrics, record_error, request_features
-from snapllm.responses import ChatCompletion, Completion, Health, ModelList
+from snapllm.responses import ChatCompletion, Completion, Health, ModelList, ResponseObject
+from snapllm.responses_contract import AnyRequest, ResponsesRequest, engine_request, responses_fields
 from snapllm.router.config import RouterSettings
 
 JSON = "application/json"
@@ -249,6 +250,15 @@ class RouterApp:
         def create_completion(request: CompletionRequest) -> Response[dict[str, Any]]:
             return self._complete(request, "/v1/completions")
 
+        @app.post(
+            "/v1/responses",
+            summary="Create a response (stateless: nothing is stored)",
+            responses=openapi.completion_responses(ResponseObject),
+            tags=["OpenAI"],
+        )
+        def create_response(request: ResponsesRequest) -> Response[dict[str, Any]]:
+            return self._complete(request, "/v1/responses")
+
         @app.get(
             "/v1/models",
             summary="List the models this deployment routes to",
@@ -318,10 +328,10 @@ class RouterApp:
 
     # --- Completions ------------------------------------------------------------------------------------
 
-    def _complete(self, request: InferenceRequest, route: str) -> Response:
+    def _complete(self, request: AnyRequest, route: str) -> Response:
         state = self._request
         state.route = route
-        state.features = request_features(request)
+        state.features = request_features(engine_request(request))
         model = self.settings.resolve_model(request.model)
         state.model = model or request.model
         self.tracer.put_annotation("route", route)
@@ -351,7 +361,7 @@ class RouterApp:
             extra={
                 "usage": body.get("usage"),
                 "timings": body.get("timings"),
-                "finish_reason": (body.get("choices") or [{}])[0].get("finish_reason"),
+                "finish_reason": (body.get("choices") or [{}])[0].get("finish_reason", body.get("status")),
                 "invoke_ms": round(state.invoke_s * 1000, 2),
             },
         )
@@ -382,10 +392,11 @@ class RouterApp:
             extra={"model": model, "failed": failed, "next": next_target, "error_type": type(error).__name__},
         )
 
-    def _check_limits(self, request: InferenceRequest) -> None:
+    def _check_limits(self, request: AnyRequest) -> None:
         if request.stream:
             raise UnsupportedParameterError(STREAMING_HINT, param="stream")
-        self.limits.check(request)
+        with responses_fields(request):
+            self.limits.check(engine_request(request))
 
     # --- Errors -----------------------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ Both answer 403 to anything that came through an invoke (LWA adds ``x-amzn-reque
 and itself refuses outside requests to the configured hook paths).
 
 With ``stream: true`` the completion routes answer with server-sent events in OpenAI's chunk format,
-ending with ``data: [DONE]``; without it, with the same JSON body as the router. Each completion request
+ending with ``data: [DONE]``, and ``/v1/responses`` with the Responses API's typed events; without it,
+with the same JSON body as the router. Each completion request
 publishes the router's EMF metrics (:mod:`snapllm.metrics`) when its response ends.
 """
 
@@ -32,12 +33,18 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from snapllm.contract import InferenceRequest, parse_request
+from snapllm.contract import parse_request
 from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.engine import Deadline, StreamItem, TokenDelta
 from snapllm.errors import RequestError, ServerError
 from snapllm.metrics import CompletionMetrics, request_features
 from snapllm.responses import Health, ModelList, render_response
+from snapllm.responses_contract import (
+    AnyRequest,
+    engine_request,
+    parse_responses_request,
+    responses_fields,
+)
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -46,7 +53,7 @@ from snapllm.streaming.settings import (
     DEFAULT_TIMEOUT_S,
     StreamingEnvironment,
 )
-from snapllm.streaming.sse import ChunkEncoder
+from snapllm.streaming.sse import StreamEncoder, encoder_for
 
 logger = logging.getLogger("snapllm.stream")
 
@@ -75,7 +82,7 @@ def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> 
 
 
 async def _events(
-    items: Iterator[StreamItem], encoder: ChunkEncoder, metrics: CompletionMetrics
+    items: Iterator[StreamItem], encoder: StreamEncoder, metrics: CompletionMetrics
 ) -> AsyncIterator[bytes]:
     """Pull tokens from the engine on a worker thread, one at a time, and encode them as SSE events.
 
@@ -108,6 +115,8 @@ async def _events(
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+# The field that tells a route's requests apart: chat completions, text completions, responses.
+Required = Literal["messages", "prompt", "input"]
 
 
 class StreamingApp:
@@ -134,6 +143,7 @@ class StreamingApp:
         self._endpoints: dict[tuple[str, str], Endpoint] = {
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/v1/completions"): self.completions,
+            ("POST", "/v1/responses"): self.responses,
             ("GET", "/v1/models"): self.models,
             ("GET", "/health"): self.health,
             ("POST", BEFORE_CHECKPOINT_PATH): self.before_checkpoint,
@@ -169,6 +179,9 @@ class StreamingApp:
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, required="prompt")
 
+    async def responses(self, request: Request) -> Response:
+        return await self._complete(request, required="input")
+
     async def models(self, request: Request) -> Response:
         models = ModelList.of([self.runtime.engine.model_name], created=0, owned_by="snapllm")
         return JSONResponse(models.model_dump(mode="json"))
@@ -176,7 +189,7 @@ class StreamingApp:
     async def health(self, request: Request) -> Response:
         return JSONResponse(Health(status="ok", models=[self.runtime.engine.model_name]).model_dump())
 
-    async def _complete(self, request: Request, *, required: Literal["messages", "prompt"]) -> Response:
+    async def _complete(self, request: Request, *, required: Required) -> Response:
         engine = self.runtime.engine
         # The model dimension is "unknown" until the request is known to name this function's model.
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
@@ -191,16 +204,18 @@ class StreamingApp:
             return error_response(exc)
         try:
             metrics.model = engine.model_name
-            metrics.features = request_features(parsed)
+            served = engine_request(parsed)
+            metrics.features = request_features(served)
             deadline = _deadline(request, self.runtime, self.timeout_s)
-            if not parsed.stream:
-                generation = await anyio.to_thread.run_sync(
-                    lambda: engine.generate(parsed, deadline=deadline)
-                )
-                metrics.succeeded(generation)
-                return JSONResponse(render_response(parsed, generation, model=engine.model_name))
-            # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
-            items = await anyio.to_thread.run_sync(lambda: engine.stream(parsed, deadline=deadline))
+            with responses_fields(parsed):
+                if not parsed.stream:
+                    generation = await anyio.to_thread.run_sync(
+                        lambda: engine.generate(served, deadline=deadline)
+                    )
+                    metrics.succeeded(generation)
+                    return JSONResponse(render_response(parsed, generation, model=engine.model_name))
+                # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
+                items = await anyio.to_thread.run_sync(lambda: engine.stream(served, deadline=deadline))
         except RequestError as exc:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
@@ -210,17 +225,19 @@ class StreamingApp:
             error = ServerError("generation failed; see the function's logs")
             metrics.failed(error)
             return error_response(error)
-        encoder = ChunkEncoder.for_request(parsed, model=engine.model_name)
+        encoder = encoder_for(parsed, model=engine.model_name)
         return StreamingResponse(
             _events(items, encoder, metrics),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def _parse(self, request: Request, required: Literal["messages", "prompt"]) -> InferenceRequest:
+    async def _parse(self, request: Request, required: Required) -> AnyRequest:
         check_content_type(request.headers.get("content-type"))
         body = decode_json(await request.body(), max_bytes=self.max_body_bytes)
-        parsed = parse_request(body, required=required)
+        parsed = (
+            parse_responses_request(body) if required == "input" else parse_request(body, required=required)
+        )
         self.runtime.engine.check_model(parsed.model)
         return parsed
 

@@ -1,6 +1,7 @@
-"""OpenAI server-sent events: ``chat.completion.chunk`` and text-completion chunks, then ``[DONE]``.
+"""OpenAI server-sent events: ``chat.completion.chunk`` and text-completion chunks, then ``[DONE]``; and
+the Responses API's typed events (:class:`ResponseEventEncoder`).
 
-encoder = ChunkEncoder.for_request(request, model="smollm2")
+encoder = encoder_for(request, model="smollm2")
 encoder.start()             # b'data: {"object": "chat.completion.chunk", ... "role": "assistant"}\\n\\n'
 encoder.delta("Hel")        # one event per token
 encoder.finish(generation)  # finish_reason (and usage when stream_options.include_usage), then [DONE]
@@ -28,13 +29,31 @@ from snapllm.responses import (
     ChatLogprobs,
     Completion,
     CompletionLogprobs,
+    ContentPartEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
     FunctionCallDelta,
+    FunctionCallItemOut,
     OpenAIObject,
+    OutputItemEvent,
+    OutputMessage,
+    OutputText,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    ResponseErrorEvent,
+    ResponseLifecycleEvent,
+    ResponseObject,
+    ResponseStreamEvent,
     TextChoice,
     ToolCallDelta,
     Usage,
+    function_call_items,
+    item_status,
     new_completion_id,
+    new_item_id,
+    response_logprobs,
 )
+from snapllm.responses_contract import AnyRequest, ResponsesRequest
 
 DONE = b"data: [DONE]\n\n"
 
@@ -136,3 +155,138 @@ class ChunkEncoder:
     def error(self, error: RequestError) -> bytes:
         """An error after the stream started (its status line is sent): one error event, then [DONE]."""
         return event(error.to_body()) + DONE
+
+
+def named_event(payload: ResponseStreamEvent) -> bytes:
+    """A Responses stream event: its type as the SSE ``event`` name, the object as its ``data``."""
+    return b"event: " + payload.type.encode() + b"\ndata: " + payload.model_dump_json().encode() + b"\n\n"
+
+
+@dataclass
+class ResponseEventEncoder:
+    """Renders one streamed response as OpenAI's event sequence, numbered by ``sequence_number``::
+
+        response.created, response.in_progress
+        response.output_item.added (message), response.content_part.added,
+        response.output_text.delta ..., response.output_text.done, response.content_part.done,
+        response.output_item.done
+        (per function call) response.output_item.added, response.function_call_arguments.delta,
+        response.function_call_arguments.done, response.output_item.done
+        response.completed (or response.incomplete, when max_output_tokens or the deadline cut it)
+
+    The message opens at the first piece of text; the function calls, which the engine sends whole,
+    follow at the end. The final response holds exactly the text the deltas carried. No ``[DONE]``
+    follows, as OpenAI sends none on this route.
+    """
+
+    request: ResponsesRequest
+    model: str
+    response: ResponseObject = field(init=False)
+    sequence: int = 0
+    message_id: str | None = None
+    pieces: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.response = ResponseObject.started(
+            self.request, model=self.model, id=new_item_id("resp"), created_at=int(time.time())
+        )
+
+    def _event(self, kind: type[ResponseStreamEvent], **fields: Any) -> bytes:
+        payload = kind(sequence_number=self.sequence, **fields)
+        self.sequence += 1
+        return named_event(payload)
+
+    def start(self) -> bytes:
+        return self._event(
+            ResponseLifecycleEvent, type="response.created", response=self.response
+        ) + self._event(ResponseLifecycleEvent, type="response.in_progress", response=self.response)
+
+    def _open_message(self) -> bytes:
+        self.message_id = new_item_id("msg")
+        item = OutputMessage(id=self.message_id, status="in_progress", content=[])
+        part = OutputText(text="", annotations=[], logprobs=[] if self.request.logprobs else None)
+        return self._event(OutputItemEvent, type="response.output_item.added", output_index=0, item=item) + (
+            self._event(
+                ContentPartEvent,
+                type="response.content_part.added",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=part,
+            )
+        )
+
+    def delta(self, text: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> bytes:
+        out = b"" if self.message_id is not None else self._open_message()
+        if not text and not logprobs:
+            return out
+        assert self.message_id is not None
+        self.pieces.append(text)
+        self.logprobs.extend(logprobs or ())
+        return out + self._event(
+            OutputTextDeltaEvent,
+            item_id=self.message_id,
+            output_index=0,
+            content_index=0,
+            delta=text,
+            logprobs=response_logprobs(logprobs),
+        )
+
+    def _close_message(self, generation: Generation) -> tuple[OutputMessage, bytes]:
+        out = b"" if self.message_id is not None else self._open_message()
+        assert self.message_id is not None
+        text = "".join(self.pieces)
+        logprobs = response_logprobs(tuple(self.logprobs))
+        part = OutputText(text=text, annotations=[], logprobs=logprobs if self.request.logprobs else None)
+        message = OutputMessage(id=self.message_id, status=item_status(generation), content=[part])
+        common = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+        out += self._event(OutputTextDoneEvent, text=text, logprobs=logprobs, **common)
+        out += self._event(ContentPartEvent, type="response.content_part.done", part=part, **common)
+        out += self._event(OutputItemEvent, type="response.output_item.done", output_index=0, item=message)
+        return message, out
+
+    def _calls(self, generation: Generation, *, first_index: int) -> tuple[list[FunctionCallItemOut], bytes]:
+        items = function_call_items(generation)
+        out = b""
+        for index, item in enumerate(items, start=first_index):
+            opened = item.model_copy(update={"arguments": "", "status": "in_progress"})
+            common = {"item_id": item.id, "output_index": index}
+            out += self._event(
+                OutputItemEvent, type="response.output_item.added", output_index=index, item=opened
+            )
+            out += self._event(FunctionCallArgumentsDeltaEvent, delta=item.arguments, **common)
+            out += self._event(
+                FunctionCallArgumentsDoneEvent, name=item.name, arguments=item.arguments, **common
+            )
+            out += self._event(
+                OutputItemEvent, type="response.output_item.done", output_index=index, item=item
+            )
+        return items, out
+
+    def finish(self, generation: Generation) -> bytes:
+        """The open message's closing events (or the function calls'), then the final response."""
+        output: list[OutputMessage | FunctionCallItemOut] = []
+        out = b""
+        if self.message_id is not None or not generation.tool_calls:
+            message, out = self._close_message(generation)
+            output.append(message)
+        calls, sent = self._calls(generation, first_index=len(output))
+        output.extend(calls)
+        self.response = self.response.finished(generation, output)
+        final = "response.incomplete" if self.response.status == "incomplete" else "response.completed"
+        return out + sent + self._event(ResponseLifecycleEvent, type=final, response=self.response)
+
+    def error(self, error: RequestError) -> bytes:
+        """An error after the stream started: one ``error`` event."""
+        return self._event(ResponseErrorEvent, code=error.code, message=error.message, param=error.param)
+
+
+StreamEncoder = ChunkEncoder | ResponseEventEncoder
+
+
+def encoder_for(request: AnyRequest, *, model: str) -> StreamEncoder:
+    """The encoder of a streamed answer to ``request``: Responses events, or completion chunks."""
+    if isinstance(request, ResponsesRequest):
+        return ResponseEventEncoder(request, model)
+    return ChunkEncoder.for_request(request, model=model)
