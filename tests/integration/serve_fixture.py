@@ -31,6 +31,7 @@ SERVE_ENV = {
     "SNAPLLM_MAX_PROMPT_CHARS": "2000",
     # The agent's model calls must fit the server's max_tokens.
     "SNAPLLM_AGENT_PLAN_MAX_TOKENS": "16",
+    "SNAPLLM_AGENT_TOOL_CALL_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_SUMMARY_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_ANSWER_MAX_TOKENS": "16",
 }

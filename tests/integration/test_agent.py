@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from snapllm.agent.budget import OFFLOADED
+from snapllm.agent.tools import BuiltinTools, ReadExcerpt
 from snapllm.errors import InferenceThrottledError
 from snapllm.local.durable import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
 from snapllm.local.inference import LocalInferenceClient
@@ -101,17 +102,25 @@ def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: 
     assert run.status == "SUCCEEDED", run.error
     assert run.output["status"] == "completed"
     assert run.output["answer"].strip()
-    assert run.output["plan"].strip()
+    # The plan is JSON the grammar kept to real tools and the run's documents.
+    plan = run.output["plan"]
+    assert 1 <= len(plan) <= agent.settings.max_tool_calls
+    for step in plan:
+        assert step["tool"] in {"read_excerpt", "summarize_chunk"}
+        assert step["arguments"]["uri"] == notes_uri
     assert run.output["approval"] == {
         "required": True,
         "approved": True,
         "approver": "alice",
         "reason": "looks right",
     }
-    assert [f["summary"] for f in run.output["findings"]] and all(
-        f["summary"] for f in run.output["findings"]
-    )
+    findings = run.output["findings"]
+    assert [f["tool"] for f in findings] == [step["tool"] for step in plan]
+    assert all(f["preview"].strip() and not f["is_error"] for f in findings)
     ops = _ops(run)
+    for number, step in enumerate(plan, 1):
+        assert ops[f"choose call {number}"].status == "SUCCEEDED"
+        assert ops[f"call {number} {step['tool']}"].type == "STEP"
     assert ops["approval"].type == "CALLBACK" and ops["approval"].status == "SUCCEEDED"
     assert ops["answer"].status == "SUCCEEDED"
     _within_budget(run)
@@ -200,11 +209,13 @@ def test_replay_runs_each_step_body_once(agent: LocalAgent, notes_uri: str):
     # Waiting for the approval ends the first invocation; the second replays everything before it.
     assert invocations >= 2
     llm_steps = [
-        r for r in run.report.rows if r.name == "plan" or r.name == "answer" or "summarize" in r.name
+        r
+        for r in run.report.rows
+        if r.type == "STEP"
+        and (r.name in ("plan", "answer") or r.name.startswith("choose call") or "summarize" in r.name)
     ]
-    llm_steps = [r for r in llm_steps if r.type == "STEP"]
-    # plan, one chunk summary (the notes fit in one chunk), answer
-    assert inference.calls == len(llm_steps) == 3, inference.prompts
+    # the plan, one tool call per step (and a summary per summarize_chunk call), the answer: once each
+    assert inference.calls == len(llm_steps) >= 4, inference.prompts
     assert all(r.attempts == 1 for r in run.report.rows if r.type == "STEP")
     _within_budget(run)
 
@@ -218,8 +229,10 @@ def test_ten_megabyte_document_stays_out_of_the_checkpoints(agent: LocalAgent, t
     uri = _put(agent, "documents/big.txt", data)
     # A small budget and a large excerpt force the guard to offload: the excerpt (32 KiB) is over the
     # share of the budget its map item gets, so only its reference may be checkpointed.
-    settings = agent.with_settings(state_budget_bytes=16 * 1024, excerpt_bytes=32 * 1024)
-    run = agent.run(_event(uri, required=False), settings=settings, execution_name="big")
+    settings = agent.with_settings(state_budget_bytes=16 * 1024, excerpt_bytes=32 * 1024, max_tool_calls=1)
+    # Only read_excerpt is offered, so the one call the plan may make reads the excerpt.
+    tools = [BuiltinTools([ReadExcerpt()])]
+    run = agent.run(_event(uri, required=False), settings=settings, tools=tools, execution_name="big")
 
     assert run.status == "SUCCEEDED", run.error
     assert run.output["status"] == "completed" and run.output["answer"].strip()
@@ -230,10 +243,12 @@ def test_ten_megabyte_document_stays_out_of_the_checkpoints(agent: LocalAgent, t
     excerpt = next(
         op
         for op in run.test_result.get_all_operations()
-        if op.name == "read_excerpt big.txt@0" and op.operation_type.value == "STEP"
+        if op.name == "call 1 read_excerpt" and op.operation_type.value == "STEP"
     )
-    ref = json.loads(excerpt.result)[OFFLOADED]
+    checkpointed = json.loads(excerpt.result)
+    assert checkpointed["text_bytes"] == 32 * 1024 and len(checkpointed["preview"]) <= 300
+    ref = checkpointed["result"][OFFLOADED]
     stored = agent.deployment.s3.client().get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
     assert ref["size"] == len(stored) and ref["sha256"] == hashlib.sha256(stored).hexdigest()
-    assert json.loads(stored)["length"] == 32 * 1024
+    assert json.loads(stored)["data"]["length"] == 32 * 1024
     assert ref["key"].startswith(f"{agent.settings.artifacts_prefix}runs/")

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.mcp_server import ToolServer
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +33,13 @@ def test_approve_prints_the_result_and_the_operation_table():
     result = json.loads(done.stdout)
     assert result["status"] == "completed" and result["answer"].strip()
     assert result["approval"]["reason"] == "ship it"
-    assert len(result["findings"]) == 2
+    documents = set(json.loads((REPO / "events/agent/review.json").read_text())["documents"])
+    assert result["plan"] and all(step["arguments"]["uri"] in documents for step in result["plan"])
+    assert len(result["findings"]) == len(result["plan"])
     table = done.stderr[done.stderr.index("operation ") :]
-    for name in ("plan", "run tools", "approval", "request approval", "answer"):
+    for name in ("plan", "run tools", "  choose call 1", "approval", "request approval", "answer"):
         assert f"\n{name} " in table
+    assert "\n  call 1 " in table
     assert "largest checkpointed operation:" in table and "(budget 65,536 B, OK)" in table
 
 
@@ -46,3 +50,33 @@ def test_reject_prints_a_cancelled_result():
     result = json.loads(done.stdout)
     assert result["status"] == "cancelled"
     assert result["reason"] == "rejected by cli: rejected with --reject"
+
+
+def test_mcp_adds_a_real_mcp_servers_tools_and_the_table_shows_each_call():
+    event = json.dumps(
+        {"task": "Look up what SnapStart does with the tools.", "approval": {"required": False}}
+    )
+    with ToolServer.start() as server:
+        done = subprocess.run(
+            [
+                *[sys.executable, "-m", "snapllm.cli", "local", "invoke", "AgentFunction", "-e", "-"],
+                *["--mcp", f"ops={server.url}", "--env", "SNAPLLM_AGENT_MAX_TOOL_CALLS=2", "--approve"],
+            ],
+            cwd=REPO,
+            input=event,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed"
+    assert result["plan"] and all(step["tool"].startswith("ops__") for step in result["plan"])
+    table = done.stderr[done.stderr.index("operation ") :]
+    assert "\nlist tools ops " in table
+    rows = [line.split() for line in table.splitlines() if line.startswith("  call ")]
+    # one row per call, each a step with its checkpointed bytes; the server counted each call once
+    assert len(rows) == len(result["plan"]) and all(row[-2].replace(",", "").isdigit() for row in rows)
+    assert all(row[-1] == "B" and row[3] == "STEP" for row in rows)
+    assert sum(server.calls.values()) == len(rows)

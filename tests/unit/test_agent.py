@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -16,13 +17,28 @@ from snapllm.agent.errors import (
     DocumentNotFoundError,
     InferenceRejectedError,
     StateBudgetExceededError,
+    ToolServerRejectedError,
+    ToolServerUnreachableError,
+    ToolTransportError,
 )
-from snapllm.agent.flow import _decision, tool_calls
+from snapllm.agent.flow import _decision, describe_step, idempotency_key
+from snapllm.agent.llm import complete_items
+from snapllm.agent.mcp import model_tool_name
+from snapllm.agent.operations import (
+    APPROVAL_CALLBACK,
+    is_approval_callback,
+    review_document,
+    tool_approval_callback,
+)
 from snapllm.agent.request import AgentRequest
-from snapllm.agent.retry import INFERENCE_RETRY, NEVER_RETRY, STORAGE_RETRY
+from snapllm.agent.retry import INFERENCE_RETRY, NEVER_RETRY, STORAGE_RETRY, TOOL_ONCE_RETRY, TOOL_RETRY
+from snapllm.agent.schemas import enforceable, plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
+from snapllm.agent.tools import BuiltinTools, DocumentChunk, ToolContext, chunk_offset
 from snapllm.errors import ConfigurationError, InferenceThrottledError, InferenceTimeoutError
+from snapllm.local.durable import with_mcp_servers
 from snapllm.local.s3 import LocalS3
+from snapllm.structured import check_schema
 
 BUCKET = "snapllm-agent-unit"
 
@@ -57,24 +73,69 @@ def test_request_rejects_bad_input_with_a_clear_message(event, message):
         AgentRequest.parse(event, max_documents=2)
 
 
-def test_tool_calls_read_bounded_chunks_spread_over_a_large_document():
-    settings = AgentSettings(
-        artifacts_bucket=BUCKET, chunks_per_document=3, chunk_bytes=1000, excerpt_bytes=500
-    )
-    small, big = (
-        {"uri": "s3://b/agent/s.md", "size": 300},
-        {"uri": "s3://b/agent/big.txt", "size": 10_000_000},
-    )
-    calls = tool_calls([small, big], settings)
+def test_chunks_are_bounded_and_spread_over_a_large_document():
+    settings = AgentSettings(artifacts_bucket=BUCKET, chunks_per_document=3, chunk_bytes=1000)
+    assert [chunk_offset(10_000_000, part, settings) for part in range(3)] == [
+        (0, 1000),
+        (4_999_500, 1000),
+        (9_999_000, 1000),
+    ]
+    # A document of one chunk has one part: any part number reads it whole.
+    assert chunk_offset(300, 0, settings) == chunk_offset(300, 2, settings) == (0, 300)
+    assert chunk_offset(10_000_000, 7, settings) == (9_999_000, 1000)
 
-    assert [c["tool"] for c in calls] == ["read_excerpt", "summarize_chunk"] + ["read_excerpt"] + [
-        "summarize_chunk"
-    ] * 3
-    assert calls[0]["args"] == {"uri": small["uri"], "offset": 0, "length": 300}
-    assert calls[1]["args"] == {"uri": small["uri"], "offset": 0, "length": 300}
-    big_chunks = [c["args"] for c in calls[3:]]
-    assert [c["offset"] for c in big_chunks] == [0, 4_999_500, 9_999_000]
-    assert all(c["length"] == 1000 for c in big_chunks)
+
+def test_tool_parameters_come_from_the_input_models_and_the_grammar_keeps_them():
+    settings = AgentSettings(artifacts_bucket=BUCKET, chunks_per_document=3)
+    ctx = ToolContext(store=None, inference=None, settings=settings)  # type: ignore[arg-type]
+    specs = {spec.name: spec for spec in BuiltinTools().list_tools(ctx)}
+    assert set(specs) == {"read_excerpt", "summarize_chunk"} and all(s.documents for s in specs.values())
+    part = specs["summarize_chunk"].parameters["properties"]["part"]
+    # pydantic's ge/lt bounds are refused by the grammar; the range becomes the enum of the setting.
+    assert part["enum"] == [0, 1, 2] and "minimum" not in part and "exclusiveMaximum" not in part
+    assert DocumentChunk.model_json_schema()["properties"]["part"]["exclusiveMaximum"] == 8
+    docs = ["s3://b/agent/documents/a.md", "s3://b/agent/documents/b.md"]
+    for spec in specs.values():
+        check_schema(with_documents(spec.parameters, docs), param="tools")
+    assert with_documents(specs["read_excerpt"].parameters, docs)["properties"]["uri"]["enum"] == docs
+    schema = plan_schema([(s.name, with_documents(s.parameters, docs)) for s in specs.values()], max_steps=4)
+    check_schema(schema, param="response_format")
+    assert schema["properties"]["steps"]["maxItems"] == 4
+    consts = [
+        option["properties"]["tool"]["const"] for option in schema["properties"]["steps"]["items"]["anyOf"]
+    ]
+    assert consts == ["read_excerpt", "summarize_chunk"]
+
+
+def test_enforceable_rewrites_what_the_grammar_cannot_keep():
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 1, "maximum": 3},
+            "big": {"type": "integer", "minimum": 0, "maximum": 10_000},
+            "url": {"type": "string", "format": "uri"},
+            "when": {"type": "string", "format": "date"},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        },
+        "$defs": {"x": {"type": "number", "multipleOf": 2}},
+    }
+    out = enforceable(schema)
+    check_schema(out, param="tools")
+    assert out["properties"]["n"]["enum"] == [1, 2, 3]
+    assert out["properties"]["big"] == {"type": "integer"}
+    assert out["properties"]["url"] == {"type": "string"}
+    assert out["properties"]["when"]["format"] == "date"
+    assert "uniqueItems" not in out["properties"]["tags"] and out["$defs"]["x"] == {"type": "number"}
+    assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
+
+
+def test_plan_steps_read_as_one_line_and_idempotency_keys_are_per_step():
+    step = {"tool": "summarize_chunk", "arguments": {"uri": "s3://b/agent/documents/a.md", "part": 1}}
+    assert describe_step(step) == "summarize_chunk(uri=a.md, part=1)"
+    arn = "arn:aws:lambda:us-east-1:1:function:f:live/durable-execution/run/abc"
+    key = idempotency_key(arn, "call 1 deploy")
+    assert key == idempotency_key(arn, "call 1 deploy") and len(key) == 32
+    assert key != idempotency_key(arn, "call 2 deploy") and key != idempotency_key(arn + "x", "call 1 deploy")
 
 
 def test_approval_answers_are_normalised():
@@ -158,3 +219,95 @@ def test_a_changed_artifact_is_detected(store: ArtifactStore):
     store._s3.put_object(Bucket=ref["bucket"], Key=ref["key"], Body=json.dumps({"a": 2}).encode())
     with pytest.raises(ArtifactStoreError, match="changed"):
         store.get_json(ref)
+
+
+def test_mcp_servers_are_configured_as_a_json_list_with_their_auth():
+    env = {
+        "SNAPLLM_AGENT_ARTIFACTS_BUCKET": BUCKET,
+        "SNAPLLM_AGENT_MCP_SERVERS": json.dumps(
+            [
+                {"name": "docs", "url": "http://127.0.0.1:8931/mcp", "idempotent": ["search"]},
+                {"name": "gw", "url": "https://gw.example.com/mcp", "auth": "iam", "region": "us-east-1"},
+                {
+                    "name": "ops",
+                    "url": "https://ops.example.com/mcp",
+                    "auth": "bearer",
+                    "secret_arn": "arn:aws:secretsmanager:us-east-1:1:secret:ops-AbCdEf",
+                    "needs_approval": ["deploy"],
+                },
+            ]
+        ),
+    }
+    servers = AgentSettings.from_env(env).mcp_servers
+    assert [(s.name, s.auth) for s in servers] == [("docs", "none"), ("gw", "iam"), ("ops", "bearer")]
+    assert servers[0].idempotent == ("search",) and servers[2].needs_approval == ("deploy",)
+    assert servers[1].service == "bedrock-agentcore"
+    assert AgentSettings.from_env({"SNAPLLM_AGENT_ARTIFACTS_BUCKET": BUCKET}).mcp_servers == ()
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ('[{"name": "x"', "SNAPLLM_AGENT_MCP_SERVERS is not valid JSON"),
+        ('[{"name": "ops", "url": "https://h/mcp", "auth": "bearer"}]', "auth 'bearer' needs secret_arn"),
+        ('[{"name": "ops", "url": "ftp://h/mcp"}]', "SNAPLLM_AGENT_MCP_SERVERS[0]['url']"),
+        ('[{"name": "a b", "url": "https://h/mcp"}]', "SNAPLLM_AGENT_MCP_SERVERS[0]['name']"),
+        ('[{"name": "a", "url": "https://h/mcp", "auth": "oauth"}]', "SNAPLLM_AGENT_MCP_SERVERS[0]['auth']"),
+        ('[{"name": "a", "url": "https://h/mcp"}, {"name": "a", "url": "https://i/mcp"}]', "twice"),
+    ],
+)
+def test_a_bad_mcp_server_entry_fails_the_init_naming_it(servers, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        AgentSettings.from_env(
+            {"SNAPLLM_AGENT_ARTIFACTS_BUCKET": BUCKET, "SNAPLLM_AGENT_MCP_SERVERS": servers}
+        )
+
+
+def test_mcp_tools_get_names_the_model_may_use_and_bounded_strings():
+    assert model_tool_name("docs", "search") == "docs__search"
+    assert model_tool_name("docs", "web.search/v2") == "docs__web_search_v2"
+    long = model_tool_name("docs", "x" * 100)
+    assert len(long) == 64 and long != model_tool_name("docs", "x" * 99)
+    schema = enforceable(
+        {"type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "string", "enum": ["a"]}}},
+        string_limit=64,
+    )
+    assert schema["properties"]["q"]["maxLength"] == 64 and "maxLength" not in schema["properties"]["k"]
+
+
+def test_local_mcp_flags_add_servers_to_the_agent_variable():
+    base = {"SNAPLLM_AGENT_MCP_SERVERS": json.dumps([{"name": "a", "url": "http://127.0.0.1:1/mcp"}])}
+    out = with_mcp_servers(base, ["b=http://127.0.0.1:2/mcp"])
+    assert [s["name"] for s in json.loads(out["SNAPLLM_AGENT_MCP_SERVERS"])] == ["a", "b"]
+    assert with_mcp_servers({}, []) == {}
+    with pytest.raises(ValueError, match="NAME=URL"):
+        with_mcp_servers({}, ["no-url"])
+
+
+def test_each_approval_has_its_own_callback_and_review_document():
+    assert review_document(APPROVAL_CALLBACK) == "approval-request.json"
+    assert tool_approval_callback(3) == "approve call 3"
+    assert review_document(tool_approval_callback(3)) == "approval-call-3.json"
+    assert is_approval_callback("approval") and is_approval_callback("approve call 1")
+    assert not is_approval_callback("plan") and not is_approval_callback(None)
+
+
+def test_tool_retry_rules_retry_a_repeat_only_when_it_is_safe():
+    unreachable, broken = ToolServerUnreachableError("refused"), ToolTransportError("reset")
+    assert TOOL_RETRY(unreachable, 1).should_retry and TOOL_RETRY(broken, 1).should_retry
+    assert TOOL_ONCE_RETRY(unreachable, 1).should_retry  # nothing was sent
+    assert not TOOL_ONCE_RETRY(broken, 1).should_retry  # it may have taken effect
+    assert not TOOL_RETRY(unreachable, 4).should_retry  # attempts are bounded
+    assert not TOOL_RETRY(ToolServerRejectedError("401"), 1).should_retry
+
+
+def test_a_plan_cut_short_keeps_the_steps_it_finished():
+    text = (
+        '{ "steps": [{"tool": "a", "arguments": {"x": 1}} ,\n {"tool": "b", "arguments": {}}, '
+        '{"tool": "c", "argu'
+    )
+    assert complete_items(text, "steps") == [
+        {"tool": "a", "arguments": {"x": 1}},
+        {"tool": "b", "arguments": {}},
+    ]
+    assert complete_items('{ "ste', "steps") == [] and complete_items('{"steps": [', "steps") == []

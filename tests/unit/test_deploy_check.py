@@ -47,6 +47,8 @@ def test_each_function_calls_what_its_code_calls():
     assert actions["StreamFunction"] == {"s3:GetObject"}  # read from app.py: its handler is run.sh
     assert {"s3:GetObject", "s3:PutObject", "lambda:InvokeFunction"} <= actions["AgentFunction"]
     assert "lambda:CheckpointDurableExecution" in actions["AgentFunction"]  # the durable SDK's
+    # MCP servers: the key of one with bearer auth; a gateway with iam auth, called with signed requests.
+    assert {"secretsmanager:GetSecretValue", "bedrock-agentcore:InvokeGateway"} <= actions["AgentFunction"]
     assert "lambda:SendDurableExecutionCallbackSuccess" in actions["RouterFunction"]
 
 
@@ -74,6 +76,27 @@ def test_a_role_missing_an_action_the_code_uses_fails_by_name(tmp_path):
     assert (
         "ERROR AgentFunction: its code calls s3 PutObject (snapllm.agent.artifacts), but its role does not "
         "allow s3:PutObject"
+    ) in errors(template)
+
+
+def test_the_agent_may_read_the_mcp_keys_named_and_needs_the_statement(tmp_path):
+    key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mcp-docs-key-AbCdEf"
+    found = [
+        str(f) for _, fs in check(TEMPLATE, {"AgentMcpSecretArns": key}) for f in fs if f.severity == "error"
+    ]
+    assert found == []
+    template = variant(
+        tmp_path, "            - Sid: ReadTheMcpKeysOnly\n", "            - Sid: ReadTheMcpKeysOnlyX\n"
+    )
+    assert errors(template) == []  # the Sid is a name only
+    text = template.read_text()
+    start = text.index("            - Sid: ReadTheMcpKeysOnlyX")
+    end = text.index("snapllm-no-mcp-key", start)
+    end = text.index("\n", end) + 1
+    template.write_text(text[:start] + text[end:])
+    assert (
+        "ERROR AgentFunction: its code calls secretsmanager GetSecretValue (snapllm.aws_auth), but its role "
+        "does not allow secretsmanager:GetSecretValue"
     ) in errors(template)
 
 

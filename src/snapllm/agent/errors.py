@@ -45,6 +45,12 @@ class InferenceRejectedError(PermanentAgentError):
     code = "model_rejected_request"
 
 
+class ModelAnswerIncompleteError(PermanentAgentError):
+    """The model's constrained answer (a plan, tool call arguments) was cut short by ``max_tokens``."""
+
+    code = "model_answer_incomplete"
+
+
 class StateBudgetExceededError(PermanentAgentError):
     """A value that must stay in the checkpoint (it cannot be offloaded) is over the state budget."""
 
@@ -55,6 +61,26 @@ class UnknownToolError(PermanentAgentError):
     """A tool call names a tool that is not registered."""
 
     code = "unknown_tool"
+
+
+class ToolServerRejectedError(PermanentAgentError):
+    """A tool server refused the request itself (HTTP 4xx: authentication, a wrong URL), not the call."""
+
+    code = "tool_server_rejected"
+
+
+class ToolServerUnreachableError(AgentError):
+    """A tool server could not be reached (connection refused, DNS): nothing was sent, so any tool may
+    be retried, idempotent or not."""
+
+    code = "tool_server_unreachable"
+
+
+class ToolTransportError(AgentError):
+    """A tool call broke off after it was sent (reset, closed connection, timeout, HTTP 5xx): the call
+    may or may not have taken effect, so only an idempotent tool is retried."""
+
+    code = "tool_transport_error"
 
 
 class ArtifactStoreError(AgentError):

@@ -3,8 +3,12 @@
 ::
 
     inspect documents (map: one S3 HEAD per document)
-    plan              (step: the model drafts a plan)
-    run tools         (map: read_excerpt + summarize_chunk per document chunk)
+    list tools NAME   (step per MCP server: its tools/list)
+    plan              (step: the model drafts a plan, JSON constrained to real tools and documents)
+    run tools         (child context, per plan step:)
+      choose call N   (step: the model answers with a tool call)
+      approve call N  (callback, only for a tool that needs approval) + request approval call N (step)
+      call N TOOL     (step: the tool runs; its answer goes back to the model)
     approval          (callback, with a timeout) + request approval (step: writes the review to S3)
     answer            (step: the model answers from the plan and the findings)
 
@@ -15,9 +19,11 @@ goes through :class:`~snapllm.agent.budget.StateBudget` before it is checkpointe
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_durable_execution_sdk_python import (
@@ -28,22 +34,25 @@ from aws_durable_execution_sdk_python import (
 )
 from aws_durable_execution_sdk_python.config import (
     CallbackConfig,
+    ChildConfig,
     Duration,
     MapConfig,
     StepConfig,
+    StepSemantics,
 )
 from aws_durable_execution_sdk_python.exceptions import DurableOperationError, StepError
 from aws_durable_execution_sdk_python.serdes import JsonSerDes
 
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import BatchJsonSerDes, StateBudget, run_id_from_arn
-from snapllm.agent.errors import AgentError, agent_error_class
-from snapllm.agent.llm import chat
-from snapllm.agent.operations import APPROVAL_CALLBACK
+from snapllm.agent.errors import AgentError, ModelAnswerIncompleteError, UnknownToolError, agent_error_class
+from snapllm.agent.llm import chat, complete, complete_items
+from snapllm.agent.operations import APPROVAL_CALLBACK, review_document, tool_approval_callback
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
+from snapllm.agent.schemas import plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
-from snapllm.agent.tools import ToolContext, ToolRegistry
+from snapllm.agent.tools import BUILTIN, BuiltinTools, ToolContext, ToolSource, ToolSpec
 from snapllm.inference_client import InferenceClient
 
 JSON = JsonSerDes()
@@ -59,11 +68,17 @@ class AgentDependencies:
     settings: AgentSettings
     store: ArtifactStore
     inference: InferenceClient
-    tools: ToolRegistry
+    tools: Sequence[ToolSource] = field(default_factory=lambda: (BuiltinTools(),))
 
     @property
     def tool_context(self) -> ToolContext:
         return ToolContext(store=self.store, inference=self.inference, settings=self.settings)
+
+    def source(self, name: str) -> ToolSource:
+        for source in self.tools:
+            if source.name == name:
+                return source
+        raise UnknownToolError(f"no tool source named {name!r}")
 
 
 def _step(
@@ -73,12 +88,13 @@ def _step(
     *,
     retry: RetryStrategy,
     budget: StateBudget,
+    semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE_PER_RETRY,
 ) -> Any:
     try:
         return context.step(
             lambda step_context: budget.fit(name, body(step_context)),
             name=name,
-            config=StepConfig(retry_strategy=retry, serdes=JSON),
+            config=StepConfig(retry_strategy=retry, serdes=JSON, step_semantics=semantics),
         )
     except StepError as exc:
         # Re-raised as the agent's own error, so a map item or the run that fails with it records its
@@ -113,8 +129,15 @@ def run_agent(event: Any, context: DurableContext, deps: AgentDependencies) -> d
         deps.store.document(uri)  # refuses URIs outside the agent's prefix before any request
 
     documents = _inspect_documents(context, request, deps, budget)
-    plan = _plan(context, request, documents, deps, budget)
-    findings = _run_tools(context, documents, deps, budget)
+    specs = _list_tools(context, documents, deps, budget)
+    plan = _plan(context, request, documents, specs, deps, budget)
+    findings = context.run_in_child_context(
+        lambda child: budget.require(
+            "the tool calls' findings", _run_tools(child, request, documents, plan, specs, deps, budget)
+        ),
+        name="run tools",
+        config=ChildConfig(serdes=JSON),
+    )
 
     approval: dict[str, Any] = {"required": request.approval.required}
     if request.approval.required:
@@ -127,7 +150,7 @@ def run_agent(event: Any, context: DurableContext, deps: AgentDependencies) -> d
                     "status": "cancelled",
                     "reason": decision["reason"],
                     "task": request.task,
-                    "plan": plan["text"],
+                    "plan": plan["steps"],
                     "approval": approval,
                 },
             )
@@ -135,7 +158,7 @@ def run_agent(event: Any, context: DurableContext, deps: AgentDependencies) -> d
     answer = _step(
         context,
         "answer",
-        lambda _: _answer(request, plan, findings, deps, budget),
+        lambda _: _answer(request, findings, deps),
         retry=RETRY["inference"],
         budget=budget,
     )
@@ -144,13 +167,9 @@ def run_agent(event: Any, context: DurableContext, deps: AgentDependencies) -> d
         {
             "status": "completed",
             "task": request.task,
-            "plan": plan["text"],
+            "plan": plan["steps"],
             "answer": answer["text"],
-            "findings": [
-                {"uri": f["uri"], "offset": f["offset"], "summary": f["summary"]}
-                for f in findings
-                if f["tool"] == "summarize_chunk"
-            ],
+            "findings": findings,
             "approval": approval,
         },
     )
@@ -184,88 +203,280 @@ def _inspect_documents(
     return batch.get_results()
 
 
+def _list_tools(
+    context: DurableContext,
+    documents: list[dict[str, Any]],
+    deps: AgentDependencies,
+    budget: StateBudget,
+) -> list[ToolSpec]:
+    """Every tool the model may use. A source that answers over the network (an MCP server) is listed in a
+    durable step, so a replay sees the tool list the run planned with; the built-in tools are code."""
+    specs: list[ToolSpec] = []
+    for source in deps.tools:
+        if source.name == BUILTIN:
+            listed = source.list_tools(deps.tool_context)
+        else:
+
+            def list_source(_: StepContext, source: ToolSource = source) -> list[dict[str, Any]]:
+                return [spec.to_dict() for spec in source.list_tools(deps.tool_context)]
+
+            name = f"list tools {source.name}"
+            stored = _step(context, name, list_source, retry=RETRY["tool"], budget=budget)
+            listed = [ToolSpec.from_dict(value) for value in budget.resolve(stored)]
+        specs.extend(listed)
+    if not documents:
+        specs = [spec for spec in specs if not spec.documents]
+    return specs
+
+
+def _parameters(spec: ToolSpec, documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tool's parameters as the model gets them: a document argument names one of the run's."""
+    if spec.documents:
+        return with_documents(spec.parameters, [d["uri"] for d in documents])
+    return spec.parameters
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    """A plan step as one line: ``read_excerpt(uri=notes.md)``."""
+    args = ", ".join(
+        f"{key}={_doc_name(value) if key == 'uri' and isinstance(value, str) else json.dumps(value)}"
+        for key, value in (step.get("arguments") or {}).items()
+    )
+    return f"{step['tool']}({args})"
+
+
 def _plan(
     context: DurableContext,
     request: AgentRequest,
     documents: list[dict[str, Any]],
+    specs: list[ToolSpec],
     deps: AgentDependencies,
     budget: StateBudget,
 ) -> dict[str, Any]:
-    listing = "\n".join(f"- {_doc_name(d['uri'])} ({d['size']} bytes)" for d in documents) or "- none"
+    """The model drafts the plan as JSON constrained by :func:`~snapllm.agent.schemas.plan_schema`: 1 to
+    ``max_tool_calls`` steps, each naming a registered tool and arguments valid for it (a document is one
+    of the run's), so every plan names real tools and documents and none can be malformed. A plan cut
+    short by ``plan_max_tokens`` keeps the steps it finished (possibly none: the run then answers without
+    tools)."""
+    if not specs:
+        return {"steps": [], "tokens": 0}
+    listing = "\n".join(f"- {d['uri']} ({d['size']} bytes)" for d in documents) or "- none"
+    tools = "\n".join(f"- {spec.name}: {spec.description}" for spec in specs)
+    schema = plan_schema(
+        [(spec.name, _parameters(spec, documents)) for spec in specs], max_steps=deps.settings.max_tool_calls
+    )
+    messages = [
+        {
+            "role": "system",
+            "content": "You are a careful assistant. Plan the tool calls that gather what the task needs.",
+        },
+        {
+            "role": "user",
+            "content": f"Task: {request.task}\nDocuments:\n{listing}\nTools:\n{tools}\n"
+            f"Plan at most {deps.settings.max_tool_calls} tool calls.",
+        },
+    ]
 
     def plan(_: StepContext) -> dict[str, Any]:
-        reply = chat(
+        reply = complete(
             deps.inference,
-            system="You are a careful assistant. Write a short numbered plan of at most three steps.",
-            user=f"Task: {request.task}\nDocuments:\n{listing}\nPlan:",
+            messages,
             max_tokens=deps.settings.plan_max_tokens,
+            response_format={"type": "json_schema", "json_schema": {"name": "plan", "schema": schema}},
         )
-        return {"text": reply.text, "tokens": reply.completion_tokens}
+        if reply.finish_reason == "length":
+            # Cut short by plan_max_tokens: the steps the model finished are valid; the plan is those.
+            steps = complete_items(reply.text, "steps")[: deps.settings.max_tool_calls]
+            return {"steps": steps, "tokens": reply.completion_tokens, "truncated": True}
+        return {"steps": reply.json("plan")["steps"], "tokens": reply.completion_tokens}
 
-    return _step(context, "plan", plan, retry=RETRY["inference"], budget=budget)
-
-
-def tool_calls(documents: list[dict[str, Any]], settings: AgentSettings) -> list[dict[str, Any]]:
-    """The tool calls for the documents: an opening excerpt, and chunk summaries spread evenly over
-    each document (so a 10 MB document costs ``chunks_per_document`` model calls, not thousands)."""
-    calls: list[dict[str, Any]] = []
-    for doc in documents:
-        size = int(doc["size"])
-        calls.append(
-            {
-                "tool": "read_excerpt",
-                "args": {"uri": doc["uri"], "offset": 0, "length": max(1, min(settings.excerpt_bytes, size))},
-            }
-        )
-        chunk = min(settings.chunk_bytes, size)
-        count = 1 if size <= settings.chunk_bytes else settings.chunks_per_document
-        span = max(size - chunk, 0)
-        offsets = sorted({(span * i) // max(count - 1, 1) for i in range(count)})
-        calls.extend(
-            {"tool": "summarize_chunk", "args": {"uri": doc["uri"], "offset": at, "length": max(chunk, 1)}}
-            for at in offsets
-        )
-    return calls
+    return budget.resolve(_step(context, "plan", plan, retry=RETRY["inference"], budget=budget))
 
 
 def _run_tools(
-    context: DurableContext, documents: list[dict[str, Any]], deps: AgentDependencies, budget: StateBudget
+    context: DurableContext,
+    request: AgentRequest,
+    documents: list[dict[str, Any]],
+    plan: dict[str, Any],
+    specs: list[ToolSpec],
+    deps: AgentDependencies,
+    budget: StateBudget,
 ) -> list[dict[str, Any]]:
-    calls = tool_calls(documents, deps.settings)
-    if not calls:
-        return []
+    """Carry out the plan, one tool call per step, as a conversation with the model.
 
-    def call_name(call: dict[str, Any], _index: int) -> str:
-        return f"{call['tool']} {_doc_name(call['args']['uri'])}@{call['args']['offset']}"
-
-    # The map's own result lists every item, so each item gets an equal share of the budget: a tool
-    # result over its share is offloaded inside its step and the whole list still fits the budget.
-    item_budget = budget.share(len(calls))
-
-    def run(ctx: DurableContext, call: dict[str, Any], index: int, _items: Any) -> dict[str, Any]:
-        tool = deps.tools.get(call["tool"])
-        result = _step(
-            ctx,
-            call_name(call, index),
-            lambda _: deps.tools.call(call["tool"], call["args"], deps.tool_context),
-            retry=RETRY[tool.retry_class],
-            budget=item_budget,
+    For each step the model gets every tool's definition and answers with a tool call; ``tool_choice``
+    names the step's tool (not ``"required"``): the plan is binding, so the grammar lets the model fill in
+    that tool's arguments only, one call per step, and the plan's length (at most ``max_tool_calls``)
+    bounds the calls. The step's arguments from the plan are in the prompt, so the call usually repeats
+    them; what the model answers is what is called. Each call then runs as its own named durable step
+    (:func:`_call_tool`), and its answer (or its error) goes back into the conversation, so later calls
+    and the answer see it. The conversation is rebuilt from durable results on every replay.
+    """
+    by_name = {spec.name: spec for spec in specs}
+    definitions = [spec.definition(_parameters(spec, documents)) for spec in specs]
+    steps = plan["steps"]
+    outline = "\n".join(f"{i}. {describe_step(step)}" for i, step in enumerate(steps, 1))
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You carry out a plan by calling tools, one step at a time."},
+    ]
+    findings: list[dict[str, Any]] = []
+    for index, step in enumerate(steps, 1):
+        spec = by_name[step["tool"]]
+        lead = f"Task: {request.task}\nPlan:\n{outline}\n" if index == 1 else ""
+        messages.append(
+            {"role": "user", "content": f"{lead}Now carry out step {index}: {describe_step(step)}"}
         )
-        return result
-
-    batch = context.map(
-        calls,
-        run,
-        name="run tools",
-        config=MapConfig(max_concurrency=4, item_namer=call_name, item_serdes=JSON, serdes=BATCH_JSON),
-    )
-    batch.throw_if_error()
-    # Items come back in call order; the call (tool, uri, range) is known, so items carry only results.
-    findings = []
-    for call, result in zip(calls, batch.get_results(), strict=True):
-        summary = result.get("summary", "") if isinstance(result, dict) else ""
-        findings.append({"tool": call["tool"], **call["args"], "summary": summary, "excerpt": result})
+        prompt = list(messages)
+        call = budget.resolve(
+            _step(
+                context,
+                f"choose call {index}",
+                lambda _, prompt=prompt, spec=spec, step=step: _choose_call(
+                    deps, prompt, definitions, spec, step
+                ),
+                retry=RETRY["inference"],
+                budget=budget,
+            )
+        )
+        decision = None
+        if spec.needs_approval:
+            decision = _await_call_approval(context, request, index, spec, call["arguments"], deps, budget)
+        if decision is not None and not decision["approved"]:
+            # Not called: the model is told so, as the call's answer.
+            outcome = {
+                "is_error": True,
+                "preview": f"not called: {decision['reason']}"[:_PROMPT_SNIPPET_CHARS],
+            }
+        else:
+            outcome = _call_tool(context, index, spec, call["arguments"], deps, budget)
+        # Call ids are the step numbers, so the conversation (and every prompt's seed) is reproducible.
+        call_id = f"call_{index}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": spec.name, "arguments": json.dumps(call["arguments"])},
+                    }
+                ],
+            }
+        )
+        answer = outcome["preview"] or "(no text)"
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": answer})
+        finding = {
+            "step": index,
+            "tool": spec.name,
+            "arguments": call["arguments"],
+            "is_error": outcome["is_error"],
+            "preview": outcome["preview"],
+        }
+        if decision is not None:
+            finding["approval"] = decision
+        findings.append(finding)
     return findings
+
+
+def _await_call_approval(
+    context: DurableContext,
+    request: AgentRequest,
+    index: int,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    deps: AgentDependencies,
+    budget: StateBudget,
+) -> dict[str, Any]:
+    """Wait for a person to approve step ``index``'s call of a tool that needs approval. The review shows
+    the exact arguments the call will send; the call is made only with an approval."""
+    name = tool_approval_callback(index)
+    review = {
+        "kind": "tool_call",
+        "task": request.task,
+        "step": index,
+        "tool": spec.name,
+        "server": spec.source,
+        "server_tool": spec.tool,
+        "description": spec.description,
+        "arguments": arguments,
+    }
+    return _ask_approval(context, name, review, request.approval.timeout_s, deps, budget)
+
+
+def _choose_call(
+    deps: AgentDependencies,
+    prompt: list[dict[str, Any]],
+    definitions: list[dict[str, Any]],
+    spec: ToolSpec,
+    planned: dict[str, Any],
+) -> dict[str, Any]:
+    """The model's call for one plan step. A call cut short by ``tool_call_max_tokens`` (a small model
+    may fill a free string to its bound) is not a failure: the plan already holds arguments valid against
+    the same schema, and those are called instead (``"from_plan": true``)."""
+    reply = complete(
+        deps.inference,
+        prompt,
+        max_tokens=deps.settings.tool_call_max_tokens,
+        tools=definitions,
+        tool_choice={"type": "function", "function": {"name": spec.name}},
+        parallel_tool_calls=False,
+    )
+    if reply.tool_calls:
+        return {"tool": spec.name, "arguments": reply.tool_calls[0]["arguments"]}
+    if reply.finish_reason == "length":
+        return {"tool": spec.name, "arguments": planned.get("arguments") or {}, "from_plan": True}
+    raise ModelAnswerIncompleteError(f"the model answered without calling {spec.name}")
+
+
+def _call_tool(
+    context: DurableContext,
+    index: int,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    deps: AgentDependencies,
+    budget: StateBudget,
+) -> dict[str, Any]:
+    """One tool call as a named durable step. The whole answer is checkpointed, or offloaded to S3 when it
+    is over the budget; a short text preview stays in the checkpoint for the conversation and the answer.
+
+    Durable steps run *at least once*: a step whose body ran but whose result was not checkpointed yet
+    (the function timed out, crashed or was replaced in between) runs again on the next invocation, and a
+    retried step runs again by design. For a tool that reads, or that is idempotent, that costs a second
+    call and nothing else. For any other tool it could do a thing twice (open two tickets, pay twice), so:
+
+    - every call carries an idempotency key derived from the execution and the step's name (the same on
+      every attempt and replay), in ``_meta``, which a server may use to drop a repeated call;
+    - a tool that is not idempotent (neither named in its server's ``idempotent`` list nor annotated
+      ``idempotentHint``/``readOnlyHint``) runs with ``AT_MOST_ONCE_PER_RETRY``: the step is checkpointed
+      as started before the call leaves, and an attempt that was interrupted is not run again silently
+      but counted as failed; its retry rule (``tool_once``) then retries only failures where nothing was
+      sent (server unreachable). A call that broke off after it was sent fails the step: whether it took
+      effect is for a person to find out, not for a retry to guess.
+    """
+    name = f"call {index} {spec.name}"
+    source = deps.source(spec.source)
+
+    def run(step_context: StepContext) -> dict[str, Any]:
+        key = idempotency_key(context.execution_context.durable_execution_arn, name)
+        result = source.call(spec.tool, arguments, deps.tool_context, idempotency_key=key)
+        return {
+            "is_error": result.is_error,
+            "preview": result.text[:_PROMPT_SNIPPET_CHARS],
+            "text_bytes": len(result.text.encode()),
+            "result": budget.fit(name, result.to_dict()),
+        }
+
+    semantics = (
+        StepSemantics.AT_LEAST_ONCE_PER_RETRY if spec.idempotent else StepSemantics.AT_MOST_ONCE_PER_RETRY
+    )
+    return _step(context, name, run, retry=RETRY[spec.retry_class], budget=budget, semantics=semantics)
+
+
+def idempotency_key(execution_arn: str, step_name: str) -> str:
+    """The key a tool call carries: the same for every attempt and replay of one step of one execution,
+    different for any other step or execution."""
+    return hashlib.sha256(f"{execution_arn}\0{step_name}".encode()).hexdigest()[:32]
 
 
 def _await_approval(
@@ -276,25 +487,33 @@ def _await_approval(
     deps: AgentDependencies,
     budget: StateBudget,
 ) -> dict[str, Any]:
-    """Wait (at no cost: the function is not running) for a person to approve or reject."""
-    timeout_s = request.approval.timeout_s
+    """Wait (at no cost: the function is not running) for a person to approve or reject the run."""
+    review = {"kind": "run", "task": request.task, "plan": plan["steps"], "findings": findings}
+    return _ask_approval(context, APPROVAL_CALLBACK, review, request.approval.timeout_s, deps, budget)
+
+
+def _ask_approval(
+    context: DurableContext,
+    name: str,
+    review: dict[str, Any],
+    timeout_s: int,
+    deps: AgentDependencies,
+    budget: StateBudget,
+) -> dict[str, Any]:
+    """One approval: a callback named ``name``, and a step that writes the review document the approver
+    reads (its callback id included); the run's state keeps only the document's reference."""
     callback = context.create_callback(
-        name=APPROVAL_CALLBACK,
+        name=name,
         config=CallbackConfig(timeout=Duration.from_seconds(timeout_s), serdes=JSON),
     )
 
     def request_approval(_: StepContext) -> dict[str, Any]:
-        # The reviewer reads this document; the run's state only keeps its reference.
-        review = {
-            "callback_id": callback.callback_id,
-            "task": request.task,
-            "plan": plan["text"],
-            "findings": [{"uri": f["uri"], "offset": f["offset"], "summary": f["summary"]} for f in findings],
-            "timeout_s": timeout_s,
-        }
-        return {"review": deps.store.put_json(f"runs/{budget.run_id}/approval-request.json", review)}
+        document = {"callback_id": callback.callback_id, **review, "timeout_s": timeout_s}
+        key = f"runs/{budget.run_id}/{review_document(name)}"
+        return {"review": deps.store.put_json(key, document)}
 
-    _step(context, "request approval", request_approval, retry=RETRY["storage"], budget=budget)
+    step_name = "request approval" if name == APPROVAL_CALLBACK else f"request approval {name}"
+    _step(context, step_name, request_approval, retry=RETRY["storage"], budget=budget)
     try:
         decision = callback.result()
     except CallbackTimeoutError:
@@ -315,26 +534,18 @@ def _decision(payload: Any) -> dict[str, Any]:
     return {"approved": False, "approver": approver, "reason": reason}
 
 
-def _answer(
-    request: AgentRequest,
-    plan: dict[str, Any],
-    findings: list[dict[str, Any]],
-    deps: AgentDependencies,
-    budget: StateBudget,
-) -> dict[str, Any]:
+def _answer(request: AgentRequest, findings: list[dict[str, Any]], deps: AgentDependencies) -> dict[str, Any]:
+    """The answer, from what the tool calls found. The task comes last, as the question: a small model
+    otherwise continues the notes' pattern instead of answering."""
     lines = []
     for f in findings:
-        if f["tool"] == "summarize_chunk" and f["summary"]:
-            lines.append(f"- {_doc_name(f['uri'])}: {f['summary'][:_PROMPT_SNIPPET_CHARS]}")
-        elif f["tool"] == "read_excerpt":
-            # An offloaded excerpt comes back from S3 here, inside the step, and only a snippet is used.
-            excerpt = budget.resolve(f["excerpt"])
-            lines.append(f"- {_doc_name(f['uri'])} opens with: {excerpt['text'][:160].strip()}")
-    notes = "\n".join(lines) or "- no documents"
+        said = "failed: " if f["is_error"] else ""
+        lines.append(f"- {describe_step(f)}: {said}{f['preview'][:_PROMPT_SNIPPET_CHARS].strip()}")
+    notes = "\n".join(lines) or "- no tool calls"
     reply = chat(
         deps.inference,
-        system="You are a concise assistant. Answer in two or three sentences.",
-        user=f"Task: {request.task}\nPlan:\n{plan['text'][:_PROMPT_SNIPPET_CHARS]}\nNotes:\n{notes}\nAnswer:",
+        system="You are a concise assistant. Answer in two or three sentences, from the notes.",
+        user=f"Notes from the tools:\n{notes}\n\n{request.task}",
         max_tokens=deps.settings.answer_max_tokens,
     )
     return {"text": reply.text, "tokens": reply.completion_tokens}

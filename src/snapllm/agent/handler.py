@@ -7,7 +7,7 @@
 
 Tests and the local runner pass their own dependencies (a local inference environment, the local S3)::
 
-    handler = build_handler(lambda: AgentDependencies(settings, store, LocalInferenceClient(env), tools))
+    handler = build_handler(lambda: AgentDependencies(settings, store, LocalInferenceClient(env)))
 """
 
 from __future__ import annotations
@@ -22,10 +22,16 @@ from aws_durable_execution_sdk_python.exceptions import DurableOperationError
 
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.flow import AgentDependencies, agent_failure, run_agent
+from snapllm.agent.mcp import McpToolSource
 from snapllm.agent.settings import AgentSettings
-from snapllm.agent.tools import ToolRegistry
+from snapllm.agent.tools import BuiltinTools, ToolSource
 from snapllm.errors import ConfigurationError
 from snapllm.inference_client import LambdaInferenceClient
+
+
+def tool_sources(settings: AgentSettings) -> tuple[ToolSource, ...]:
+    """The built-in tools, then each configured MCP server's (``SNAPLLM_AGENT_MCP_SERVERS``)."""
+    return (BuiltinTools(), *(McpToolSource(server) for server in settings.mcp_servers))
 
 
 def dependencies_from_env() -> AgentDependencies:
@@ -45,7 +51,7 @@ def dependencies_from_env() -> AgentDependencies:
             read_timeout_s=settings.inference_timeout_s,
             endpoint_url=settings.inference_endpoint_url,
         ),
-        tools=ToolRegistry.builtin(),
+        tools=tool_sources(settings),
     )
 
 

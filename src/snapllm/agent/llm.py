@@ -1,18 +1,29 @@
-"""One chat completion through the :class:`~snapllm.inference_client.InferenceClient` protocol.
+"""Chat completions through the :class:`~snapllm.inference_client.InferenceClient` protocol.
 
 The agent never loads a model: it invokes the inference alias (or, locally, a restored environment)::
 
     reply = chat(client, system="Be brief.", user="Summarize: ...", max_tokens=40)
     reply.text, reply.completion_tokens
+
+    # the same, constrained: JSON valid against a schema, or tool calls valid against the tools' schemas
+    reply = complete(client, messages, max_tokens=160, response_format={"type": "json_schema", ...})
+    reply.json()
+    reply = complete(client, messages, max_tokens=96, tools=[...], tool_choice={"type": "function", ...})
+    reply.tool_calls   # [{"id", "name", "arguments": {...}}]
+
+Every request carries a seed derived from the request itself (:func:`request_seed`), so the same question
+gets the same answer and an execution, and a replay of its event, is reproducible.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from snapllm.agent.errors import InferenceRejectedError
+from snapllm.agent.errors import InferenceRejectedError, ModelAnswerIncompleteError
 from snapllm.errors import InferenceInvokeError, RequestError
 from snapllm.inference_client import InferenceClient
 
@@ -22,6 +33,40 @@ class ChatReply:
     text: str
     completion_tokens: int
     finish_reason: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def json(self, what: str = "answer") -> Any:
+        """The reply's text as JSON. The grammar guarantees valid JSON unless ``max_tokens`` cut it."""
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            raise ModelAnswerIncompleteError(
+                f"the model's {what} is not complete JSON (finish_reason {self.finish_reason!r}); "
+                "raise its max_tokens"
+            ) from None
+
+
+def complete_items(text: str, key: str) -> list[Any]:
+    """The complete items of the list ``key`` in a JSON object that ``max_tokens`` cut short.
+
+    The grammar made every item that was finished valid; only the one being written when the cut came is
+    lost. ``'{"steps": [{"a": 1}, {"a": 2}, {"a"'`` -> ``[{"a": 1}, {"a": 2}]``.
+    """
+    decoder = json.JSONDecoder()
+    start = text.find(f'"{key}"')
+    bracket = text.find("[", start) if start >= 0 else -1
+    items: list[Any] = []
+    if bracket < 0:
+        return items
+    position = bracket + 1
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        try:
+            item, position = decoder.raw_decode(text, position)
+        except ValueError:
+            return items
+        items.append(item)
 
 
 def prompt_seed(system: str, user: str) -> int:
@@ -31,20 +76,61 @@ def prompt_seed(system: str, user: str) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
+def request_seed(request: dict[str, Any]) -> int:
+    """The seed of a whole request (messages, tools, format): :func:`prompt_seed` for any request shape."""
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 def chat(
     client: InferenceClient, *, system: str, user: str, max_tokens: int, temperature: float = 0.2
 ) -> ChatReply:
-    """Ask the model once. A 4xx answer raises :class:`InferenceRejectedError` (retrying cannot help);
-    throttles, timeouts and 5xx raise the client's ``InferenceInvokeError`` subclasses (transient)."""
+    """Ask the model once, in text. A 4xx answer raises :class:`InferenceRejectedError` (retrying cannot
+    help); throttles, timeouts and 5xx raise the client's ``InferenceInvokeError`` subclasses (transient)."""
+    return _send(
+        client,
+        {
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": prompt_seed(system, user),
+        },
+    )
+
+
+def complete(
+    client: InferenceClient,
+    messages: Sequence[dict[str, Any]],
+    *,
+    max_tokens: int,
+    temperature: float = 0.2,
+    response_format: dict[str, Any] | None = None,
+    tools: Sequence[dict[str, Any]] | None = None,
+    tool_choice: str | dict[str, Any] | None = None,
+    parallel_tool_calls: bool | None = None,
+) -> ChatReply:
+    """Ask the model once with any messages, optionally constrained by ``response_format`` or ``tools``
+    (the inference function enforces both with a grammar). Errors as :func:`chat`."""
+    request: dict[str, Any] = {
+        "messages": list(messages),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
+    if response_format is not None:
+        request["response_format"] = response_format
+    if tools:
+        request["tools"] = list(tools)
+        if tool_choice is not None:
+            request["tool_choice"] = tool_choice
+        if parallel_tool_calls is not None:
+            request["parallel_tool_calls"] = parallel_tool_calls
+    request["seed"] = request_seed(request)
+    return _send(client, request)
+
+
+def _send(client: InferenceClient, request: dict[str, Any]) -> ChatReply:
     try:
-        body: dict[str, Any] = client.invoke(
-            {
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "seed": prompt_seed(system, user),
-            }
-        )
+        body: dict[str, Any] = client.invoke(request)
     except InferenceInvokeError:
         raise
     except RequestError as exc:
@@ -53,12 +139,34 @@ def chat(
         ) from None
     try:
         choice = body["choices"][0]
-        text = str(choice["message"]["content"] or "").strip()
-    except (KeyError, IndexError, TypeError) as exc:
-        raise InferenceRejectedError("the model's answer has no choices[0].message.content") from exc
+        message = choice["message"]
+        text = str(message.get("content") or "").strip()
+        calls = [
+            {
+                "id": str(call["id"]),
+                "name": str(call["function"]["name"]),
+                "arguments": _arguments(call["function"]["arguments"]),
+            }
+            for call in message.get("tool_calls") or []
+        ]
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise InferenceRejectedError("the model's answer has no choices[0].message") from exc
     usage = body.get("usage") or {}
     return ChatReply(
         text=text,
         completion_tokens=int(usage.get("completion_tokens", 0)),
         finish_reason=choice.get("finish_reason"),
+        tool_calls=calls,
     )
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        raise ModelAnswerIncompleteError(
+            "the model's tool call arguments are not complete JSON; raise its max_tokens"
+        ) from None
+    if not isinstance(value, dict):
+        raise ModelAnswerIncompleteError("the model's tool call arguments are not a JSON object")
+    return value

@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from snapllm.agent.errors import AgentError, AgentInputError, failure_code
-from snapllm.agent.operations import APPROVAL_CALLBACK
+from snapllm.agent.operations import is_approval_callback
 from snapllm.agent.request import AgentRequest
 from snapllm.errors import RequestError
 
@@ -173,7 +173,8 @@ class AgentRuns:
             page = self._lambda.get_durable_execution_history(**kwargs)
             for event in page.get("Events", []):
                 kind = event.get("EventType")
-                if kind == "CallbackStarted" and event.get("Name") == APPROVAL_CALLBACK:
+                # The latest approval asked for: a gated tool call's, or the run's own.
+                if kind == "CallbackStarted" and is_approval_callback(event.get("Name")):
                     callback_id = event["CallbackStartedDetails"]["CallbackId"]
                     operation_id = event.get("Id")
                 elif kind in _CLOSED_CALLBACK_EVENTS:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, Json, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from snapllm.environment import EnvironmentSettings
@@ -22,6 +23,46 @@ KiB = 1024
 # The service rejects a checkpointed operation result over 256 KB; the budget stays well below that so
 # the envelope the SDK adds around map/parallel results and JSON escaping can never push a value over.
 SERVICE_OPERATION_LIMIT_BYTES = 256 * KiB
+# Chunks a document may be split into for summaries, and tool calls a plan may make: both bound a run's cost.
+MAX_CHUNKS_PER_DOCUMENT = 8
+MAX_TOOL_CALLS = 8
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server the agent takes tools from (an entry of ``SNAPLLM_AGENT_MCP_SERVERS``)::
+
+        {"name": "docs", "url": "https://gw.example.com/mcp", "auth": "iam", "region": "us-east-1",
+         "idempotent": ["search"], "needs_approval": ["open_ticket"]}
+
+    ``auth``: ``none``; ``iam`` signs each request with the function's own credentials (SigV4, signing
+    name ``service``: an AWS-hosted gateway such as Bedrock AgentCore Gateway); ``bearer`` sends the API
+    key kept in the Secrets Manager secret ``secret_arn`` (the secret string, or JSON with ``api_key``).
+    ``tools`` limits the server's tools the agent offers the model to those named (default: all).
+    ``idempotent`` names tools that may be called again after a call broke off (as the server's
+    ``idempotentHint``/``readOnlyHint`` annotations do); ``needs_approval`` names tools a person approves,
+    call by call, before they run.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,24}$")
+    url: str = Field(pattern=r"^https?://[^\s]+$", max_length=2048)
+    auth: Literal["none", "iam", "bearer"] = "none"
+    secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:[^\s]+$")
+    region: str | None = None
+    service: str = "bedrock-agentcore"
+    tools: tuple[str, ...] = ()
+    idempotent: tuple[str, ...] = ()
+    needs_approval: tuple[str, ...] = ()
+    timeout_s: float = Field(30.0, gt=0, le=900)
+
+    @model_validator(mode="after")
+    def _auth_has_what_it_needs(self) -> McpServerConfig:
+        if self.auth == "bearer" and not self.secret_arn:
+            raise ValueError(f"MCP server {self.name!r}: auth 'bearer' needs secret_arn")
+        if self.auth != "bearer" and self.secret_arn:
+            raise ValueError(f"MCP server {self.name!r}: secret_arn is only for auth 'bearer'")
+        return self
 
 
 @dataclass(frozen=True)
@@ -42,12 +83,18 @@ class AgentSettings:
     chunks_per_document: int = 2
     chunk_bytes: int = 1200
     excerpt_bytes: int = 2 * KiB
-    plan_max_tokens: int = 48
+    max_tool_calls: int = 3
+    plan_max_tokens: int = 320
+    tool_call_max_tokens: int = 128
     summary_max_tokens: int = 40
     answer_max_tokens: int = 64
     inference_timeout_s: float = 120.0
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
     def __post_init__(self) -> None:
+        names = [server.name for server in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"SNAPLLM_AGENT_MCP_SERVERS names a server twice: {names}")
         if self.state_budget_bytes >= SERVICE_OPERATION_LIMIT_BYTES:
             raise ConfigurationError(
                 "SNAPLLM_AGENT_STATE_BUDGET_BYTES must stay below the service's "
@@ -87,22 +134,39 @@ class AgentEnvironment(EnvironmentSettings):
     256 KiB per operation."""
     max_documents: int = Field(AgentSettings.max_documents, ge=1)
     """Most documents a run may name."""
-    chunks_per_document: int = Field(AgentSettings.chunks_per_document, ge=1)
-    """Chunks summarized per document larger than one chunk, spread evenly over it."""
+    chunks_per_document: int = Field(AgentSettings.chunks_per_document, ge=1, le=MAX_CHUNKS_PER_DOCUMENT)
+    """Chunks a document larger than one chunk is split into for summaries, spread evenly over it (the
+    `part` a `summarize_chunk` call names)."""
+    max_tool_calls: int = Field(AgentSettings.max_tool_calls, ge=1, le=MAX_TOOL_CALLS)
+    """Most steps a plan may have, each one tool call: the bound on a run's tool calls."""
     chunk_bytes: int = Field(AgentSettings.chunk_bytes, ge=64)
     """Bytes of a document read for one chunk's summary."""
     excerpt_bytes: int = Field(AgentSettings.excerpt_bytes, ge=64)
     """Bytes of a document's opening excerpt."""
     plan_max_tokens: int = Field(AgentSettings.plan_max_tokens, ge=1)
-    """Tokens the model may generate for the plan."""
+    """Tokens the model may generate for the plan (JSON: the steps, each a tool and its arguments)."""
+    tool_call_max_tokens: int = Field(AgentSettings.tool_call_max_tokens, ge=1)
+    """Tokens the model may generate for one tool call (its arguments)."""
     summary_max_tokens: int = Field(AgentSettings.summary_max_tokens, ge=1)
     """Tokens the model may generate per summary."""
     answer_max_tokens: int = Field(AgentSettings.answer_max_tokens, ge=1)
     """Tokens the model may generate for the answer."""
 
+    mcp_servers: Json[list[McpServerConfig]] | None = Field(
+        None, json_schema_extra={"unset": "no MCP servers"}
+    )
+    """MCP servers the agent takes tools from, over streamable HTTP: a JSON list of `{"name", "url", "auth":
+    "none"|"iam"|"bearer", "secret_arn" (bearer), "region" and "service" (iam), "tools" (the tools offered;
+    default all), "idempotent", "needs_approval" (tool names), "timeout_s"}` (the template's
+    `AgentMcpServers`)."""
+
     def agent_settings(self) -> AgentSettings:
-        values = self.model_dump(exclude={"inference_function"})
-        return AgentSettings(**values, inference_function_arn=self.inference_function)
+        values = self.model_dump(exclude={"inference_function", "mcp_servers"})
+        return AgentSettings(
+            **values,
+            inference_function_arn=self.inference_function,
+            mcp_servers=tuple(self.mcp_servers or ()),
+        )
 
 
 class AgentRoutesEnvironment(EnvironmentSettings):

@@ -1,28 +1,35 @@
-"""A small, typed tool interface and the built-in tools.
+"""The agent's tools, behind one interface whatever serves them.
 
-A tool takes a validated pydantic input and returns a small JSON-able dict. Tools get *references*
-(``s3://`` URIs with byte ranges) and read only the bytes they need; they never take or return a whole
-document. Each tool says which retry class its step uses (``"storage"`` or ``"inference"``)::
+A :class:`ToolSource` lists :class:`ToolSpec` s (name, description, JSON schema of the parameters, and
+how a call may be retried) and runs calls, answering a :class:`ToolResult`. The built-in tools
+(:class:`BuiltinTools`) are one source; each MCP server (:mod:`snapllm.agent.mcp`) is another::
 
-    registry = ToolRegistry.builtin()
-    registry.call("read_excerpt", {"uri": "s3://b/agent/documents/a.md", "offset": 0, "length": 2048}, ctx)
-    registry.call("summarize_chunk", {"uri": "...", "offset": 0, "length": 1200}, ctx)
+    tools = BuiltinTools()
+    [spec.name for spec in tools.list_tools(ctx)]           # ["read_excerpt", "summarize_chunk"]
+    tools.call("read_excerpt", {"uri": "s3://b/agent/documents/a.md"}, ctx, idempotency_key="...")
+
+Built-in tools take *references* (``s3://`` URIs, a chunk number) and read only the bytes they need;
+they never take or return a whole document. Their parameters are derived from their pydantic input
+models (:func:`~snapllm.agent.schemas.enforceable`), so what the model is told and what is validated
+are one definition.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from snapllm.agent.artifacts import ArtifactStore
-from snapllm.agent.errors import AgentInputError, UnknownToolError
+from snapllm.agent.artifacts import ArtifactRef, ArtifactStore
+from snapllm.agent.errors import UnknownToolError
 from snapllm.agent.llm import chat
-from snapllm.agent.settings import AgentSettings
+from snapllm.agent.schemas import enforceable
+from snapllm.agent.settings import MAX_CHUNKS_PER_DOCUMENT, AgentSettings
 from snapllm.inference_client import InferenceClient
 
-RetryClass = Literal["storage", "inference"]
+RetryClass = Literal["storage", "inference", "tool"]
+BUILTIN = "builtin"
 
 
 @dataclass(frozen=True)
@@ -34,23 +41,121 @@ class ToolContext:
     settings: AgentSettings
 
 
-class ChunkRef(BaseModel):
-    """A byte range of a document: the unit tools pass around instead of text."""
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as the model sees it (``name``, ``description``, ``parameters``) and as the flow runs it.
+
+    ``idempotent``: calling it twice with the same arguments has the effect of calling it once, so its
+    step may be retried after a call that broke off. ``needs_approval``: a person approves each call, with
+    its exact arguments, before it is made. ``documents``: its ``uri`` argument names one of the run's
+    documents (the flow limits it to them).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    source: str = BUILTIN
+    tool: str = ""
+    retry_class: RetryClass = "tool"
+    idempotent: bool = True
+    needs_approval: bool = False
+    documents: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.tool:
+            object.__setattr__(self, "tool", self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "source": self.source,
+            "tool": self.tool,
+            "retry_class": self.retry_class,
+            "idempotent": self.idempotent,
+            "needs_approval": self.needs_approval,
+            "documents": self.documents,
+        }
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> ToolSpec:
+        return cls(**value)
+
+    def definition(self, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters if parameters is not None else self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class BinaryPart:
+    """An image or audio part of a tool's answer, kept in S3 (never inlined in a checkpoint)."""
+
+    type: str
+    mime_type: str
+    artifact: ArtifactRef
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "mime_type": self.mime_type, "artifact": dict(self.artifact)}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's answer: its text, binary parts stored in S3, and whether it is an error the model sees."""
+
+    text: str
+    is_error: bool = False
+    binary: list[BinaryPart] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"is_error": self.is_error, "text": self.text}
+        if self.binary:
+            value["binary"] = [part.to_dict() for part in self.binary]
+        if self.data:
+            value["data"] = self.data
+        return value
+
+
+class ToolSource(Protocol):
+    """Anything that serves tools: the built-in ones, or an MCP server."""
+
+    name: str
+
+    def list_tools(self, ctx: ToolContext) -> list[ToolSpec]: ...
+
+    def call(
+        self, tool: str, arguments: dict[str, Any], ctx: ToolContext, *, idempotency_key: str
+    ) -> ToolResult: ...
+
+
+class DocumentExcerpt(BaseModel):
+    """Arguments of ``read_excerpt``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    uri: str
-    offset: int = Field(default=0, ge=0)
-    length: int = Field(gt=0, le=1024 * 1024)
+    uri: str = Field(description="s3:// URI of one of the run's documents")
 
 
-class Tool(Protocol):
-    name: ClassVar[str]
-    description: ClassVar[str]
-    retry_class: ClassVar[RetryClass]
-    input_model: ClassVar[type[BaseModel]]
+class DocumentChunk(BaseModel):
+    """Arguments of ``summarize_chunk``."""
 
-    def run(self, args: Any, ctx: ToolContext) -> dict[str, Any]: ...
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str = Field(description="s3:// URI of one of the run's documents")
+    part: int = Field(
+        0,
+        ge=0,
+        lt=MAX_CHUNKS_PER_DOCUMENT,
+        description="which of the document's evenly spaced chunks (0 = the first)",
+    )
 
 
 def _decode(data: bytes) -> str:
@@ -58,69 +163,113 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="ignore")
 
 
+def chunk_offset(size: int, part: int, settings: AgentSettings) -> tuple[int, int]:
+    """Offset and length of chunk ``part`` of a ``size``-byte document: ``chunks_per_document`` chunks
+    spread evenly over it (so a 10 MB document costs that many model calls, not thousands); a document
+    of one chunk has only part 0, and a larger part number reads the last chunk."""
+    length = max(1, min(settings.chunk_bytes, size))
+    count = 1 if size <= settings.chunk_bytes else settings.chunks_per_document
+    part = min(part, count - 1)
+    span = max(size - length, 0)
+    return (span * part) // max(count - 1, 1), length
+
+
+class BuiltinTool(Protocol):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    retry_class: ClassVar[RetryClass]
+    input_model: ClassVar[type[BaseModel]]
+
+    def parameters(self, settings: AgentSettings) -> dict[str, Any]: ...
+
+    def run(self, args: Any, ctx: ToolContext) -> ToolResult: ...
+
+
 class ReadExcerpt:
-    """Read up to ``length`` bytes of an S3 document from ``offset`` (a ranged GET)."""
+    """Read the opening ``excerpt_bytes`` of an S3 document (a ranged GET)."""
 
     name: ClassVar[str] = "read_excerpt"
-    description: ClassVar[str] = "Read an excerpt of an S3 document by reference (uri, offset, length)."
+    description: ClassVar[str] = "Read the opening excerpt of one of the documents."
     retry_class: ClassVar[RetryClass] = "storage"
-    input_model: ClassVar[type[BaseModel]] = ChunkRef
+    input_model: ClassVar[type[BaseModel]] = DocumentExcerpt
 
-    def run(self, args: ChunkRef, ctx: ToolContext) -> dict[str, Any]:
+    def parameters(self, settings: AgentSettings) -> dict[str, Any]:
+        return enforceable(self.input_model.model_json_schema())
+
+    def run(self, args: DocumentExcerpt, ctx: ToolContext) -> ToolResult:
         location = ctx.store.document(args.uri)
-        data = ctx.store.read_range(location, args.offset, args.length)
-        return {"uri": args.uri, "offset": args.offset, "length": len(data), "text": _decode(data)}
+        data = ctx.store.read_range(location, 0, ctx.settings.excerpt_bytes)
+        return ToolResult(text=_decode(data), data={"uri": args.uri, "offset": 0, "length": len(data)})
 
 
 class SummarizeChunk:
     """Summarize one chunk of a document with the model; only the summary comes back."""
 
     name: ClassVar[str] = "summarize_chunk"
-    description: ClassVar[str] = "Summarize a byte range of an S3 document with the model."
+    description: ClassVar[str] = "Summarize one chunk of one of the documents in a sentence."
     retry_class: ClassVar[RetryClass] = "inference"
-    input_model: ClassVar[type[BaseModel]] = ChunkRef
+    input_model: ClassVar[type[BaseModel]] = DocumentChunk
 
-    def run(self, args: ChunkRef, ctx: ToolContext) -> dict[str, Any]:
+    def parameters(self, settings: AgentSettings) -> dict[str, Any]:
+        schema = enforceable(self.input_model.model_json_schema())
+        schema["properties"]["part"]["enum"] = list(range(settings.chunks_per_document))
+        return schema
+
+    def run(self, args: DocumentChunk, ctx: ToolContext) -> ToolResult:
         location = ctx.store.document(args.uri)
-        text = _decode(ctx.store.read_range(location, args.offset, args.length)).strip()
+        size = ctx.store.head(location).size
+        offset, length = chunk_offset(size, args.part, ctx.settings)
+        text = _decode(ctx.store.read_range(location, offset, length)).strip()
+        data: dict[str, Any] = {"uri": args.uri, "offset": offset, "length": length, "tokens": 0}
         if not text:
-            return {"uri": args.uri, "offset": args.offset, "length": 0, "summary": "", "tokens": 0}
+            return ToolResult(text="", data=data)
         reply = chat(
             ctx.inference,
             system="You summarize text in one short sentence.",
             user=f"Summarize this text in one sentence:\n\n{text}",
             max_tokens=ctx.settings.summary_max_tokens,
         )
-        return {
-            "uri": args.uri,
-            "offset": args.offset,
-            "length": args.length,
-            "summary": reply.text,
-            "tokens": reply.completion_tokens,
-        }
+        return ToolResult(text=reply.text, data={**data, "tokens": reply.completion_tokens})
 
 
-class ToolRegistry:
-    """Tools by name; :meth:`call` validates the arguments against the tool's input model."""
+class BuiltinTools:
+    """The built-in tools as a :class:`ToolSource`. Arguments are validated against the tool's input
+    model; invalid ones are an error answer the model sees, as an MCP server would answer."""
 
-    def __init__(self, tools: list[Tool]) -> None:
+    name = BUILTIN
+
+    def __init__(self, tools: list[BuiltinTool] | None = None) -> None:
+        tools = tools if tools is not None else [ReadExcerpt(), SummarizeChunk()]
         self._tools = {tool.name: tool for tool in tools}
 
-    @classmethod
-    def builtin(cls) -> ToolRegistry:
-        return cls([ReadExcerpt(), SummarizeChunk()])
+    def list_tools(self, ctx: ToolContext) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name=tool.name,
+                description=tool.description,
+                parameters=tool.parameters(ctx.settings),
+                retry_class=tool.retry_class,
+                documents="uri" in tool.input_model.model_fields,
+            )
+            for tool in self._tools.values()
+        ]
 
-    def get(self, name: str) -> Tool:
+    def get(self, name: str) -> BuiltinTool:
         try:
             return self._tools[name]
         except KeyError:
             known = ", ".join(sorted(self._tools))
             raise UnknownToolError(f"no tool named {name!r}; tools: {known}") from None
 
-    def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        tool = self.get(name)
+    def call(
+        self, tool: str, arguments: dict[str, Any], ctx: ToolContext, *, idempotency_key: str = ""
+    ) -> ToolResult:
+        builtin = self.get(tool)
         try:
-            parsed = tool.input_model.model_validate(args)
+            parsed = builtin.input_model.model_validate(arguments)
         except ValidationError as exc:
-            raise AgentInputError(f"invalid arguments for {name}: {exc.errors(include_url=False)}") from exc
-        return tool.run(parsed, ctx)
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            return ToolResult(text=f"invalid arguments for {tool}: {details}", is_error=True)
+        return builtin.run(parsed, ctx)

@@ -9,7 +9,8 @@ module that creates a client (``boto3.client("s3")``, ``session.client("lambda")
 one of the service's operations (botocore's model), and so is an operation's name passed as a call's first
 argument (``getattr`` dispatch such as ``self._call("get_object", ...)``, paginators). boto3's managed
 transfers (``upload_file``...) count as the operations they make. A library that calls AWS itself (the
-durable execution SDK) is listed in :data:`LIBRARY_CALLS`, since its source is not this project's.
+durable execution SDK) is listed in :data:`LIBRARY_CALLS`, since its source is not this project's, and a
+module that signs plain HTTP requests to an AWS service in :data:`SIGNED_CALLS`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ LIBRARY_CALLS: dict[str, tuple[tuple[str, str], ...]] = {
         ("lambda", "CheckpointDurableExecution"),
         ("lambda", "GetDurableExecutionState"),
     ),
+}
+#: HTTP requests that a module signs with the function's credentials (SigV4) to a service whose IAM action
+#: authorizes them, though no boto3 client makes them: the agent's MCP client calling an AgentCore Gateway
+#: with IAM inbound authorization (the caller needs ``bedrock-agentcore:InvokeGateway`` on the gateway).
+SIGNED_CALLS: dict[str, tuple[tuple[str, str], ...]] = {
+    "snapllm.agent.mcp": (("bedrock-agentcore", "InvokeGateway"),),
 }
 #: boto3's managed transfers and the operations they make.
 TRANSFER_CALLS: dict[str, tuple[str, ...]] = {
@@ -91,6 +98,8 @@ def aws_calls(function: Function) -> list[AwsCall]:
                     calls.update(AwsCall(service, op, name) for op in TRANSFER_CALLS[method])
     for library in sorted(libraries & set(LIBRARY_CALLS)):
         calls.update(AwsCall(service, op, library) for service, op in LIBRARY_CALLS[library])
+    for module in sorted(set(modules) & set(SIGNED_CALLS)):
+        calls.update(AwsCall(service, op, module) for service, op in SIGNED_CALLS[module])
     return sorted(calls)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from snapllm import sam
 from snapllm.errors import SnapllmError
-from snapllm.local.durable_cli import invoke_durable
+from snapllm.local.durable_cli import MCP_HELP, invoke_durable
 from snapllm.local.faults import FaultProxy, FaultSpec, FaultSpecError, parse_fault
 from snapllm.local.kinds import Kind, kind_of
 from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
@@ -55,6 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     decision.add_argument("--approve", action="store_true", help="durable agent: approve when asked")
     decision.add_argument("--reject", action="store_true", help="durable agent: reject when asked")
     invoke.add_argument("--reason", help="durable agent: the approver's comment")
+    invoke.add_argument("--mcp", action="append", default=[], metavar="NAME=URL", help=MCP_HELP)
     invoke.set_defaults(func=_invoke)
     add_serve_parser(verbs)
 

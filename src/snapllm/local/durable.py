@@ -24,11 +24,12 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from aws_durable_execution_sdk_python_testing.exceptions import DurableFunctionsTestError
 from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
 
 from snapllm.agent import routes as agent_routes
@@ -36,12 +37,12 @@ from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import run_id_from_arn
 from snapllm.agent.errors import AgentError
 from snapllm.agent.flow import AgentDependencies
-from snapllm.agent.handler import build_handler
-from snapllm.agent.operations import APPROVAL_CALLBACK
+from snapllm.agent.handler import build_handler, tool_sources
+from snapllm.agent.operations import is_approval_callback, review_document
 from snapllm.agent.report import OperationReport
 from snapllm.agent.runs import AgentRuns
 from snapllm.agent.settings import AgentSettings
-from snapllm.agent.tools import ToolRegistry
+from snapllm.agent.tools import ToolSource
 from snapllm.inference_client import InferenceClient
 from snapllm.local.durable_service import LocalDurableLambda
 from snapllm.local.environment import function_environment
@@ -101,6 +102,23 @@ def agent_settings(template: Template, function: Function | None = None, **overr
     return AgentSettings.from_env(env)
 
 
+MCP_SERVERS_VARIABLE = "SNAPLLM_AGENT_MCP_SERVERS"
+
+
+def with_mcp_servers(overrides: dict[str, str], pairs: Sequence[str]) -> dict[str, str]:
+    """``overrides`` with the MCP servers of ``--mcp NAME=URL`` flags added to ``SNAPLLM_AGENT_MCP_SERVERS``
+    (unauthenticated; a server that needs more is configured in that variable, with ``--env``)."""
+    if not pairs:
+        return overrides
+    servers = json.loads(overrides.get(MCP_SERVERS_VARIABLE) or "[]")
+    for pair in pairs:
+        name, _, url = pair.partition("=")
+        if not name or not url:
+            raise ValueError(f"--mcp takes NAME=URL, got {pair!r}")
+        servers.append({"name": name, "url": url})
+    return {**overrides, MCP_SERVERS_VARIABLE: json.dumps(servers)}
+
+
 def upload_documents(s3: LocalS3, settings: AgentSettings, directory: Path) -> list[str]:
     """Upload every file in ``directory``, if any, under the agent's ``{prefix}documents/`` on ``s3``, where
     an event names them (``s3://snapllm-models-local/agent/documents/<file>``); returns their URIs."""
@@ -154,7 +172,11 @@ class LocalAgent:
         return upload_documents(self.deployment.s3, self.settings, directory)
 
     def dependencies(
-        self, *, settings: AgentSettings | None = None, inference: InferenceClient | None = None
+        self,
+        *,
+        settings: AgentSettings | None = None,
+        inference: InferenceClient | None = None,
+        tools: Sequence[ToolSource] | None = None,
     ) -> AgentDependencies:
         settings = settings or self.settings
         return AgentDependencies(
@@ -165,7 +187,7 @@ class LocalAgent:
                 prefix=settings.artifacts_prefix,
             ),
             inference=inference or self.inference,
-            tools=ToolRegistry.builtin(),
+            tools=tuple(tools) if tools is not None else tool_sources(settings),
         )
 
     @contextlib.contextmanager
@@ -192,12 +214,13 @@ class LocalAgent:
         decide: Decider | None = None,
         settings: AgentSettings | None = None,
         inference: InferenceClient | None = None,
+        tools: Sequence[ToolSource] | None = None,
         wrap_handler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
         execution_name: str = "local-agent-run",
         timeout_s: int = 600,
     ) -> LocalRun:
         """Run one execution to its end, answering the approval callback with ``decide``."""
-        deps = self.dependencies(settings=settings, inference=inference)
+        deps = self.dependencies(settings=settings, inference=inference, tools=tools)
         handler = build_handler(lambda: deps)
         if wrap_handler is not None:
             handler = wrap_handler(handler)
@@ -205,8 +228,7 @@ class LocalAgent:
         started = time.perf_counter()
         with DurableFunctionTestRunner(handler=handler, poll_interval=0.1) as runner:
             arn = runner.run_async(input=payload, execution_name=execution_name, execution_timeout=timeout_s)
-            if (event.get("approval") or {}).get("required"):
-                self._answer_approval(runner, arn, deps, decide or approve(), timeout_s)
+            self._answer_approvals(runner, arn, deps, decide or approve(), timeout_s)
             result = runner.wait_for_result(arn, timeout=timeout_s)
         duration = time.perf_counter() - started
         output = json.loads(result.result) if result.result else None
@@ -222,30 +244,32 @@ class LocalAgent:
             duration_s=duration,
         )
 
-    def _answer_approval(
+    def _answer_approvals(
         self, runner: Any, arn: str, deps: AgentDependencies, decide: Decider, timeout_s: int
     ) -> None:
+        """Answer every approval the run asks for (a gated tool call's, the run's own) until it ends."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                callback_id = runner.wait_for_callback(arn, name=APPROVAL_CALLBACK, timeout=1)
-                break
-            except TimeoutError:
-                # The run may end without asking (a failure before the approval); wait_for_result says how.
-                # (Probing with wait_for_result(timeout=0) is not an option: a timed-out wait discards
-                # the completion event the next wait needs.)
-                if _has_ended(runner, arn):
-                    return
-                if time.monotonic() > deadline:
-                    raise LocalAgentError(f"the run did not ask for approval within {timeout_s} s") from None
-        review = self._review(deps, arn, timeout_s)
-        decision = decide(review)
-        if decision is not None:
-            runner.send_callback_success(callback_id, json.dumps(decision).encode())
+        answered: set[str] = set()
+        while not _has_ended(runner, arn):
+            if time.monotonic() > deadline:
+                raise LocalAgentError(f"the run did not finish within {timeout_s} s")
+            for name in _approvals_asked(runner, arn) - answered:
+                try:
+                    callback_id = runner.wait_for_callback(arn, name=name, timeout=1)
+                except TimeoutError:
+                    continue  # asked, but the invocation that asked has not finished yet
+                except DurableFunctionsTestError:
+                    answered.add(name)  # already closed (timed out)
+                    continue
+                answered.add(name)
+                decision = decide(self._review(deps, arn, name, timeout_s))
+                if decision is not None:
+                    runner.send_callback_success(callback_id, json.dumps(decision).encode())
+            time.sleep(0.1)
 
-    def _review(self, deps: AgentDependencies, arn: str, timeout_s: float) -> dict[str, Any]:
-        """The approval request the run writes right after creating its callback."""
-        key = f"{deps.settings.runs_prefix}{run_id_from_arn(arn)}/approval-request.json"
+    def _review(self, deps: AgentDependencies, arn: str, callback: str, timeout_s: float) -> dict[str, Any]:
+        """The review document the run writes right after creating the approval callback ``callback``."""
+        key = f"{deps.settings.runs_prefix}{run_id_from_arn(arn)}/{review_document(callback)}"
         client = self.deployment.s3.client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -255,6 +279,16 @@ class LocalAgent:
                 )
             time.sleep(0.1)
         raise LocalAgentError(f"the run created its approval callback but never wrote s3://.../{key}")
+
+
+def _approvals_asked(runner: Any, arn: str) -> set[str]:
+    events = runner.get_execution_history(arn).events
+    return {
+        e.name
+        for e in events
+        if str(getattr(e.event_type, "value", e.event_type)) == "CallbackStarted"
+        and is_approval_callback(e.name)
+    }
 
 
 _END_EVENTS = {"ExecutionSucceeded", "ExecutionFailed", "ExecutionTimedOut", "ExecutionStopped"}

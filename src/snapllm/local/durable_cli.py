@@ -16,10 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from snapllm.agent.flow import describe_step
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError, SnapllmError
-from snapllm.local.durable import Decider, LocalAgent, agent_settings, approve, reject
+from snapllm.local.durable import Decider, LocalAgent, agent_settings, approve, reject, with_mcp_servers
 from snapllm.sam import Function, Template
+
+MCP_HELP = (
+    "durable agent: also take tools from the MCP server at URL (streamable HTTP, no auth), named NAME "
+    "(repeatable; more options through --env SNAPLLM_AGENT_MCP_SERVERS=JSON)"
+)
 
 
 def _read_event(path: Path | None) -> dict[str, Any]:
@@ -36,9 +42,19 @@ def _read_event(path: Path | None) -> dict[str, Any]:
 
 def _ask(review: dict[str, Any]) -> dict[str, Any]:
     print("\n--- approval requested ---", file=sys.stderr)
-    print(f"task: {review.get('task')}\nplan:\n{review.get('plan')}", file=sys.stderr)
-    for finding in review.get("findings", []):
-        print(f"  - {finding['uri']}@{finding['offset']}: {finding['summary']}", file=sys.stderr)
+    print(f"task: {review.get('task')}", file=sys.stderr)
+    if review.get("kind") == "tool_call":
+        print(
+            f"step {review['step']} calls {review['server_tool']} on {review['server']} with:",
+            file=sys.stderr,
+        )
+        print(json.dumps(review["arguments"], indent=2, ensure_ascii=False), file=sys.stderr)
+    else:
+        print("plan:", file=sys.stderr)
+        for number, step in enumerate(review.get("plan", []), 1):
+            print(f"  {number}. {describe_step(step)}", file=sys.stderr)
+        for finding in review.get("findings", []):
+            print(f"  - {describe_step(finding)}: {finding['preview'][:200]}", file=sys.stderr)
     answer = input("approve? [y/N] ").strip().lower()
     reason = input("comment: ").strip()
     return {"approved": answer in {"y", "yes"}, "approver": "terminal", "reason": reason}
@@ -59,7 +75,7 @@ def invoke_durable(args: argparse.Namespace, template: Template, function: Funct
     try:
         event = _read_event(args.event)
         decide = _decider(args)
-        overrides = dict(item.split("=", 1) for item in args.env)
+        overrides = with_mcp_servers(dict(item.split("=", 1) for item in args.env), args.mcp)
         settings = agent_settings(template, function, **overrides)
         with LocalAgent.start(
             template, function, model_path=args.model, inference_timeout_s=args.timeout

@@ -18,6 +18,8 @@ from pathlib import Path
 from snapllm import sam
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError, SnapllmError
+from snapllm.local.durable import with_mcp_servers
+from snapllm.local.durable_cli import MCP_HELP
 from snapllm.local.gateway import LocalGateway, serve
 from snapllm.local.processes import exit_on_sigterm
 from snapllm.local.stack import LocalStack
@@ -48,6 +50,7 @@ def add_serve_parser(verbs: argparse._SubParsersAction) -> None:
         metavar="NAME=OTHER[,OTHER]",
         help="on a 429/503 from NAME's target, send the request on to OTHER (a route name)",
     )
+    serve.add_argument("--mcp", action="append", default=[], metavar="NAME=URL", help=MCP_HELP)
     serve.set_defaults(func=_serve)
 
 
@@ -69,6 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
             streaming=not args.no_stream,
             endpoints=endpoints,
             fallbacks=fallbacks,
+            agent_overrides=with_mcp_servers({}, args.mcp),
         )
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local serve: {exc}", file=sys.stderr)

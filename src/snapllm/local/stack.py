@@ -70,13 +70,15 @@ class LocalStack(Closing):
         streaming: bool = True,
         endpoints: Mapping[str, str] | None = None,
         fallbacks: Mapping[str, Sequence[str]] | None = None,
+        agent_overrides: Mapping[str, str] | None = None,
     ) -> LocalStack:
         """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
         HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
         no model function.
 
         ``endpoints`` adds routes to always-on OpenAI-compatible servers (``{"name": "http://host:port/v1"}``)
-        beside the model function's; ``fallbacks`` is the router's fallback order over all of them."""
+        beside the model function's; ``fallbacks`` is the router's fallback order over all of them;
+        ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...)."""
         router_function = router_function or one_of_kind(template, Kind.HTTP_API)
         durable = of_kind(template, Kind.DURABLE)
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
@@ -92,7 +94,8 @@ class LocalStack(Closing):
             client = LocalInferenceClient(environment)
             agent = None
             if agent_function is not None:
-                agent = LocalAgent(deployment, agent_settings(template, agent_function), client)
+                settings = agent_settings(template, agent_function, **(agent_overrides or {}))
+                agent = LocalAgent(deployment, settings, client)
                 resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
             router = cls._router(router_function, model, model_fn, client, endpoints or {}, fallbacks or {})
             stream = None

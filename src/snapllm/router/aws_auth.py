@@ -1,51 +1,6 @@
-"""SigV4 signing for OpenAI clients that call an IAM-protected deployment (the default, ``ApiAuth=IAM``).
+"""SigV4 signing for OpenAI clients that call an IAM-protected deployment: see :mod:`snapllm.aws_auth`,
+where it lives, since the agent signs its requests to AWS-hosted MCP servers with it too."""
 
-The HTTP API (service ``execute-api``) and the streaming Function URL (service ``lambda``) both refuse
-unsigned requests. Sign with the caller's AWS credentials through an ``httpx`` auth hook::
+from snapllm.aws_auth import SigV4
 
-    import httpx, openai
-    from snapllm.router.aws_auth import SigV4
-
-    client = openai.OpenAI(
-        base_url=stack_output["OpenAIBaseUrl"],
-        api_key="unused",  # IAM authenticates; the key is ignored but the client requires one
-        http_client=httpx.Client(auth=SigV4(region="us-east-1", service="execute-api")),
-    )
-"""
-
-from __future__ import annotations
-
-from collections.abc import Generator
-from typing import Any
-
-import boto3
-import httpx
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-
-# Headers the OpenAI client sets that a proxy may rewrite; signing them would break the signature.
-_UNSIGNED = frozenset({"authorization", "connection", "user-agent", "expect", "x-amzn-trace-id"})
-
-
-class SigV4(httpx.Auth):
-    """An ``httpx.Auth`` that signs each request with AWS Signature Version 4 (botocore's signer)."""
-
-    requires_request_body = True
-
-    def __init__(self, *, region: str, service: str = "execute-api", session: Any = None) -> None:
-        self.region = region
-        self.service = service
-        self._session = session or boto3.Session()
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        credentials = self._session.get_credentials()
-        if credentials is None:
-            raise RuntimeError("no AWS credentials found to sign the request (see boto3's credential chain)")
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _UNSIGNED}
-        signed = AWSRequest(
-            method=request.method, url=str(request.url), data=request.content, headers=headers
-        )
-        SigV4Auth(credentials.get_frozen_credentials(), self.service, self.region).add_auth(signed)
-        request.headers.pop("authorization", None)  # the OpenAI client's "Bearer <api_key>"
-        request.headers.update(dict(signed.headers.items()))
-        yield request
+__all__ = ["SigV4"]

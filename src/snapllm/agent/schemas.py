@@ -1,0 +1,130 @@
+"""JSON schemas the agent asks the model to fill: tool parameters, and the plan.
+
+The inference function enforces a schema with a grammar and refuses constructs the grammar cannot keep
+(:func:`snapllm.structured.check_schema`). Tool parameters come from pydantic models (built-in tools) or
+from MCP servers, which use such constructs freely (``minimum``, ``format: uri``...), so
+:func:`enforceable` rewrites a parameter schema into one the grammar keeps: a small integer range
+becomes an ``enum``, other value constraints are dropped. Dropping one loses nothing: the tool still
+validates its arguments (pydantic for built-in tools, the server for MCP tools) and answers an invalid
+call with an error the model sees::
+
+    enforceable(ChunkInput.model_json_schema())
+    plan_schema([spec, ...], max_steps=4)   # {"steps": [{"tool": "read_excerpt", "arguments": {...}}]}
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from snapllm.structured import ANNOTATION_KEYWORDS, ENFORCED_FORMATS, ENFORCED_KEYWORDS
+
+# An integer range up to this many values is turned into an enum, so the grammar keeps it.
+MAX_ENUM_RANGE = 16
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties")
+
+
+def enforceable(schema: dict[str, Any], *, string_limit: int | None = None) -> dict[str, Any]:
+    """A copy of ``schema`` that the inference function's grammar enforces in full (see the module).
+
+    ``string_limit`` bounds every free string (one with no ``maxLength``, ``enum``, ``const``, ``pattern``
+    or ``format``): a small model may otherwise go on writing one until ``max_tokens`` cuts the JSON.
+    """
+    return _rewrite(copy.deepcopy(schema), string_limit)
+
+
+def _rewrite(node: Any, string_limit: int | None = None) -> Any:
+    if not isinstance(node, dict):
+        return node
+    free = not any(key in node for key in ("maxLength", "enum", "const", "pattern", "format"))
+    if string_limit is not None and node.get("type") == "string" and free:
+        node["maxLength"] = string_limit
+    bounds = {key: node[key] for key in _BOUNDS if key in node}
+    if node.get("type") == "integer" and "enum" not in node and _small_range(bounds):
+        low = int(bounds.get("minimum", bounds.get("exclusiveMinimum", -1) + 1))
+        high = int(bounds.get("maximum", bounds.get("exclusiveMaximum", 0) - 1))
+        node["enum"] = list(range(low, high + 1))
+    if node.get("format") is not None and node["format"] not in ENFORCED_FORMATS:
+        del node["format"]
+    for key in list(node):
+        if key not in ENFORCED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
+            del node[key]
+    for key in _SCHEMA_MAPS:
+        if isinstance(node.get(key), dict):
+            node[key] = {name: _rewrite(value, string_limit) for name, value in node[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(node.get(key), list):
+            node[key] = [_rewrite(value, string_limit) for value in node[key]]
+    for key in _SCHEMA_VALUES:
+        if isinstance(node.get(key), dict):
+            node[key] = _rewrite(node[key], string_limit)
+    return node
+
+
+def _small_range(bounds: dict[str, Any]) -> bool:
+    low = bounds.get("minimum", None if "exclusiveMinimum" not in bounds else bounds["exclusiveMinimum"] + 1)
+    high = bounds.get("maximum", None if "exclusiveMaximum" not in bounds else bounds["exclusiveMaximum"] - 1)
+    if not all(isinstance(v, int | float) for v in (low, high)):
+        return False
+    return 0 <= high - low < MAX_ENUM_RANGE and float(low).is_integer() and float(high).is_integer()
+
+
+def with_documents(parameters: dict[str, Any], documents: Sequence[str]) -> dict[str, Any]:
+    """``parameters`` with its ``uri`` property limited to the run's documents (an ``enum``)."""
+    constrained = copy.deepcopy(parameters)
+    uri = constrained.get("properties", {}).get("uri")
+    if isinstance(uri, dict):
+        uri.pop("pattern", None)
+        uri.pop("maxLength", None)
+        uri["enum"] = list(documents)
+    return constrained
+
+
+def plan_schema(tools: Sequence[tuple[str, dict[str, Any]]], *, max_steps: int) -> dict[str, Any]:
+    """The plan's schema: 1 to ``max_steps`` steps, each naming one of ``tools`` (name, parameters) and
+    arguments valid for it; a tool's ``$defs`` move under the plan's, prefixed with its name."""
+    steps: list[dict[str, Any]] = []
+    defs: dict[str, Any] = {}
+    for name, parameters in tools:
+        arguments = copy.deepcopy(parameters)
+        local = {**arguments.pop("$defs", {}), **arguments.pop("definitions", {})}
+        if local:
+            arguments = _prefix_refs(arguments, f"{name}-")
+            defs.update({f"{name}-{key}": _prefix_refs(value, f"{name}-") for key, value in local.items()})
+        steps.append(
+            {
+                "type": "object",
+                "properties": {"tool": {"const": name}, "arguments": arguments},
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    step: dict[str, Any] = steps[0] if len(steps) == 1 else {"anyOf": steps}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}},
+        "required": ["steps"],
+        "additionalProperties": False,
+    }
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _prefix_refs(node: Any, prefix: str) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                for kind in ("#/$defs/", "#/definitions/"):
+                    if value.startswith(kind):
+                        value = f"#/$defs/{prefix}{value[len(kind) :]}"
+            out[key] = _prefix_refs(value, prefix)
+        return out
+    if isinstance(node, list):
+        return [_prefix_refs(item, prefix) for item in node]
+    return node

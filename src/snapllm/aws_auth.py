@@ -1,0 +1,79 @@
+"""AWS credentials for HTTP clients: SigV4 request signing, and API keys kept in Secrets Manager.
+
+SigV4 signs requests to IAM-protected endpoints: this project's own HTTP API (service ``execute-api``)
+and streaming Function URL (service ``lambda``), which refuse unsigned requests with the default
+``ApiAuth=IAM``, and AWS-hosted MCP gateways (Bedrock AgentCore Gateway, service ``bedrock-agentcore``).
+Sign with the caller's AWS credentials through an ``httpx`` auth hook (``httpx2`` takes the same object as
+a callable auth)::
+
+    import httpx, openai
+    from snapllm.aws_auth import SigV4
+
+    client = openai.OpenAI(
+        base_url=stack_output["OpenAIBaseUrl"],
+        api_key="unused",  # IAM authenticates; the key is ignored but the client requires one
+        http_client=httpx.Client(auth=SigV4(region="us-east-1", service="execute-api")),
+    )
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from typing import Any, Protocol
+
+import boto3
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+# Headers the OpenAI client sets that a proxy may rewrite; signing them would break the signature.
+_UNSIGNED = frozenset({"authorization", "connection", "user-agent", "expect", "x-amzn-trace-id"})
+
+
+class SigV4(httpx.Auth):
+    """An ``httpx.Auth`` that signs each request with AWS Signature Version 4 (botocore's signer)."""
+
+    requires_request_body = True
+
+    def __init__(self, *, region: str, service: str = "execute-api", session: Any = None) -> None:
+        self.region = region
+        self.service = service
+        self._session = session or boto3.Session()
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        yield self(request)
+
+    def __call__(self, request: _Request) -> Any:
+        """Sign ``request`` in place (any ``httpx``-like request whose body has been read) and return it."""
+        credentials = self._session.get_credentials()
+        if credentials is None:
+            raise RuntimeError("no AWS credentials found to sign the request (see boto3's credential chain)")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _UNSIGNED}
+        signed = AWSRequest(
+            method=request.method, url=str(request.url), data=request.content, headers=headers
+        )
+        SigV4Auth(credentials.get_frozen_credentials(), self.service, self.region).add_auth(signed)
+        request.headers.pop("authorization", None)  # the OpenAI client's "Bearer <api_key>"
+        request.headers.update(dict(signed.headers.items()))
+        return request
+
+
+class _Request(Protocol):
+    method: str
+    url: Any
+    headers: Any
+
+    @property
+    def content(self) -> bytes: ...
+
+
+def secret_api_key(secret_arn: str, client: Any = None) -> str:
+    """An API key kept in Secrets Manager: the secret string, or its JSON ``api_key``."""
+    client = client or boto3.client("secretsmanager")
+    secret = client.get_secret_value(SecretId=secret_arn)["SecretString"]
+    try:
+        value = json.loads(secret)
+    except ValueError:
+        return secret.strip()
+    return str(value["api_key"]) if isinstance(value, dict) and "api_key" in value else secret.strip()

@@ -1,0 +1,271 @@
+"""The agent's tools from a real MCP server: the ``mcp`` SDK's server over streamable HTTP on 127.0.0.1 (see
+``mcp_server.py``), the real model (SmolLM2 restored from its local snapshot) choosing the calls, the local
+S3 endpoint, and the SDK's testing runner playing the durable service.
+
+Each test offers the model one or two of the server's tools (``tools`` in the server's configuration) and
+names no document, so the built-in tools are not offered: whatever the small model plans, it calls the tool
+under test. Calls are counted on the server's side. Faults are real HTTP faults: the project's fault proxy
+(:mod:`snapllm.local.faults`) sits between the agent and the server and answers one ``tools/call`` with a
+5xx, or resets the connection after the server has answered it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from snapllm.agent.budget import OFFLOADED
+from snapllm.agent.settings import McpServerConfig
+from snapllm.local.durable import LocalAgent, LocalRun, agent_settings, approve
+from snapllm.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
+from snapllm.local.inference import LocalInferenceClient
+from snapllm.local.session import LocalDeployment
+from tests.integration.mcp_server import PNG, REPORT_BYTES, ToolServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
+    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as environment:
+            yield LocalAgent(
+                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
+            )
+
+
+@pytest.fixture
+def server() -> Iterator[ToolServer]:
+    with ToolServer.start() as server:
+        yield server
+
+
+def _run(
+    agent: LocalAgent,
+    url: str,
+    name: str,
+    *tools: str,
+    task: str = "Find out what SnapStart does, with the tools.",
+    approval: bool = False,
+    decide: Any = None,
+    steps: int = 1,
+    wrap_handler: Any = None,
+    **server: Any,
+) -> LocalRun:
+    config = McpServerConfig(name="ops", url=url, tools=tools, timeout_s=10, **server)
+    settings = agent.with_settings(mcp_servers=(config,), max_tool_calls=steps)
+    event = {"task": task, "approval": {"required": approval, "timeout": "1h"}}
+    run = agent.run(
+        event, settings=settings, decide=decide or approve(), wrap_handler=wrap_handler, execution_name=name
+    )
+    print(run.report.render())
+    assert run.report.over_budget == [], run.report.render()
+    return run
+
+
+def _calls(run: LocalRun, tool: str) -> list[Any]:
+    return [
+        r
+        for r in run.report.rows
+        if r.type == "STEP" and r.name.startswith("call ") and r.name.endswith(tool)
+    ]
+
+
+def _step_result(run: LocalRun, name: str) -> dict[str, Any]:
+    op = next(
+        op
+        for op in run.test_result.get_all_operations()
+        if op.name == name and op.operation_type.value == "STEP"
+    )
+    return json.loads(op.result)
+
+
+def test_tools_on_a_real_mcp_server_are_called_as_durable_steps(agent, server):
+    run = _run(agent, server.url, "mcp-lookup", "lookup", steps=2)
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "completed" and run.output["answer"].strip()
+    # The tool list came from the server, in a step of its own; the plan names the server's tool.
+    listing = run.report.find("list tools ops")
+    assert listing.type == "STEP" and listing.status == "SUCCEEDED" and listing.bytes > 0
+    assert run.output["plan"] and {step["tool"] for step in run.output["plan"]} == {"ops__lookup"}
+    calls = _calls(run, "ops__lookup")
+    # Each call is a named step with its checkpointed bytes, made once: the server counted as many.
+    assert calls and all(row.status == "SUCCEEDED" and row.attempts == 1 and row.bytes > 0 for row in calls)
+    assert server.calls["lookup"] == len(calls) == len(run.output["plan"])
+    # What the model sent is what the server got, and each step's call carried its own idempotency key.
+    assert [f["arguments"] for f in run.output["findings"]] == server.arguments["lookup"]
+    assert len(set(server.keys["lookup"])) == len(calls) and all(len(k) == 32 for k in server.keys["lookup"])
+    assert all(not f["is_error"] and f["preview"] for f in run.output["findings"])
+
+
+def test_a_tool_error_goes_back_to_the_model_and_the_run_finishes(agent, server):
+    run = _run(agent, server.url, "mcp-broken", "broken")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "completed" and run.output["answer"].strip()
+    (finding,) = run.output["findings"]
+    assert finding["is_error"] and "failed on purpose" in finding["preview"]
+    (call,) = _calls(run, "ops__broken")
+    assert call.status == "SUCCEEDED" and call.attempts == 1  # an error answer is an answer: no retry
+    assert server.calls["broken"] == 1
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [Fault(status=503), Fault(stream=StreamFault.RESET, after=0)],
+    ids=["503-before-the-server", "reset-after-the-server-answered"],
+)
+def test_a_transport_failure_of_an_idempotent_tool_is_retried_with_the_same_key(agent, server, fault):
+    fired: list[str] = []
+
+    def once(request: ProxiedRequest) -> Fault | None:
+        if request.headers.get("mcp-method") == "tools/call" and not fired:
+            fired.append(request.path)
+            return fault
+        return None
+
+    with FaultProxy(server.url.removesuffix("/mcp"), rule=once) as proxy:
+        run = _run(agent, f"{proxy.url}/mcp", f"mcp-fault-{fault.status or 'reset'}", "lookup")
+
+    assert fired and run.status == "SUCCEEDED", run.error
+    (call,) = _calls(run, "ops__lookup")
+    assert call.status == "SUCCEEDED" and call.attempts == 2
+    # A 503 from the proxy never reached the server; a reset came after the server had answered, so it
+    # saw the call twice, with the one key a server can drop the repeat by.
+    assert server.calls["lookup"] == (1 if fault.status else 2)
+    assert len(set(server.keys["lookup"])) == 1
+
+
+def test_a_server_that_is_down_fails_the_step_with_a_clear_message_after_its_retries(agent):
+    run = _run(agent, "http://127.0.0.1:9/mcp", "mcp-down", "lookup")
+
+    assert run.status == "FAILED"
+    assert run.error["ErrorType"] == "snapllm.agent.errors.ToolServerUnreachableError"
+    assert run.error["ErrorMessage"].startswith(
+        "MCP server 'ops' (http://127.0.0.1:9/mcp) could not be reached while tools/list: ConnectError"
+    )
+    listing = run.report.find("list tools ops")
+    assert listing.status == "FAILED" and listing.attempts == 4  # the tool retry rule's attempts
+
+
+def test_a_large_result_goes_to_s3_and_only_its_reference_is_checkpointed(agent, server):
+    run = _run(agent, server.url, "mcp-report", "report")
+
+    assert run.status == "SUCCEEDED", run.error
+    (call,) = _calls(run, "ops__report")
+    assert call.bytes < 1024  # 200 KB of text answered, a reference and a preview checkpointed
+    checkpointed = _step_result(run, call.name)
+    assert checkpointed["text_bytes"] == REPORT_BYTES and len(checkpointed["preview"]) <= 300
+    ref = checkpointed["result"][OFFLOADED]
+    stored = agent.deployment.s3.client().get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
+    assert len(json.loads(stored)["text"]) == REPORT_BYTES and ref["size"] == len(stored)
+
+
+def test_binary_content_is_stored_in_s3_never_inlined(agent, server):
+    run = _run(agent, server.url, "mcp-chart", "chart", task="Draw the cost chart with the tools.")
+
+    assert run.status == "SUCCEEDED", run.error
+    (call,) = _calls(run, "ops__chart")
+    checkpointed = _step_result(run, call.name)
+    (part,) = checkpointed["result"]["binary"]
+    assert part["type"] == "image" and part["mime_type"] == "image/png"
+    assert base64.b64encode(PNG).decode() not in json.dumps(checkpointed)
+    ref = part["artifact"]
+    stored = agent.deployment.s3.client().get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
+    assert stored == PNG
+
+
+def _gate(answer: bool) -> tuple[list[dict[str, Any]], Any]:
+    reviews: list[dict[str, Any]] = []
+
+    def decide(review: dict[str, Any]) -> dict[str, Any]:
+        reviews.append(review)
+        return {"approved": answer, "approver": "carol", "reason": "checked" if answer else "not today"}
+
+    return reviews, decide
+
+
+def test_an_approval_gated_tool_is_not_called_when_rejected(agent, server):
+    reviews, decide = _gate(False)
+    run = _run(
+        agent,
+        server.url,
+        "mcp-deploy-rejected",
+        "deploy",
+        task="Deploy version 2 of the api service.",
+        needs_approval=("deploy",),
+        decide=decide,
+    )
+
+    assert run.status == "SUCCEEDED", run.error
+    assert server.calls["deploy"] == 0
+    (review,) = reviews
+    assert review["kind"] == "tool_call" and review["server"] == "ops" and review["server_tool"] == "deploy"
+    (finding,) = run.output["findings"]
+    assert review["arguments"] == finding["arguments"]  # the exact arguments the call would have sent
+    assert finding["is_error"] and finding["preview"] == "not called: rejected by carol: not today"
+    assert run.report.find("approve call 1").type == "CALLBACK"
+    assert _calls(run, "ops__deploy") == []
+    assert run.output["status"] == "completed" and run.output["answer"].strip()
+
+
+def test_an_approval_gated_tool_waits_and_sends_the_approved_arguments(agent, server):
+    reviews, decide = _gate(True)
+    run = _run(
+        agent,
+        server.url,
+        "mcp-deploy-approved",
+        "deploy",
+        task="Deploy version 2 of the api service.",
+        needs_approval=("deploy",),
+        decide=decide,
+    )
+
+    assert run.status == "SUCCEEDED", run.error
+    (review,) = reviews
+    assert server.calls["deploy"] == 1 and server.arguments["deploy"] == [review["arguments"]]
+    (call,) = _calls(run, "ops__deploy")
+    assert call.attempts == 1 and run.output["findings"][0]["approval"]["approved"] is True
+
+
+def test_replaying_the_execution_calls_no_tool_twice(agent, server):
+    invocations = 0
+
+    def counting(handler: Any) -> Any:
+        def wrapped(event: Any, context: Any) -> Any:
+            nonlocal invocations
+            invocations += 1
+            return handler(event, context)
+
+        return wrapped
+
+    _, decide = _gate(True)
+    run = _run(
+        agent,
+        server.url,
+        "mcp-replay",
+        "lookup",
+        "deploy",
+        task="Look up SnapStart, then deploy the api.",
+        steps=2,
+        approval=True,
+        needs_approval=("deploy",),
+        decide=decide,
+        wrap_handler=counting,
+    )
+
+    assert run.status == "SUCCEEDED", run.error
+    # Each approval wait ends an invocation; the next one replays every operation before it.
+    assert invocations >= 2
+    for tool in ("lookup", "deploy"):
+        assert server.calls[tool] == len(_calls(run, f"ops__{tool}"))
+    assert sum(server.calls.values()) == len(run.output["findings"]) - sum(
+        1 for f in run.output["findings"] if "approval" in f and not f["approval"]["approved"]
+    )
