@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
+import httpx
+import openai
 import pytest
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
@@ -27,6 +29,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventV2Model
 from botocore.config import Config
 
+from snapllm.aws_auth import SigV4
 from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import ConfigurationError
 from snapllm.inference_client import LambdaInferenceClient
@@ -556,11 +559,6 @@ def test_bad_settings_are_configuration_errors(env):
 
 
 def test_openai_requests_are_sigv4_signed_for_iam_deployments():
-    import httpx
-    import openai
-
-    from snapllm.router.aws_auth import SigV4
-
     seen: list[httpx.Request] = []
 
     def answer(request: httpx.Request) -> httpx.Response:

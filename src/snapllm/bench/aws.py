@@ -38,12 +38,12 @@ from typing import Any
 import boto3
 import httpx
 
+from snapllm.aws_auth import SigV4
 from snapllm.bench import stats
 from snapllm.bench.lambda_reports import Report, parse_log, summarize
 from snapllm.cost.prices import Architecture, Prices, load
 from snapllm.local.report import table
 from snapllm.prefault import PREFAULT_MODES
-from snapllm.router.aws_auth import SigV4
 
 NONCE_VARIABLE = "SNAPLLM_BENCH_NONCE"
 SNAPSTART_CACHE_MINIMUM_S = 3 * 3600
