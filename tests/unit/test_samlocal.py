@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from snapllm import sam
+from snapllm.samlocal import docker
 from snapllm.samlocal.cli import web_adapter_problems
 from snapllm.samlocal.samcli import _EXECUTION_ARN, Report, SamCli, _response, remove_orphaned_build_locks
 from snapllm.samlocal.scenario import (
@@ -185,3 +186,25 @@ def test_a_web_adapter_function_that_streams_and_refuses_as_it_should_has_no_pro
 def test_what_a_web_adapter_function_got_wrong_is_named(change: dict, problem: str) -> None:
     problems = web_adapter_problems({**GOOD_ADAPTER_REPORT, **change})
     assert len(problems) == 1 and problem in problems[0]
+
+
+# The engine's answers as `docker network inspect bridge` gives them: `make sam-local` asks a real engine,
+# which needs root and Debian's docker.io, so here its two shapes stand in for it.
+@pytest.mark.parametrize(
+    ("config", "gateway"),
+    [
+        ([{"Subnet": "172.17.0.0/16", "Gateway": "172.17.0.1"}], "172.17.0.1"),
+        # An engine that created docker0 itself records no gateway; docker0 gets the first address.
+        ([{"Subnet": "172.18.0.0/16"}], "172.18.0.1"),
+        ([{"Subnet": "fd00::/64"}, {"Subnet": "10.9.0.0/24"}], "10.9.0.1"),
+    ],
+)
+def test_bridge_gateway_with_and_without_a_recorded_gateway(monkeypatch, config, gateway):
+    monkeypatch.setattr(docker, "docker", lambda *args, **kwargs: json.dumps(config) + "\n")
+    assert docker.bridge_gateway() == gateway
+
+
+def test_bridge_without_an_ipv4_subnet_is_a_docker_error(monkeypatch):
+    monkeypatch.setattr(docker, "docker", lambda *args, **kwargs: "null\n")
+    with pytest.raises(docker.DockerError, match="no IPv4 subnet"):
+        docker.bridge_gateway()

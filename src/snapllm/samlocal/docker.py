@@ -7,6 +7,7 @@ for container in sam_containers("InferenceFunction"):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 from pathlib import Path
@@ -38,11 +39,18 @@ def docker(*args: str, stdin: str | None = None, timeout_s: float = 120, stderr:
 
 
 def bridge_gateway() -> str:
-    """The address of this machine on Docker's default bridge, where containers reach its servers."""
-    gateway = docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").strip()
-    if not gateway:
-        raise DockerError("Docker's bridge network has no gateway address")
-    return gateway
+    """The address of this machine on Docker's default bridge, where containers reach its servers.
+
+    An engine that created its ``docker0`` itself (its first start on a machine) records the bridge's
+    subnet but no gateway; the bridge driver then gives ``docker0`` the subnet's first address, which is
+    the one used here."""
+    answer = docker("network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}").strip()
+    try:
+        configs = json.loads(answer) or []
+        config = next(c for c in configs if ipaddress.ip_network(c["Subnet"]).version == 4)
+    except (ValueError, KeyError, TypeError, StopIteration) as exc:
+        raise DockerError(f"Docker's bridge network has no IPv4 subnet: {answer!r}") from exc
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 def sam_containers(function: str) -> list[str]:
