@@ -3,8 +3,8 @@
 SigV4 signs requests to IAM-protected endpoints: this project's own HTTP API (service ``execute-api``)
 and streaming Function URL (service ``lambda``), which refuse unsigned requests with the default
 ``ApiAuth=IAM``, and AWS-hosted MCP gateways (Bedrock AgentCore Gateway, service ``bedrock-agentcore``).
-Sign with the caller's AWS credentials through an ``httpx`` auth hook (``httpx2`` takes the same object as
-a callable auth)::
+Sign with the caller's AWS credentials: a :class:`SigV4` is a callable auth, which ``httpx`` and ``httpx2``
+both take, so this module needs neither (the functions that use it do not ship ``httpx``)::
 
     import httpx, openai
     from snapllm.aws_auth import SigV4
@@ -19,11 +19,9 @@ a callable auth)::
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
 from typing import Any, Protocol
 
 import boto3
-import httpx
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
@@ -31,18 +29,14 @@ from botocore.awsrequest import AWSRequest
 _UNSIGNED = frozenset({"authorization", "connection", "user-agent", "expect", "x-amzn-trace-id"})
 
 
-class SigV4(httpx.Auth):
-    """An ``httpx.Auth`` that signs each request with AWS Signature Version 4 (botocore's signer)."""
-
-    requires_request_body = True
+class SigV4:
+    """Signs each request with AWS Signature Version 4 (botocore's signer): ``auth=SigV4(...)`` on an
+    ``httpx`` or ``httpx2`` client. The request's body must be bytes (as the OpenAI and MCP clients send)."""
 
     def __init__(self, *, region: str, service: str = "execute-api", session: Any = None) -> None:
         self.region = region
         self.service = service
         self._session = session or boto3.Session()
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        yield self(request)
 
     def __call__(self, request: _Request) -> Any:
         """Sign ``request`` in place (any ``httpx``-like request whose body has been read) and return it."""

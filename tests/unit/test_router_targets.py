@@ -8,9 +8,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from snapllm.aws_auth import secret_api_key
 from snapllm.errors import ConfigurationError
 from snapllm.inference_client import HttpInferenceClient, LambdaInferenceClient, is_endpoint
-from snapllm.router.app import RouterApp, endpoint_api_key
+from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Inference:live"
@@ -44,7 +45,7 @@ def test_a_fallback_must_name_other_routes(fallbacks):
 def test_endpoint_api_key_from_secrets_manager(secret, key, monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     arn = boto3.client("secretsmanager").create_secret(Name="endpoint-key", SecretString=secret)["ARN"]
-    assert endpoint_api_key(arn) == key
+    assert secret_api_key(arn) == key
 
 
 @mock_aws

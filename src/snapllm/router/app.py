@@ -35,6 +35,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
 from snapllm import openapi
+from snapllm.aws_auth import secret_api_key
 from snapllm.contract import ChatCompletionRequest, CompletionRequest, validation_error
 from snapllm.edge import (
     RouteTable,
@@ -88,16 +89,6 @@ class _Request:
     invoke_s: float = 0.0
     response: dict[str, Any] | None = None
     features: dict[str, str] | None = None
-
-
-def endpoint_api_key(secret_arn: str) -> str:
-    """The always-on endpoints' API key from Secrets Manager: the secret string, or its JSON ``api_key``."""
-    secret = boto3.client("secretsmanager").get_secret_value(SecretId=secret_arn)["SecretString"]
-    try:
-        value = json.loads(secret)
-    except ValueError:
-        return secret.strip()
-    return str(value["api_key"]) if isinstance(value, dict) and "api_key" in value else secret.strip()
 
 
 def error_response(error: RequestError) -> Response:
@@ -160,7 +151,7 @@ class RouterApp:
                 retries={"mode": "standard", "total_max_attempts": 1},
             ),
         )
-        api_key = endpoint_api_key(settings.endpoint_secret_arn) if settings.endpoint_secret_arn else None
+        api_key = secret_api_key(settings.endpoint_secret_arn) if settings.endpoint_secret_arn else None
         clients: dict[str, InferenceClient] = {
             name: HttpInferenceClient(target, api_key=api_key, read_timeout_s=settings.invoke_timeout_s)
             if is_endpoint(target)
