@@ -50,9 +50,18 @@ BUILD_DIR ?= .aws-sam/build
 # layers: with SNAPLLM_ARCH set, their Makefile targets (layers/*/Makefile) write placeholders. The SAM cache
 # is per architecture, or a cached placeholder would stand in for a real layer after a change of ARCH. The
 # tools venv goes first on PATH: its python3.13 serves SAM's Python builder where none is on PATH.
+#
+# SAM keeps one build graph beside the build dir (build.toml, with each source's hash) whatever the cache dir, so
+# a build with another cache would mark this cache's stale entries as current: each cache keeps its own graph,
+# put in place for the build and moved back after it (plain `sam build` then finds none and rebuilds).
+BUILD_CACHE = $(BUILD_DIR)-cache-$(ARCH)
+BUILD_GRAPH = $(dir $(BUILD_DIR))build.toml
 build: tools
+	mkdir -p $(BUILD_CACHE)
+	if [ -f $(BUILD_CACHE)/build.toml ]; then cp $(BUILD_CACHE)/build.toml $(BUILD_GRAPH); else rm -f $(BUILD_GRAPH); fi
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" SNAPLLM_ARCH=$(ARCH) $(SAM) build --parameter-overrides Architecture=$(ARCH) \
-		--build-dir $(BUILD_DIR) --cache-dir $(BUILD_DIR)-cache-$(ARCH)
+		--build-dir $(BUILD_DIR) --cache-dir $(BUILD_CACHE)
+	mv $(BUILD_GRAPH) $(BUILD_CACHE)/build.toml
 
 preflight: setup
 	$(VENV)/bin/snapllm preflight $(BUILD_DIR) --parameter-overrides Architecture=$(ARCH)
