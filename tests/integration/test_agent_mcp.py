@@ -119,8 +119,19 @@ def test_a_tool_error_goes_back_to_the_model_and_the_run_finishes(agent, server)
 
 @pytest.mark.parametrize(
     "fault",
-    [Fault(status=503), Fault(stream=StreamFault.RESET, after=0)],
-    ids=["503-before-the-server", "reset-after-the-server-answered"],
+    [
+        Fault(status=503),
+        Fault(stream=StreamFault.RESET, after=0),
+        Fault(stream=StreamFault.CLOSE, after=0),
+        # Held until the call's timeout (10 s here) ends the attempt.
+        Fault(stream=StreamFault.STALL, after=0),
+    ],
+    ids=[
+        "503-before-the-server",
+        "reset-after-the-server-answered",
+        "close-after-the-server-answered",
+        "stall-after-the-server-answered",
+    ],
 )
 def test_a_transport_failure_of_an_idempotent_tool_is_retried_with_the_same_key(agent, server, fault):
     fired: list[str] = []
@@ -132,13 +143,13 @@ def test_a_transport_failure_of_an_idempotent_tool_is_retried_with_the_same_key(
         return None
 
     with FaultProxy(server.url.removesuffix("/mcp"), rule=once) as proxy:
-        run = _run(agent, f"{proxy.url}/mcp", f"mcp-fault-{fault.status or 'reset'}", "lookup")
+        run = _run(agent, f"{proxy.url}/mcp", f"mcp-fault-{fault.status or fault.stream.value}", "lookup")
 
     assert fired and run.status == "SUCCEEDED", run.error
     (call,) = _calls(run, "ops__lookup")
     assert call.status == "SUCCEEDED" and call.attempts == 2
-    # A 503 from the proxy never reached the server; a reset came after the server had answered, so it
-    # saw the call twice, with the one key a server can drop the repeat by.
+    # A 503 from the proxy never reached the server; a reset, close or stall came after the server had
+    # answered, so it saw the call twice, with the one key a server can drop the repeat by.
     assert server.calls["lookup"] == (1 if fault.status else 2)
     assert len(set(server.keys["lookup"])) == 1
 
