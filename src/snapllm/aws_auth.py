@@ -24,6 +24,9 @@ from typing import Any, Protocol
 import boto3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.exceptions import BotoCoreError
+
+from snapllm.errors import ConfigurationError
 
 # Headers the OpenAI client sets that a proxy may rewrite; signing them would break the signature.
 _UNSIGNED = frozenset({"authorization", "connection", "user-agent", "expect", "x-amzn-trace-id"})
@@ -71,3 +74,21 @@ def secret_api_key(secret_arn: str, client: Any = None) -> str:
     except ValueError:
         return secret.strip()
     return str(value["api_key"]) if isinstance(value, dict) and "api_key" in value else secret.strip()
+
+
+def session_with_credentials(region: str | None) -> boto3.Session:
+    """A boto3 session of the caller's that has credentials and a region, or a ConfigurationError saying
+    which is missing: commands call it first, so that they stop before doing anything."""
+    try:
+        session = boto3.Session(region_name=region or None)
+        credentials = session.get_credentials()
+    except BotoCoreError as exc:  # a profile that does not exist, a config file that does not parse
+        raise ConfigurationError(f"AWS configuration: {exc}") from None
+    if credentials is None:
+        raise ConfigurationError(
+            "no AWS credentials found (environment, shared credentials/config files, SSO or instance "
+            "metadata); configure them, for example `aws configure` or AWS_PROFILE, and run again"
+        )
+    if not (session.region_name or "").strip():
+        raise ConfigurationError("no AWS region: pass --region or set AWS_REGION")
+    return session

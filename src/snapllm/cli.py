@@ -3,23 +3,28 @@
 snapllm local invoke InferenceFunction -e events/inference/chat.json
 snapllm bench coldstart --json
 snapllm settings --write README.md
+
+Each subcommand's arguments are declared in a light module (``snapllm.<package>.arguments``) that names
+the module running it (``command``); that module is imported only once the arguments parsed, so
+``--help`` and a usage error cost no more than the parser.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from snapllm.bench.cli import add_parser as add_bench
-from snapllm.cost.cli import add_parser as add_cost
-from snapllm.deploy.cli import add_parser as add_model
-from snapllm.deploycheck.cli import add_parser as add_deploy_check
-from snapllm.local.cli import add_parser as add_local
-from snapllm.preflight.cli import add_parser as add_preflight
-from snapllm.replay.cli import add_parser as add_replay
-from snapllm.samlocal.cli import add_parser as add_sam_local
-from snapllm.settings_doc import add_parser as add_settings
+from snapllm.bench.arguments import add_parser as add_bench
+from snapllm.cost.arguments import add_parser as add_cost
+from snapllm.deploy.arguments import add_parser as add_model
+from snapllm.deploycheck.arguments import add_parser as add_deploy_check
+from snapllm.local.arguments import add_parser as add_local
+from snapllm.preflight.arguments import add_parser as add_preflight
+from snapllm.replay.arguments import add_parser as add_replay
+from snapllm.samlocal.arguments import add_parser as add_sam_local
+from snapllm.settings_arguments import add_parser as add_settings
 
 SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
 REGISTRARS: list[SubcommandRegistrar] = [
@@ -37,7 +42,7 @@ REGISTRARS: list[SubcommandRegistrar] = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snapllm", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command_name", required=True)
     for register in REGISTRARS:
         register(commands)
     return parser
@@ -45,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    # The one place a module is imported late: the subcommand's implementation, once it is to run.
+    command = importlib.import_module(args.command)
+    return int(command.run(args) or 0)
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ def test_cli_prints_json_and_writes_the_plot(tmp_path, capsys):
     ("argv", "message"),
     [
         (["--requests-per-day", "100"], "give the speed"),
-        (["--requests-per-day", "0", "--tokens-per-s", "5", "--ttft-ms", "1"], "volume must be positive"),
+        (["--requests-per-day", "0", "--tokens-per-s", "5", "--ttft-ms", "1"], "must be above 0"),
         (["--profile", "1,2,3", "--tokens-per-s", "5", "--ttft-ms", "1"], "24 hourly counts, got 3"),
         (
             ["--requests-per-day", "9", "--tokens-per-s", "5", "--ttft-ms", "1", "--memory-mb", "20000"],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from snapllm import sam
-from snapllm.preflight.cli import main
+from snapllm.preflight.cli import main, run
 from snapllm.preflight.elf import is_elf, read_elf
 from snapllm.preflight.package import scan_package
 from snapllm.preflight.rules import LWA_SNAPSTART_MIN_LAYER
@@ -382,7 +382,7 @@ def test_overridden_files_are_listed_without_failing(tmp_path, capsys):
 
 
 def test_missing_build_directory_fails_with_one_line(tmp_path, capsys):
-    assert main([str(tmp_path / "nope")]) == 1
+    assert main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("ERROR preflight: ") and "run 'make build'" in err
 
@@ -415,7 +415,7 @@ def test_zip_size_matches_a_real_zip(tmp_path):
 
 def test_unreadable_template_fails_with_one_line(tmp_path, capsys):
     (tmp_path / "template.yaml").write_text("Resources: [unclosed\n")
-    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ERROR preflight: cannot read")
 
@@ -423,12 +423,13 @@ def test_unreadable_template_fails_with_one_line(tmp_path, capsys):
 def test_registers_as_a_snapllm_subcommand(tmp_path, capsys):
     import argparse
 
-    from snapllm.preflight.cli import add_parser
+    from snapllm.preflight.arguments import add_parser
 
     parser = argparse.ArgumentParser(prog="snapllm")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_parser(parser.add_subparsers(dest="command_name", required=True))
     args = parser.parse_args(["preflight", str(make_build(tmp_path, runtime="python3.11")), "--no-zip"])
-    assert args.func(args) == 1
+    assert args.command == "snapllm.preflight.cli"
+    assert run(args) == 1
     assert "ERROR Fn: SnapStart needs python3.12 or later" in capsys.readouterr().out
 
 

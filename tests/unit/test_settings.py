@@ -182,4 +182,4 @@ def test_the_command_prints_and_writes_the_tables(tmp_path, capsys):
     assert main(["--write", str(readme)]) == 0
     assert generated_block(readme.read_text()) == markdown_table()
     assert readme.read_text().startswith("# x\n")
-    assert main(["--write", str(tmp_path / "missing.md")]) == 1
+    assert main(["--write", str(tmp_path / "missing.md")]) == 2

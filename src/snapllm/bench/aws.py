@@ -35,15 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 import httpx
 
-from snapllm.aws_auth import SigV4
+from snapllm.aws_auth import SigV4, session_with_credentials
 from snapllm.bench import stats
 from snapllm.bench.lambda_reports import Report, parse_log, summarize
 from snapllm.cost.prices import Architecture, Prices, load
+from snapllm.errors import ConfigurationError
 from snapllm.local.report import table
-from snapllm.prefault import PREFAULT_MODES
 
 NONCE_VARIABLE = "SNAPLLM_BENCH_NONCE"
 SNAPSTART_CACHE_MINIMUM_S = 3 * 3600
@@ -58,39 +57,7 @@ class BenchAwsError(RuntimeError):
     """The benchmark cannot go on: no credentials, no such stack, or the spending was not approved."""
 
 
-def add_parser(kinds: argparse._SubParsersAction) -> None:
-    parser = kinds.add_parser("aws", help="cold/warm/streaming latency of a deployed stack (REPORT lines)")
-    parser.add_argument("--stack", required=True, help="CloudFormation stack name")
-    parser.add_argument("--region", help="AWS region (default: the session's)")
-    parser.add_argument("--function", default="InferenceFunction", help="logical id of the function")
-    parser.add_argument("--cold", type=int, default=3, help="cold starts (each publishes a version)")
-    parser.add_argument("--warm", type=int, default=10, help="warm invokes")
-    parser.add_argument("--stream", type=int, default=3, help="streaming requests (0: skip)")
-    parser.add_argument("--budget-usd", type=float, default=2.0, help="ask before spending more than this")
-    parser.add_argument("--yes", action="store_true", help="approve spending over the budget")
-    parser.add_argument(
-        "--prefault",
-        choices=PREFAULT_MODES,
-        help="SNAPLLM_PREFAULT for the cold versions (default: the function's own setting)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.set_defaults(func=run)
-
-
 # --- the AWS calls, each one thin and named ----------------------------------------------------------
-
-
-def session_with_credentials(region: str | None) -> Any:
-    """A boto3 session that has credentials and a region, or a BenchAwsError saying what is missing."""
-    session = boto3.Session(region_name=region)
-    if session.get_credentials() is None:
-        raise BenchAwsError(
-            "no AWS credentials found (environment, shared credentials/config files, SSO or instance "
-            "metadata); configure them, for example `aws configure` or AWS_PROFILE, and run again"
-        )
-    if not session.region_name:
-        raise BenchAwsError("no AWS region: pass --region or set AWS_REGION")
-    return session
 
 
 def stack_function(cloudformation: Any, stack: str, logical_id: str) -> str:
@@ -214,7 +181,7 @@ def worst_case_usd(
 def run(args: argparse.Namespace) -> int:
     try:
         result = measure(args, ask_on_terminal)
-    except BenchAwsError as exc:
+    except (BenchAwsError, ConfigurationError) as exc:
         print(f"snapllm bench aws: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2) if args.json else render(result))

@@ -51,8 +51,7 @@ from snapllm.local.kinds import model_function
 from snapllm.local.lifecycle import InvokeResult
 from snapllm.local.report import megabytes, seconds, table
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
-from snapllm.models import PACKAGED_MODELS, model_path
-from snapllm.prefault import PREFAULT_MODES
+from snapllm.models import model_path
 from snapllm.runtime import InferenceRuntime
 
 #: The first request after a restore and the warm reference (see the module docstring): text completions,
@@ -78,37 +77,6 @@ CHAT_REQUEST: dict[str, Any] = {
     # re-evaluates its prompt to be reproducible).
     "temperature": 0.0,
 }
-
-
-def add_parser(kinds: argparse._SubParsersAction) -> None:
-    parser = kinds.add_parser(
-        "coldstart", help="cold-start phases and ratios against vanilla and bare llama_cpp"
-    )
-    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
-    parser.add_argument(
-        "--model",
-        default="smollm2-135m",
-        help=f"GGUF file, or a packaged model: {', '.join(sorted(PACKAGED_MODELS))} (default smollm2-135m)",
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="load rounds per path (median reported)")
-    parser.add_argument("--invokes", type=int, default=7, help="warm invokes per side (median reported)")
-    parser.add_argument(
-        "--restores", type=int, default=5, help="restored environments per prefault mode (median reported)"
-    )
-    parser.add_argument(
-        "--prefault",
-        nargs="+",
-        choices=PREFAULT_MODES,
-        default=list(PREFAULT_MODES),
-        help="SNAPLLM_PREFAULT modes to measure after a restore (default: all of them)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.add_argument(
-        "--faults",
-        action="store_true",
-        help="instead: the S3 -> memfd load, clean vs each transient fault (reset, close, 503, stall)",
-    )
-    parser.set_defaults(func=run)
 
 
 @dataclass

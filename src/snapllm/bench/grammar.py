@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from snapllm.config import EngineSettings
 from snapllm.contract import parse_request
 from snapllm.engine import Engine
+from snapllm.errors import SnapllmError
 from snapllm.local.report import table
 from snapllm.models import default_model_path
 
@@ -34,16 +36,6 @@ SCHEMA = {
     "required": ["description"],
     "additionalProperties": False,
 }
-
-
-def add_parser(kinds: argparse._SubParsersAction) -> None:
-    parser = kinds.add_parser("grammar", help="tokens/s with and without a json_schema grammar, as a ratio")
-    parser.add_argument("--model", type=Path, help="GGUF file (default: the packaged SmolLM2)")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds per side (after one warm-up)")
-    parser.add_argument("--tokens", type=int, default=64, help="tokens generated per run")
-    parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: all cores)")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.set_defaults(func=run)
 
 
 def _body(tokens: int, *, constrained: bool) -> dict[str, Any]:
@@ -86,9 +78,13 @@ def measure(engine: Engine, *, rounds: int, tokens: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = EngineSettings(threads=args.threads, max_tokens=max(args.tokens, 16))
-    model = args.model or default_model_path()
-    engine = Engine.load(str(model), settings, model_name=Path(model).stem)
+    try:
+        settings = EngineSettings(threads=args.threads, max_tokens=max(args.tokens, 16))
+        model = args.model or default_model_path()
+        engine = Engine.load(str(model), settings, model_name=Path(model).stem)
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm bench grammar: {exc}", file=sys.stderr)
+        return 2
     result = measure(engine, rounds=args.rounds, tokens=args.tokens)
     if args.json:
         print(json.dumps(result, indent=2))

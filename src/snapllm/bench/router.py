@@ -22,35 +22,16 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from snapllm import sam
 from snapllm.bench.stats import Percentiles
+from snapllm.errors import SnapllmError
 from snapllm.inference_client import InferenceClient
 from snapllm.local.context import LocalContext
 from snapllm.local.report import table
 from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
-
-DEFAULT_BUDGET_MS = 10.0
-
-
-def add_parser(kinds: argparse._SubParsersAction) -> None:
-    parser = kinds.add_parser("router", help="router overhead per request (all but inference), p50/p99")
-    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
-    parser.add_argument("--model", type=Path, help="GGUF file (default: the packaged SmolLM2)")
-    parser.add_argument("--requests", type=int, default=200, help="measured requests (after 20 warm-ups)")
-    parser.add_argument(
-        "--budget-ms", type=float, default=DEFAULT_BUDGET_MS, help="p99 budget (exit 1 above)"
-    )
-    parser.add_argument("--max-tokens", type=int, default=1, help="tokens each request generates")
-    parser.add_argument(
-        "--endpoint", help="also route `always-on` to this OpenAI-compatible base URL and measure both"
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.set_defaults(func=run)
-
 
 ALWAYS_ON = "always-on"
 
@@ -133,10 +114,16 @@ def measure_targets(
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("SNAPLLM_THREADS", "1")
     endpoints = {ALWAYS_ON: args.endpoint} if args.endpoint else {}
-    template = sam.load(args.template)
-    with LocalStack.start(template, model_path=args.model, streaming=False, endpoints=endpoints) as stack:
-        models = [stack.model, *endpoints]
-        by_target = measure_targets(stack.router, models, requests=args.requests, max_tokens=args.max_tokens)
+    try:
+        template = sam.load(args.template)
+        with LocalStack.start(template, model_path=args.model, streaming=False, endpoints=endpoints) as stack:
+            models = [stack.model, *endpoints]
+            by_target = measure_targets(
+                stack.router, models, requests=args.requests, max_tokens=args.max_tokens
+            )
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm bench router: {exc}", file=sys.stderr)
+        return 2
     results = by_target[stack.model]
     overhead = results["overhead_ms"]
     passed = overhead.p99 <= args.budget_ms

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,48 +19,31 @@ from snapllm.cost.model import HOURS_PER_DAY, Estimate, Speed, Workload, estimat
 from snapllm.cost.prices import Prices, load
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "cost", help="monthly cost on Lambda vs always-on options, break-even, and a plot"
-    )
-    volume = parser.add_mutually_exclusive_group(required=True)
-    volume.add_argument("--requests-per-day", type=float, help="a flat daily volume")
-    volume.add_argument("--profile", help="24 comma-separated hourly request counts (a daily profile)")
-    parser.add_argument("--prompt-tokens", type=int, default=200)
-    parser.add_argument("--completion-tokens", type=int, default=100)
-    parser.add_argument(
-        "--peak-concurrency",
-        type=float,
-        help="generations at once at the peak (default: busiest hour's mean)",
-    )
-    parser.add_argument("--memory-mb", type=int, default=10240, help="Lambda memory setting (128-10240)")
-    parser.add_argument("--architecture", choices=("arm64", "x86_64"), default="arm64")
-    parser.add_argument(
-        "--from-bench", type=Path, help="speed from `snapllm bench coldstart --json` or `bench aws --json`"
-    )
-    parser.add_argument("--tokens-per-s", type=float, help="decode rate (overrides --from-bench)")
-    parser.add_argument("--ttft-ms", type=float, help="time to first token (overrides --from-bench)")
-    parser.add_argument("--ttft-prompt-tokens", type=int, help="prompt length --ttft-ms was measured at")
-    parser.add_argument("--cold-extra-ms", type=float, help="billed time a cold start adds (restore etc.)")
-    parser.add_argument("--snapstart-versions", type=int, default=1, help="live published versions")
-    parser.add_argument("--environment-minutes", type=float, default=15.0, help="life of one environment")
-    parser.add_argument(
-        "--vcpus-per-stream",
-        type=int,
-        help="vCPUs per generation on CPU options (default: Lambda's at --memory-mb)",
-    )
-    parser.add_argument("--option", action="append", help="always-on option by name (default: all)")
-    parser.add_argument("--prices", type=Path, help="price file (default: the packaged prices.toml)")
-    parser.add_argument("--plot", type=Path, default=Path("snapllm-cost.png"), help="PNG to write")
-    parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout")
-    parser.set_defaults(func=run, parser=parser)
+def _bench_speed(path: Path) -> Speed:
+    """The speed a ``snapllm bench ... --json`` file measured, or a ValueError naming ``--from-bench``."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--from-bench: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, RecursionError):
+        raise ValueError(f"--from-bench: {path} is not JSON") from None
+    if not isinstance(result, dict):
+        raise ValueError(f"--from-bench: {path} must hold a JSON object (`snapllm bench ... --json`)")
+    try:
+        speed = measured.speed_from_bench(result)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"--from-bench: {path} holds no usable speed ({' '.join(str(exc).split())})"
+        ) from None
+    if not all(math.isfinite(value) for value in (speed.tokens_per_s, speed.ttft_s, speed.cold_extra_s)):
+        raise ValueError(f"--from-bench: {path} holds a speed that is not a finite number")
+    return speed
 
 
 def _speed(args: argparse.Namespace) -> Speed:
     base = Speed(tokens_per_s=0.0, ttft_s=0.0)
     if args.from_bench:
-        base = measured.speed_from_bench(json.loads(args.from_bench.read_text()))
+        base = _bench_speed(args.from_bench)
     speed = Speed(
         tokens_per_s=args.tokens_per_s if args.tokens_per_s is not None else base.tokens_per_s,
         ttft_s=args.ttft_ms / 1000 if args.ttft_ms is not None else base.ttft_s,
@@ -73,21 +57,10 @@ def _speed(args: argparse.Namespace) -> Speed:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    if args.profile is not None:
-        try:
-            hourly = tuple(float(v) for v in args.profile.split(","))
-        except ValueError:
-            raise ValueError("--profile takes 24 comma-separated numbers") from None
-        if len(hourly) != HOURS_PER_DAY:
-            raise ValueError(f"--profile takes 24 hourly counts, got {len(hourly)}")
-    else:
-        hourly = (args.requests_per_day / HOURS_PER_DAY,) * HOURS_PER_DAY
-    if any(h < 0 for h in hourly) or sum(hourly) <= 0:
-        raise ValueError("the volume must be positive")
-    if not 128 <= args.memory_mb <= 10240:
-        raise ValueError("--memory-mb must be within Lambda's 128-10240 MB")
-    if args.prompt_tokens < 1 or args.completion_tokens < 1:
-        raise ValueError("--prompt-tokens and --completion-tokens must be at least 1")
+    # Both were checked as the arguments were parsed (snapllm.cost.arguments).
+    hourly = (
+        args.profile if args.profile is not None else (args.requests_per_day / HOURS_PER_DAY,) * HOURS_PER_DAY
+    )
     return Workload(
         hourly_requests=hourly,
         prompt_tokens=args.prompt_tokens,
@@ -103,11 +76,13 @@ def _workload(args: argparse.Namespace) -> Workload:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if not args.no_plot and not args.plot.resolve().parent.is_dir():
+            raise ValueError(f"--plot: no folder {str(args.plot.parent)!r} to write {args.plot.name} into")
         prices = load(args.prices)
         options = tuple(prices.option(name) for name in args.option) if args.option else None
         result = estimate(prices, _workload(args), _speed(args), options)
     except (ValueError, KeyError, OSError) as exc:
-        args.parser.error(str(exc).strip("'\""))
+        args.parser.error(" ".join(str(exc).strip("'\"").split()))
     plotted = None if args.no_plot else plot.write(prices, result, args.plot)
     if args.json:
         print(json.dumps(as_json(prices, result, plotted), indent=2))

@@ -11,26 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-import boto3
+from botocore.exceptions import BotoCoreError
 
+from snapllm.aws_auth import session_with_credentials
 from snapllm.deploy.push import DeployedStack, push_model, update_model_digest
 from snapllm.deploy.upload import MiB, ThrottledProgress, UploadSettings
-from snapllm.errors import SnapllmError
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    model = commands.add_parser("model", help="put a model into a deployed stack")
-    verbs = model.add_subparsers(dest="verb", required=True)
-    push = verbs.add_parser("push", help="upload a GGUF file and update the stack to publish new versions")
-    push.add_argument("file", type=Path, help="the GGUF file")
-    push.add_argument("--stack", required=True, help="the stack deployed from this template")
-    push.add_argument("--key", help="S3 key (default: the stack's ModelKey)")
-    push.add_argument("--part-size-mib", type=int, default=64, help="multipart part size (5-5120)")
-    push.add_argument("--no-update", action="store_true", help="upload only; do not update the stack")
-    push.add_argument("--region", help="AWS region (default: boto3's)")
-    push.set_defaults(func=_push)
+from snapllm.errors import ConfigurationError, SnapllmError
 
 
 def _progress(what: str) -> ThrottledProgress:
@@ -44,23 +31,23 @@ def _progress(what: str) -> ThrottledProgress:
     return ThrottledProgress(report, every_s=0.5)
 
 
-def _push(args: argparse.Namespace) -> int:
-    if not args.file.is_file():
-        print(f"snapllm model push: {args.file} is not a file", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    """``snapllm model push``: exit 2 on unusable arguments or AWS configuration, 1 when AWS fails."""
     try:
         settings = UploadSettings(part_size=args.part_size_mib * MiB)
-    except ValueError as exc:
-        print(f"snapllm model push: --part-size-mib: {exc}", file=sys.stderr)
+        # First: without credentials or a region, stop before reading the file or calling AWS.
+        session = session_with_credentials(args.region)
+        cloudformation = session.client("cloudformation")
+        s3 = session.client("s3")
+    except (ConfigurationError, BotoCoreError, ValueError) as exc:
+        print(f"snapllm model push: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    session = boto3.session.Session(region_name=args.region)
-    cloudformation = session.client("cloudformation")
     try:
         stack = DeployedStack.read(cloudformation, args.stack)
         pushed = push_model(
             args.file,
             stack,
-            session.client("s3"),
+            s3,
             key=args.key,
             settings=settings,
             hashing=_progress("SHA-256"),

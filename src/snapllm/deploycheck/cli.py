@@ -30,17 +30,6 @@ MODEL_SOURCE_SCENARIO = {
 }
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "deploy-check", help="check the transformed template: SnapStart after the model, roles, variables"
-    )
-    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
-    parser.add_argument(
-        "--parameter-overrides", nargs="*", default=[], metavar="NAME=VALUE", help="as for sam deploy"
-    )
-    parser.set_defaults(func=run)
-
-
 def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
     """The parameter sets to check: as given, and with ModelSource set when the template has it."""
     found = [("as given", overrides)]
@@ -70,11 +59,7 @@ def check(template: Path, overrides: dict[str, str]) -> list[tuple[str, list[Fin
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        overrides = dict(item.split("=", 1) for item in args.parameter_overrides)
-    except ValueError:
-        print("snapllm deploy-check: --parameter-overrides takes NAME=VALUE pairs", file=sys.stderr)
-        return 2
+    overrides = dict(args.parameter_overrides)
     print(f"deploy-check {args.template}")
     try:
         results = check(args.template, overrides)

@@ -21,50 +21,21 @@ from typing import Any
 
 from snapllm import sam
 from snapllm.errors import SnapllmError
-from snapllm.local.durable_cli import MCP_HELP, invoke_durable
+from snapllm.local.durable_cli import invoke_durable
 from snapllm.local.faults import FaultProxy, FaultSpec, FaultSpecError, parse_fault
 from snapllm.local.kinds import Kind, kind_of
 from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
 from snapllm.local.report import megabytes, seconds, table
-from snapllm.local.serve_cli import add_serve_parser, invoke_http_api
+from snapllm.local.serve_cli import invoke_http_api
 from snapllm.local.session import LocalDeployment
 from snapllm.sam import Function, Template
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    local = commands.add_parser("local", help="run functions locally (no Docker, no AWS)")
-    verbs = local.add_subparsers(dest="verb", required=True)
-    invoke = verbs.add_parser("invoke", help="init, snapshot, restore and invoke a function once")
-    invoke.add_argument("function", help="logical ID in the template, e.g. InferenceFunction")
-    invoke.add_argument("-e", "--event", type=Path, help="JSON event file ('-' for stdin); default {}")
-    invoke.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
-    invoke.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
-    invoke.add_argument("--timeout", type=float, help="invoke timeout in seconds (default: the template's)")
-    invoke.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra variable")
-    invoke.add_argument(
-        "--s3-fault",
-        action="append",
-        default=[],
-        type=_fault_spec,
-        metavar="SPEC",
-        help="inject a fault into the model download at init (repeatable): reset@30MB, reset@1MB:always, "
-        "close@10MB, stall@10MB, slow@1MB/s, status=503:SlowDown:every=3 (see snapllm.local.faults)",
-    )
-    # Durable functions (DurableConfig in the template) run through the durable runner.
-    decision = invoke.add_mutually_exclusive_group()
-    decision.add_argument("--approve", action="store_true", help="durable agent: approve when asked")
-    decision.add_argument("--reject", action="store_true", help="durable agent: reject when asked")
-    invoke.add_argument("--reason", help="durable agent: the approver's comment")
-    invoke.add_argument("--mcp", action="append", default=[], metavar="NAME=URL", help=MCP_HELP)
-    invoke.set_defaults(func=_invoke)
-    add_serve_parser(verbs)
-
-
-def _fault_spec(text: str) -> FaultSpec:
+def _fault_specs(texts: list[str]) -> list[FaultSpec]:
     try:
-        return parse_fault(text)
+        return [parse_fault(text) for text in texts]
     except FaultSpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+        raise SnapllmError(f"--s3-fault: {exc}") from exc
 
 
 def _fault_proxy(
@@ -92,12 +63,15 @@ def _read_event(path: Path | None) -> str:
     return text
 
 
-def _invoke(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """``snapllm local invoke``: exit 2 on anything unusable in the arguments, the template or the
+    function's configuration; 1 when the function fails otherwise."""
     try:
+        faults = _fault_specs(args.s3_fault)
         template = sam.load(args.template)
         function = template.function(args.function)
         kind = kind_of(template, function)
-        if args.s3_fault and kind is not Kind.DIRECT:
+        if faults and kind is not Kind.DIRECT:
             raise SnapllmError("--s3-fault applies to functions that load the model at init")
         if kind is Kind.DURABLE:
             return invoke_durable(args, template, function)
@@ -113,17 +87,19 @@ def _invoke(args: argparse.Namespace) -> int:
         return 2
     if kind is Kind.HTTP_API:
         return invoke_http_api(args, template, function, event)
-    return _invoke_direct(args, template, function, event)
+    return _invoke_direct(args, template, function, event, faults)
 
 
-def _invoke_direct(args: argparse.Namespace, template: Template, function: Function, event: str) -> int:
+def _invoke_direct(
+    args: argparse.Namespace, template: Template, function: Function, event: str, faults: list[FaultSpec]
+) -> int:
     """Init, snapshot, restore and invoke ``function`` once, with the phase timings on stderr."""
     proxy: FaultProxy | None = None
     try:
-        overrides = dict(item.split("=", 1) for item in args.env)
+        overrides = dict(args.env)
         with (
             LocalDeployment.start(template, model_path=args.model) as deployment,
-            _fault_proxy(deployment, args.s3_fault) as proxy,
+            _fault_proxy(deployment, faults) as proxy,
             deployment.function(
                 function.name,
                 timeout_s=args.timeout,
@@ -135,10 +111,15 @@ def _invoke_direct(args: argparse.Namespace, template: Template, function: Funct
             with local_function.restore() as environment:
                 result = environment.invoke_json(event)
                 restore_s = environment.restore_s
+    except LocalFunctionError as exc:
+        _report_faults(proxy)
+        # The function's stack trace went to its log above; its error in one line ends the output.
+        print(f"snapllm local invoke: {exc.summary}", file=sys.stderr)
+        return 2 if exc.is_configuration_error else 1
     except (SnapllmError, OSError, ValueError) as exc:
         _report_faults(proxy)
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
-        return 2 if not isinstance(exc, LocalFunctionError) else 1
+        return 2
 
     print(json.dumps(result.error or result.response, indent=2))
     print(_timing_table(init, snapshot, restore_s, result), file=sys.stderr)

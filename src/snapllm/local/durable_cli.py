@@ -22,11 +22,6 @@ from snapllm.errors import RequestError, SnapllmError
 from snapllm.local.durable import Decider, LocalAgent, agent_settings, approve, reject, with_mcp_servers
 from snapllm.sam import Function, Template
 
-MCP_HELP = (
-    "durable agent: also take tools from the MCP server at URL (streamable HTTP, no auth), named NAME "
-    "(repeatable; more options through --env SNAPLLM_AGENT_MCP_SERVERS=JSON)"
-)
-
 
 def _read_event(path: Path | None) -> dict[str, Any]:
     if path is None:
@@ -75,7 +70,7 @@ def invoke_durable(args: argparse.Namespace, template: Template, function: Funct
     try:
         event = _read_event(args.event)
         decide = _decider(args)
-        overrides = with_mcp_servers(dict(item.split("=", 1) for item in args.env), args.mcp)
+        overrides = with_mcp_servers(dict(args.env), args.mcp)
         settings = agent_settings(template, function, **overrides)
         with LocalAgent.start(
             template, function, model_path=args.model, inference_timeout_s=args.timeout

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from snapllm.errors import SnapllmError
+from snapllm.errors import ConfigurationError, SnapllmError
 from snapllm.local.environment import function_environment
 from snapllm.local.processes import Closing, stop_process
 from snapllm.sam import Function
@@ -43,7 +43,18 @@ class LocalFunctionError(SnapllmError):
         self.phase = phase
         self.error = error
         trace = "".join(error.get("stackTrace", []))
-        super().__init__(f"{phase} failed: {error.get('errorType')}: {error.get('errorMessage')}\n{trace}")
+        super().__init__(f"{self.summary}\n{trace}")
+
+    @property
+    def summary(self) -> str:
+        """The failure in one line, without the function's stack trace."""
+        message = " ".join(str(self.error.get("errorMessage")).split())
+        return f"{self.phase} failed: {self.error.get('errorType')}: {message}"
+
+    @property
+    def is_configuration_error(self) -> bool:
+        """The function refused its configuration (a variable, the model file): the caller's to fix."""
+        return self.error.get("errorType") == ConfigurationError.__name__
 
     @classmethod
     def died(cls, phase: str, message: str) -> LocalFunctionError:

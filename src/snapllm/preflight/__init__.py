@@ -1,18 +1,13 @@
 """Preflight: checks what ``sam build`` produced for every failure a deploy would otherwise hit.
 
 The rules cover the CPU architecture and glibc of every shared library, package sizes and layer layout,
-SnapStart and durable-function configuration, and model weights left inside a package.
+SnapStart and durable-function configuration, and model weights left inside a package. The package itself
+imports nothing, so that ``snapllm``'s parser (:mod:`snapllm.preflight.arguments`) stays light.
 
 Example:
     >>> from pathlib import Path
-    >>> from snapllm.preflight import preflight
+    >>> from snapllm.preflight.checker import preflight
     >>> findings, _ = preflight(Path(".aws-sam/build"))  # doctest: +SKIP
     >>> any(f.severity == "error" for f in findings)  # doctest: +SKIP
     False
 """
-
-from snapllm.preflight.checker import preflight
-from snapllm.preflight.errors import BuildDirError, ElfError, PreflightError, TemplateError
-from snapllm.preflight.rules import Finding
-
-__all__ = ["BuildDirError", "ElfError", "Finding", "PreflightError", "TemplateError", "preflight"]

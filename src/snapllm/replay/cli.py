@@ -20,7 +20,6 @@ import sys
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, TextIO
 
 from snapllm import sam
@@ -45,18 +44,6 @@ class Result:
     verdict: Verdict
     seconds: float
     diff: str = ""
-
-
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    replay = commands.add_parser(
-        "replay", help="replay events/ through their functions against recorded answers"
-    )
-    replay.add_argument("paths", nargs="*", type=Path, metavar="EVENT_OR_DIR", help="default: every event")
-    replay.add_argument("--update", action="store_true", help="re-record the answers, printing what changed")
-    replay.add_argument("--events", type=Path, default=Path("events"), help="the folder with replay.toml")
-    replay.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
-    replay.add_argument("--model", type=Path, help="GGUF file to serve (default: the packaged SmolLM2)")
-    replay.set_defaults(func=_replay)
 
 
 def render(document: Any) -> str:
@@ -88,7 +75,7 @@ def check(event: ReplayEvent, answer: Any, *, update: bool) -> tuple[Verdict, st
     return (Verdict.FAILED if recorded is not None else Verdict.UNRECORDED), change
 
 
-def _replay(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     exit_on_sigterm()
     try:

@@ -10,6 +10,7 @@ container (:mod:`snapllm.preflight.container`); it exits 1 when an answer or a c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import sys
@@ -21,7 +22,7 @@ from snapllm.local.processes import exit_on_sigterm
 from snapllm.local.report import table
 from snapllm.preflight.container import ContainerTarget, run_container_rules
 from snapllm.preflight.template import load_build
-from snapllm.samlocal.docker import bridge_gateway, remove_sam_containers
+from snapllm.samlocal.docker import bridge_gateway, remove_sam_containers, require_engine
 from snapllm.samlocal.samcli import Invocation
 from snapllm.samlocal.scenario import (
     APPROVAL,
@@ -42,26 +43,17 @@ HEALTH_EVENT = Path("events/router/health.json")
 BASE_IMAGE = "public.ecr.aws/lambda/python"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "sam-local", help="run the built functions with the real `sam local invoke` (needs Docker)"
-    )
-    parser.add_argument("--build-dir", type=Path, default=Path(".aws-sam/build-x86_64"))
-    parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64")
-    parser.add_argument("--sam", type=Path, default=Path(".tools/bin/sam"), help="the SAM CLI to run")
-    parser.add_argument("--logs", type=Path, default=Path(".aws-sam/sam-local-logs"))
-    parser.add_argument(
-        "--model-only",
-        action="store_true",
-        help="only the model function, once (an emulated architecture runs about 40 times slower)",
-    )
-    parser.set_defaults(func=run)
-
-
 def run(args: argparse.Namespace) -> int:
     # Each response is printed as it comes: a run takes minutes, and its output usually goes to a log.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     exit_on_sigterm()
+    try:
+        if not args.build_dir.is_dir():
+            raise SnapllmError(f"--build-dir: no folder {str(args.build_dir)!r} (run `make build` first)")
+        require_engine()
+    except SnapllmError as exc:
+        print(f"snapllm sam-local: {exc}", file=sys.stderr)
+        return 2
     try:
         remove_sam_containers()
         host = bridge_gateway()
@@ -99,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"snapllm sam-local: {exc}", file=sys.stderr)
         return 2
     finally:
-        remove_sam_containers()
-        remove_web_adapter_containers()
+        # Best effort: a failure here must not hide the run's own error.
+        for remove in (remove_sam_containers, remove_web_adapter_containers):
+            with contextlib.suppress(SnapllmError):
+                remove()
     failed = _summary(outcomes) or web_adapter_failed
     return 1 if _container_report(targets) or failed else 0
 

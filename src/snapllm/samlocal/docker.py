@@ -38,6 +38,17 @@ def docker(*args: str, stdin: str | None = None, timeout_s: float = 120, stderr:
     return done.stdout + (done.stderr if stderr else "")
 
 
+def require_engine() -> str:
+    """The Docker engine's version, or a DockerError in one line when there is no engine to talk to."""
+    try:
+        return docker("version", "--format", "{{.Server.Version}}", timeout_s=30).strip()
+    except DockerError as exc:
+        reason = " ".join(str(exc).split())[-300:]
+        raise DockerError(
+            f"no Docker engine ({reason}); `make sam-local` starts one and sets DOCKER_HOST"
+        ) from None
+
+
 def bridge_gateway() -> str:
     """The address of this machine on Docker's default bridge, where containers reach its servers.
 

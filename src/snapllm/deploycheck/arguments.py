@@ -1,0 +1,25 @@
+"""The arguments of ``snapllm deploy-check`` (run by :mod:`snapllm.deploycheck.cli`), declared without
+importing SAM's translator: a usage error costs no start-up."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from snapllm.argtypes import parameter
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "deploy-check", help="check the transformed template: SnapStart after the model, roles, variables"
+    )
+    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    parser.add_argument(
+        "--parameter-overrides",
+        nargs="*",
+        default=[],
+        type=parameter,
+        metavar="NAME=VALUE",
+        help="as for sam deploy",
+    )
+    parser.set_defaults(command="snapllm.deploycheck.cli")
