@@ -5,7 +5,7 @@ snapllm bench coldstart --json
 snapllm settings --write README.md
 
 Each subcommand's arguments are declared in a light module (``snapllm.<package>.arguments``) that names
-the module running it (``command``); that module is imported only once the arguments parsed, so
+the module running it (``implementation``); that module is imported only once the arguments parsed, so
 ``--help`` and a usage error cost no more than the parser.
 """
 
@@ -21,6 +21,7 @@ from snapllm.cost.arguments import add_parser as add_cost
 from snapllm.deploy.arguments import add_parser as add_model
 from snapllm.deploycheck.arguments import add_parser as add_deploy_check
 from snapllm.local.arguments import add_parser as add_local
+from snapllm.local.processes import exit_on_sigterm
 from snapllm.preflight.arguments import add_parser as add_preflight
 from snapllm.replay.arguments import add_parser as add_replay
 from snapllm.samlocal.arguments import add_parser as add_sam_local
@@ -42,7 +43,7 @@ REGISTRARS: list[SubcommandRegistrar] = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snapllm", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command_name", required=True)
+    commands = parser.add_subparsers(dest="command", required=True)
     for register in REGISTRARS:
         register(commands)
     return parser
@@ -50,8 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM raises SystemExit, so that every command's `with` blocks stop the child processes it started
+    # (local S3, functions, servers), also while they start and after uvicorn's graceful shutdown.
+    exit_on_sigterm()
     # The one place a module is imported late: the subcommand's implementation, once it is to run.
-    command = importlib.import_module(args.command)
+    command = importlib.import_module(args.implementation)
     return int(command.run(args) or 0)
 
 

@@ -73,8 +73,13 @@ def read(path: Path) -> dict[str, Any]:
     """The template's YAML as written (intrinsics in long form); ConfigurationError if it is not a mapping."""
     try:
         document = yaml.load(path.read_text(), Loader=_CloudFormationLoader)
+    except yaml.MarkedYAMLError as exc:
+        # One line: the parser's own message spans several, with the text quoted.
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigurationError(f"cannot read {path}: not valid YAML: {exc.problem}{where}") from None
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"cannot read {path}: {exc}") from exc
+        raise ConfigurationError(f"cannot read {path}: {' '.join(str(exc).split())}") from exc
     if not isinstance(document, dict):
         raise ConfigurationError(f"{path}: the template is not a mapping")
     return document

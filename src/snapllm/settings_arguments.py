@@ -18,5 +18,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     help_text = "replace the tables between the markers of this file instead of printing them"
     parser.add_argument("--write", metavar="README", type=Path, help=help_text)
-    parser.set_defaults(command="snapllm.settings_doc")
+    parser.set_defaults(implementation="snapllm.settings_doc")
     return parser

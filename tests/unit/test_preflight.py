@@ -426,9 +426,9 @@ def test_registers_as_a_snapllm_subcommand(tmp_path, capsys):
     from snapllm.preflight.arguments import add_parser
 
     parser = argparse.ArgumentParser(prog="snapllm")
-    add_parser(parser.add_subparsers(dest="command_name", required=True))
+    add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["preflight", str(make_build(tmp_path, runtime="python3.11")), "--no-zip"])
-    assert args.command == "snapllm.preflight.cli"
+    assert args.implementation == "snapllm.preflight.cli"
     assert run(args) == 1
     assert "ERROR Fn: SnapStart needs python3.12 or later" in capsys.readouterr().out
 

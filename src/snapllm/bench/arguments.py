@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snapllm.argtypes import gguf_file, http_url, integer, number
+from snapllm.argtypes import gguf_file, http_url, integer, number, readable_file
 
 #: ``SNAPLLM_PREFAULT``'s modes (:data:`snapllm.prefault.PREFAULT_MODES`, which imports numpy; a unit test
 #: keeps the two equal).
@@ -34,7 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     coldstart = kinds.add_parser(
         "coldstart", help="cold-start phases and ratios against vanilla and bare llama_cpp"
     )
-    coldstart.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    coldstart.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
     coldstart.add_argument(
         "--model",
         type=model_or_gguf,
@@ -64,10 +64,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="instead: the S3 -> memfd load, clean vs each transient fault (reset, close, 503, stall)",
     )
-    coldstart.set_defaults(command="snapllm.bench.coldstart")
+    coldstart.set_defaults(implementation="snapllm.bench.coldstart")
 
     router = kinds.add_parser("router", help="router overhead per request (all but inference), p50/p99")
-    router.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    router.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
     router.add_argument("--model", type=gguf_file, help="GGUF file (default: the packaged SmolLM2)")
     router.add_argument("--requests", type=repeats, default=200, help="measured requests (after 20 warm-ups)")
     router.add_argument(
@@ -85,7 +85,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="also route `always-on` to this OpenAI-compatible base URL and measure both",
     )
     router.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    router.set_defaults(command="snapllm.bench.router")
+    router.set_defaults(implementation="snapllm.bench.router")
 
     aws = kinds.add_parser("aws", help="cold/warm/streaming latency of a deployed stack (REPORT lines)")
     aws.add_argument("--stack", required=True, help="CloudFormation stack name")
@@ -106,7 +106,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="SNAPLLM_PREFAULT for the cold versions (default: the function's own setting)",
     )
     aws.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    aws.set_defaults(command="snapllm.bench.aws")
+    aws.set_defaults(implementation="snapllm.bench.aws")
 
     grammar = kinds.add_parser("grammar", help="tokens/s with and without a json_schema grammar, as a ratio")
     grammar.add_argument("--model", type=gguf_file, help="GGUF file (default: the packaged SmolLM2)")
@@ -120,4 +120,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
     )
     grammar.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    grammar.set_defaults(command="snapllm.bench.grammar")
+    grammar.set_defaults(implementation="snapllm.bench.grammar")

@@ -91,4 +91,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", type=Path, default=Path("snapllm-cost.png"), help="PNG to write")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON on stdout")
-    parser.set_defaults(command="snapllm.cost.cli", parser=parser)
+    parser.set_defaults(implementation="snapllm.cost.cli", parser=parser)

@@ -78,7 +78,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.no_plot and not args.plot.resolve().parent.is_dir():
             raise ValueError(f"--plot: no folder {str(args.plot.parent)!r} to write {args.plot.name} into")
-        prices = load(args.prices)
+        try:
+            prices = load(args.prices)
+        except (OSError, ValueError) as exc:  # the file, its TOML or its fields
+            raise ValueError(f"--prices: {args.prices}: {exc}") from None
         options = tuple(prices.option(name) for name in args.option) if args.option else None
         result = estimate(prices, _workload(args), _speed(args), options)
     except (ValueError, KeyError, OSError) as exc:

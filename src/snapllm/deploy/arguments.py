@@ -26,4 +26,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     push.add_argument("--no-update", action="store_true", help="upload only; do not update the stack")
     push.add_argument("--region", help="AWS region (default: boto3's)")
-    push.set_defaults(command="snapllm.deploy.cli")
+    push.set_defaults(implementation="snapllm.deploy.cli")

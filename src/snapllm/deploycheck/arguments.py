@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snapllm.argtypes import parameter
+from snapllm.argtypes import parameter, readable_file
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "deploy-check", help="check the transformed template: SnapStart after the model, roles, variables"
     )
-    parser.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    parser.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
     parser.add_argument(
         "--parameter-overrides",
         nargs="*",
@@ -22,4 +22,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="as for sam deploy",
     )
-    parser.set_defaults(command="snapllm.deploycheck.cli")
+    parser.set_defaults(implementation="snapllm.deploycheck.cli")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snapllm.argtypes import gguf_file, named_url, number, pair, port
+from snapllm.argtypes import gguf_file, named_url, number, pair, port, readable_file
 
 MCP_HELP = (
     "durable agent: also take tools from the MCP server at URL (streamable HTTP, no auth), named NAME "
@@ -22,7 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     invoke = verbs.add_parser("invoke", help="init, snapshot, restore and invoke a function once")
     invoke.add_argument("function", help="logical ID in the template, e.g. InferenceFunction")
     invoke.add_argument("-e", "--event", type=Path, help="JSON event file ('-' for stdin); default {}")
-    invoke.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    invoke.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
     invoke.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
     invoke.add_argument(
         "--timeout",
@@ -48,12 +48,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     invoke.add_argument(
         "--mcp", action="append", default=[], type=mcp_server, metavar="NAME=URL", help=MCP_HELP
     )
-    invoke.set_defaults(command="snapllm.local.cli")
+    invoke.set_defaults(implementation="snapllm.local.cli")
 
     serve = verbs.add_parser("serve", help="serve the OpenAI-compatible routes on 127.0.0.1 (no Docker)")
     # $PORT is read when the command runs (snapllm.local.serve_cli), so a bad value fails `serve` alone.
     serve.add_argument("--port", type=port, help="port (default: $PORT or 3000)")
-    serve.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    serve.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
     serve.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
     serve.add_argument(
         "--no-stream", action="store_true", help="do not start the streaming (web adapter) function"
@@ -77,7 +77,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--mcp", action="append", default=[], type=mcp_server, metavar="NAME=URL", help=MCP_HELP
     )
-    serve.set_defaults(command="snapllm.local.serve_cli")
+    serve.set_defaults(implementation="snapllm.local.serve_cli")
 
 
 def fallback(text: str) -> tuple[str, list[str]]:

@@ -22,6 +22,7 @@ from typing import Any
 from snapllm import sam
 from snapllm.errors import SnapllmError
 from snapllm.local.durable_cli import invoke_durable
+from snapllm.local.environment import check_strict_variables
 from snapllm.local.faults import FaultProxy, FaultSpec, FaultSpecError, parse_fault
 from snapllm.local.kinds import Kind, kind_of
 from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     function's configuration; 1 when the function fails otherwise."""
     try:
         faults = _fault_specs(args.s3_fault)
+        check_strict_variables(dict(args.env))
         template = sam.load(args.template)
         function = template.function(args.function)
         kind = kind_of(template, function)
@@ -113,8 +115,7 @@ def _invoke_direct(
                 restore_s = environment.restore_s
     except LocalFunctionError as exc:
         _report_faults(proxy)
-        # The function's stack trace went to its log above; its error in one line ends the output.
-        print(f"snapllm local invoke: {exc.summary}", file=sys.stderr)
+        print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2 if exc.is_configuration_error else 1
     except (SnapllmError, OSError, ValueError) as exc:
         _report_faults(proxy)

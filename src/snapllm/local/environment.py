@@ -21,8 +21,10 @@ A template value left :class:`~snapllm.sam.Unresolved` must be supplied by 2-4 o
 
 from __future__ import annotations
 
+import logging
+import math
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from snapllm.errors import ConfigurationError
@@ -30,6 +32,49 @@ from snapllm.sam import Function, Unresolved, scalar_text
 
 #: Prefixes of the caller's variables that override a template's values.
 SHELL_OVERRIDE_PREFIXES = ("SNAPLLM_", "POWERTOOLS_")
+
+# strtobool's words, which Powertools parses its switches with (anything else raises at the Logger's,
+# Metrics' or Tracer's construction).
+_TRUTH_WORDS = frozenset({"y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0"})
+
+
+def _is_rate(text: str) -> bool:
+    try:
+        return math.isfinite(rate := float(text)) and 0 <= rate <= 1
+    except ValueError:
+        return False
+
+
+#: Variables read outside the settings classes (by Powertools, or the local host's logging) whose bad value
+#: would fail a function only once it builds its Logger, Metrics or Tracer: what each must be.
+STRICT_VARIABLES: dict[str, tuple[Callable[[str], bool], str]] = {
+    **{
+        name: (lambda text: text.upper() in logging.getLevelNamesMapping(), "a log level (DEBUG, INFO, ...)")
+        for name in ("POWERTOOLS_LOG_LEVEL", "SNAPLLM_LOG_LEVEL")
+    },
+    "POWERTOOLS_LOGGER_SAMPLE_RATE": (_is_rate, "a number from 0 to 1"),
+    **{
+        name: (lambda text: text.lower() in _TRUTH_WORDS, "true or false")
+        for name in ("POWERTOOLS_DEV", "POWERTOOLS_METRICS_DISABLED", "POWERTOOLS_TRACE_DISABLED")
+    },
+}
+
+
+def check_strict_variables(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a bad value of :data:`STRICT_VARIABLES` in ``environ`` (default: the caller's) before anything
+    starts; blank values are unset.
+
+    Raises:
+        ConfigurationError: Naming each variable, what it must be and what it was.
+    """
+    environ = os.environ if environ is None else environ
+    problems = [
+        f"{name} must be {what}, got {value!r}"
+        for name, (valid, what) in STRICT_VARIABLES.items()
+        if (value := environ.get(name, "").strip()) and not valid(value)
+    ]
+    if problems:
+        raise ConfigurationError("; ".join(problems))
 
 
 def function_environment(

@@ -37,19 +37,15 @@ from snapllm.sam import Function
 
 
 class LocalFunctionError(SnapllmError):
-    """The function failed in a lifecycle phase; the message holds the function's own error."""
+    """The function failed in a lifecycle phase; the message holds the function's own error, in one line."""
 
     def __init__(self, phase: str, error: dict[str, Any]) -> None:
         self.phase = phase
         self.error = error
-        trace = "".join(error.get("stackTrace", []))
-        super().__init__(f"{self.summary}\n{trace}")
-
-    @property
-    def summary(self) -> str:
-        """The failure in one line, without the function's stack trace."""
-        message = " ".join(str(self.error.get("errorMessage")).split())
-        return f"{self.phase} failed: {self.error.get('errorType')}: {message}"
+        #: The function's stack trace, kept apart: a command prints the one line, not the function's stack.
+        self.trace = "".join(error.get("stackTrace", []))
+        message = " ".join(str(error.get("errorMessage")).split())
+        super().__init__(f"{phase} failed: {error.get('errorType')}: {message}")
 
     @property
     def is_configuration_error(self) -> bool:

@@ -21,7 +21,6 @@ from snapllm.edge import decode_json
 from snapllm.errors import ConfigurationError, RequestError, SnapllmError
 from snapllm.local.durable import with_mcp_servers
 from snapllm.local.gateway import LocalGateway, serve
-from snapllm.local.processes import exit_on_sigterm
 from snapllm.local.stack import LocalStack
 from snapllm.sam import Function, Template
 
@@ -58,9 +57,6 @@ def run(args: argparse.Namespace) -> int:
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local serve: {exc}", file=sys.stderr)
         return 2
-    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; turning them into exceptions lets the
-    # stack stop its child processes (local S3, the functions) on the way out.
-    exit_on_sigterm()
     with stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
         serve(stack, port=port)
     return 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.errors import ConfigurationError
-from snapllm.local.environment import function_environment
+from snapllm.local.environment import check_strict_variables, function_environment
 from snapllm.local.kinds import MODEL_KEY_VARIABLE, model_function
 from snapllm.local.lifecycle import LocalFunction
 from snapllm.local.processes import Closing
@@ -51,6 +51,7 @@ class LocalDeployment(Closing):
     ) -> LocalDeployment:
         """Upload the model (``model_path``, default the packaged one) to ``s3`` (default a new endpoint);
         ``model_key`` is the key of :func:`~snapllm.local.kinds.model_function`."""
+        check_strict_variables()  # before the local S3 starts: a bad value fails at once, not after the load
         functions = [model_function(template), *template.functions]
         model_keys = tuple(dict.fromkeys(key for fn in functions if (key := _model_key(fn))))
         model_path = model_path or default_model_path()

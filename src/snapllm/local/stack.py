@@ -83,6 +83,11 @@ class LocalStack(Closing):
         durable = of_kind(template, Kind.DURABLE)
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
         model_fn = model_function(template, callers=[router_function])
+        # The router's settings, checked before anything starts (the same check runs on the built router).
+        named = function_environment(model_fn, wired=tuple(model_fn.environment)).get("SNAPLLM_MODEL_NAME")
+        cls._router_settings(
+            router_function, named or model_fn.name, model_fn, endpoints or {}, fallbacks or {}
+        )
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
             inference = resources.enter_context(deployment.function(model_fn.name))
@@ -116,6 +121,20 @@ class LocalStack(Closing):
         endpoints: Mapping[str, str],
         fallbacks: Mapping[str, Sequence[str]],
     ) -> RouterApp:
+        settings = LocalStack._router_settings(function, model, model_fn, endpoints, fallbacks)
+        clients: dict[str, InferenceClient] = {model: client}
+        for name, url in endpoints.items():
+            clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
+        return RouterApp(settings, clients, routers=[agent_routes.router])
+
+    @staticmethod
+    def _router_settings(
+        function: Function,
+        model: str,
+        model_fn: Function,
+        endpoints: Mapping[str, str],
+        fallbacks: Mapping[str, Sequence[str]],
+    ) -> RouterSettings:
         routes = {model: f"local:{model_fn.name}", **endpoints}
         env = function_environment(
             function,
@@ -127,11 +146,7 @@ class LocalStack(Closing):
             },
             wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
         )
-        settings = RouterSettings.from_env(env)
-        clients: dict[str, InferenceClient] = {model: client}
-        for name, url in endpoints.items():
-            clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
-        return RouterApp(settings, clients, routers=[agent_routes.router])
+        return RouterSettings.from_env(env)
 
     @staticmethod
     def _web_adapter(deployment: LocalDeployment, function: Function) -> WebAdapterProcess:

@@ -32,5 +32,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="template parameter values the build used, e.g. Architecture=x86_64",
     )
     parser.add_argument("--no-zip", action="store_true", help="skip measuring zip sizes (faster)")
-    parser.set_defaults(command="snapllm.preflight.cli")
+    parser.set_defaults(implementation="snapllm.preflight.cli")
     return parser

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snapllm.argtypes import gguf_file
+from snapllm.argtypes import directory, gguf_file, readable_file
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -15,7 +15,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     replay.add_argument("paths", nargs="*", type=Path, metavar="EVENT_OR_DIR", help="default: every event")
     replay.add_argument("--update", action="store_true", help="re-record the answers, printing what changed")
-    replay.add_argument("--events", type=Path, default=Path("events"), help="the folder with replay.toml")
-    replay.add_argument("-t", "--template", type=Path, default=Path("template.yaml"))
+    replay.add_argument(
+        "--events", type=directory, default=Path("events"), help="the folder with replay.toml"
+    )
+    replay.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
     replay.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
-    replay.set_defaults(command="snapllm.replay.cli")
+    replay.set_defaults(implementation="snapllm.replay.cli")

@@ -24,7 +24,6 @@ from typing import Any, TextIO
 
 from snapllm import sam
 from snapllm.errors import SnapllmError
-from snapllm.local.processes import exit_on_sigterm
 from snapllm.replay.events import Manifest, ReplayEvent, ReplaySetupError
 from snapllm.replay.runner import Replayer
 
@@ -77,7 +76,6 @@ def check(event: ReplayEvent, answer: Any, *, update: bool) -> tuple[Verdict, st
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
-    exit_on_sigterm()
     try:
         manifest = Manifest.load(args.events)
         events = manifest.events(args.paths)

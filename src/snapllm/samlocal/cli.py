@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from snapllm.errors import SnapllmError
-from snapllm.local.processes import exit_on_sigterm
 from snapllm.local.report import table
 from snapllm.preflight.container import ContainerTarget, run_container_rules
 from snapllm.preflight.template import load_build
@@ -46,7 +45,6 @@ BASE_IMAGE = "public.ecr.aws/lambda/python"
 def run(args: argparse.Namespace) -> int:
     # Each response is printed as it comes: a run takes minutes, and its output usually goes to a log.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    exit_on_sigterm()
     try:
         if not args.build_dir.is_dir():
             raise SnapllmError(f"--build-dir: no folder {str(args.build_dir)!r} (run `make build` first)")
