@@ -1,0 +1,93 @@
+"""``snapllm``'s parser is light: building it, ``--help`` and a usage error import no heavy module, and every
+subcommand's implementation is importable from the name its parser gives."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from snapllm.bench.arguments import PREFAULT_CHOICES
+from snapllm.cli import build_parser
+from snapllm.prefault import PREFAULT_MODES
+
+#: Modules whose import costs tenths of a second to seconds (llama.cpp, AWS SDKs, numpy, pydantic, YAML,
+#: plotting, HTTP servers and clients, MCP): none may load before a subcommand runs.
+HEAVY = (
+    "boto3",
+    "botocore",
+    "llama_cpp",
+    "numpy",
+    "moto",
+    "pydantic",
+    "pydantic_settings",
+    "yaml",
+    "matplotlib",
+    "httpx",
+    "uvicorn",
+    "starlette",
+    "mcp",
+    "aws_lambda_powertools",
+    "samtranslator",
+)
+
+PROBE = """
+import contextlib, io, json, sys
+from snapllm.cli import main
+for argv in ARGVS:
+    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()), \\
+            contextlib.redirect_stderr(io.StringIO()):
+        main(argv)
+print(json.dumps(sorted({name.partition(".")[0] for name in sys.modules})))
+"""
+
+
+def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Each runnable subcommand: its words and its parser."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subcommands(sub, (*path, name))
+            return
+    yield path, parser
+
+
+SUBCOMMANDS = list(_subcommands(build_parser()))
+
+
+@pytest.mark.parametrize(
+    "argvs",
+    [
+        [["--help"]],
+        [[*words, "--help"] for words, _ in SUBCOMMANDS],
+        [[*words, "--no-such-flag"] for words, _ in SUBCOMMANDS],
+        [["cost", "--requests-per-day", "nan"], ["local", "serve", "--port", "99999"]],
+    ],
+    ids=["help", "each-subcommand-help", "each-usage-error", "bad-values"],
+)
+def test_the_parser_imports_no_heavy_module(argvs):
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE.replace("ARGVS", repr(argvs))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded = set(json.loads(run.stdout))
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_every_subcommand_names_a_module_that_runs_it():
+    assert len(SUBCOMMANDS) >= 13
+    for words, parser in SUBCOMMANDS:
+        implementation = parser.get_default("implementation")
+        assert implementation, words
+        assert callable(importlib.import_module(implementation).run), words
+
+
+def test_the_bench_prefault_choices_are_the_engine_modes():
+    assert PREFAULT_CHOICES == PREFAULT_MODES
