@@ -48,7 +48,7 @@ from snapllm.errors import ConfigurationError
 from snapllm.loader import S3ModelLoader
 from snapllm.local.context import LocalContext
 from snapllm.local.kinds import model_function
-from snapllm.local.lifecycle import InvokeResult
+from snapllm.local.lifecycle import InvokeResult, LocalFunctionError
 from snapllm.local.report import megabytes, seconds, table
 from snapllm.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm.models import model_path
@@ -306,13 +306,19 @@ def kv_cache_bytes(engine: Engine) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``snapllm bench coldstart``: exit 2 when the model, the template or a variable is unusable."""
     try:
         model = model_path(args.model)
+        return loadfaults.run(args, model) if args.faults else _run(args, model)
+    except LocalFunctionError as exc:
+        print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
+        return 2 if exc.is_configuration_error else 1
     except ConfigurationError as exc:
         print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
         return 2
-    if args.faults:
-        return loadfaults.run(args, model)
+
+
+def _run(args: argparse.Namespace, model: Path) -> int:
     samples = Samples()
     with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
         request = CHAT_REQUEST if _has_chat_template(model) else TEXT_REQUEST
