@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,6 +66,7 @@ CASES = [
     case("serve-port-out-of-range", *SERVE, "--port", "99999", names="--port"),
     case("serve-port-zero", *SERVE, "--port", "0", names="--port"),
     case("serve-port-not-a-number", *SERVE, "--port", "abc", names="--port"),
+    case("serve-port-in-use", *SERVE, "--port", "{busy_port}", names="{busy_port}"),
     case("serve-route-no-equals", *SERVE, "--route", "gpt", names="--route"),
     case("serve-route-not-a-url", *SERVE, "--route", "gpt=localhost:8000", names="--route"),
     case("serve-route-no-name", *SERVE, "--route", "=http://127.0.0.1:1/v1", names="--route"),
@@ -286,6 +288,7 @@ CASES = [
 
 @dataclass(frozen=True)
 class Outcome:
+    names: str  # the case's, with the files' and ports' placeholders filled in
     code: int
     stderr: str
     seconds: float
@@ -383,16 +386,16 @@ def _run(case: Case, files: Mapping[str, str], root: Path) -> Outcome:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             leftovers.append(cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip())
         os.kill(pid, signal.SIGKILL)  # not to leave it to the next case
-    return Outcome(process.returncode, stderr, seconds, tuple(leftovers))
+    return Outcome(case.names.format(**files), process.returncode, stderr, seconds, tuple(leftovers))
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> Iterator[dict[str, Outcome]]:
     root = tmp_path_factory.mktemp("cli-hostile")
-    files = _files(root)
     # The slow cases (a function's init, a heavy import) first, so that the quick ones fill the gaps.
     ordered = sorted(CASES, key=lambda c: not c.env and c.argv[:1] != ("local",))
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with socket.create_server(("127.0.0.1", 0)) as busy, ThreadPoolExecutor(max_workers=3) as pool:
+        files = {**_files(root), "busy_port": str(busy.getsockname()[1])}
         yield {
             c.id: outcome
             for c, outcome in zip(ordered, pool.map(lambda c: _run(c, files, root), ordered), strict=True)
@@ -412,5 +415,5 @@ def test_hostile_command_line(case: Case, outcomes: dict[str, Outcome]):
     assert not outcome.leftovers, f"left running: {outcome.leftovers}\n{context}"
     if case.code == 2:
         lines = [line for line in outcome.stderr.splitlines() if line.strip()]
-        assert lines and case.names in lines[-1], context
+        assert lines and outcome.names in lines[-1], context
         assert lines[-1].startswith(("snapllm", "ERROR preflight")), context

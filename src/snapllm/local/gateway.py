@@ -1,7 +1,7 @@
 """``snapllm local serve``'s front door: the deployed HTTP surface on 127.0.0.1, without Docker or AWS.
 
     with LocalStack.start(sam.load(Path("template.yaml"))) as stack:
-        serve(stack, port=3000)   # http://127.0.0.1:3000/v1 for any OpenAI client
+        serve(stack, listen(3000))   # http://127.0.0.1:3000/v1 for any OpenAI client
 
 One local gateway plays both front doors of a deployment:
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -140,8 +141,24 @@ def _http_response(result: Mapping[str, Any]) -> Response:
     return response
 
 
-def serve(stack: LocalStack, *, port: int = 3000, host: str = "127.0.0.1") -> None:
-    """Serve until interrupted (Ctrl-C / SIGTERM)."""
+def listen(port: int, host: str = "127.0.0.1") -> socket.socket:
+    """The socket :func:`serve` takes, bound before the stack starts: a port in use fails at once (OSError),
+    not after the model has loaded."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # as uvicorn binds: TIME_WAIT is no obstacle
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(stack: LocalStack, sock: socket.socket) -> None:
+    """Serve on ``sock`` (:func:`listen`) until interrupted (Ctrl-C / SIGTERM)."""
+    host, port = sock.getsockname()[:2]
     gateway = LocalGateway(stack)
     others = [
         f"{name!r} -> {url}" for name, url in stack.router.settings.routes.items() if name != stack.model
@@ -153,4 +170,5 @@ def serve(stack: LocalStack, *, port: int = 3000, host: str = "127.0.0.1") -> No
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(gateway, host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(gateway, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])

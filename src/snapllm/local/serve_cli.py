@@ -20,7 +20,8 @@ from snapllm.argtypes import port_number
 from snapllm.edge import decode_json
 from snapllm.errors import ConfigurationError, RequestError, SnapllmError
 from snapllm.local.durable import with_mcp_servers
-from snapllm.local.gateway import LocalGateway, serve
+from snapllm.local.gateway import LocalGateway, listen, serve
+from snapllm.local.lifecycle import LocalFunctionError
 from snapllm.local.stack import LocalStack
 from snapllm.sam import Function, Template
 
@@ -43,8 +44,13 @@ def listening_port(given: int | None, environ: Mapping[str, str] = os.environ) -
 
 def run(args: argparse.Namespace) -> int:
     """``snapllm local serve``: exit 2, before anything starts, on an unusable port, template or route."""
+    sock = None
     try:
         port = listening_port(args.port)
+        try:
+            sock = listen(port)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
         template = sam.load(args.template)
         stack = LocalStack.start(
             template,
@@ -55,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
             agent_overrides=with_mcp_servers({}, args.mcp),
         )
     except (SnapllmError, OSError, ValueError) as exc:
+        if sock is not None:
+            sock.close()
         print(f"snapllm local serve: {exc}", file=sys.stderr)
-        return 2
-    with stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
-        serve(stack, port=port)
+        # A function that failed for another reason than its configuration (a download, say) is not a usage
+        # error.
+        return 1 if isinstance(exc, LocalFunctionError) and not exc.is_configuration_error else 2
+    with sock, stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
+        serve(stack, sock)
     return 0
 
 
