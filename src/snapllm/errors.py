@@ -120,6 +120,11 @@ class CustomResourceResponseError(SnapllmError):
 # --- Requests --------------------------------------------------------------------------------------------
 
 
+#: The header that carries a request's id on every HTTP answer, errors included, as OpenAI's API sends it
+#: (the official SDKs expose it as ``response._request_id``).
+REQUEST_ID_HEADER = "x-request-id"
+
+
 class ErrorDetail(BaseModel):
     message: str
     type: str

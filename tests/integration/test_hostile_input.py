@@ -46,6 +46,12 @@ JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
 GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
 MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
+CALLING = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+TOOL_ANSWER = {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
 
 
 def nested(depth: int) -> str:
@@ -184,6 +190,10 @@ CASES = [
     Case("null-body", b"null"),
     Case("array-body", b"[]"),
     Case("string-body", b'"hi"'),
+    Case("number-body", b"5"),
+    # A JSON string holding a whole good request is a string, not a request (a direct invoke decoded it).
+    Case("string-body-holding-a-request", json.dumps(json.dumps(GOOD)).encode()),
+    Case("array-holding-a-request", json.dumps([GOOD]).encode()),
     Case("not-json", b"messages=hi", skip=NOT_JSON),
     # Content types: curl -d sends form encoding unless told otherwise.
     Case(
@@ -282,6 +292,21 @@ CASES = [
     Case("responses-streamed-wrong-type", response_with(stream=True, max_output_tokens="4"), path=RESPONSES),
     Case("responses-with-messages", response_with(messages=[]), path=RESPONSES),
     Case("responses-array-body", b"[]", path=RESPONSES),
+    Case(
+        "responses-string-holding-a-request", json.dumps(json.dumps(GOOD_RESPONSE)).encode(), path=RESPONSES
+    ),
+    # Tool turns pair up by call id (OpenAI answers 400).
+    Case("tool-message-without-a-call", chat_with(messages=[GOOD["messages"][0], TOOL_ANSWER])),
+    Case(
+        "tool-message-unknown-call-id",
+        chat_with(messages=[GOOD["messages"][0], CALLING, {**TOOL_ANSWER, "tool_call_id": "call_unknown"}]),
+    ),
+    Case("tool-call-unanswered", chat_with(messages=[GOOD["messages"][0], CALLING, GOOD["messages"][0]])),
+    Case(
+        "responses-output-without-a-call",
+        response_with(input=[{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]),
+        path=RESPONSES,
+    ),
     Case(
         "responses-form-encoded",
         response_with(),

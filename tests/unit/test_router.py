@@ -187,6 +187,7 @@ def test_events_answer_as_documented(fake_lambda):
         "chat.json": 200,
         "completion.json": 200,
         "models.json": 200,
+        "retrieve-model.json": 200,
         "health.json": 200,
         "openapi.json": 200,
         "unknown-model.json": 404,
@@ -499,6 +500,48 @@ def test_another_router_is_included_with_one_argument(fake_lambda):
     router = make_router(fake_lambda, routers=[extra])
     assert call(router, "GET", "/v1/agent/ping")[:3:2] == (200, {"pong": True})
     assert call(router, "GET", "/v1/models")[0] == 200
+
+
+def test_a_model_is_retrieved_by_its_id_as_openai_answers(fake_lambda):
+    router = make_router(fake_lambda)
+    status, _, card = call(router, "GET", f"/v1/models/{MODEL}")
+    assert status == 200 and card == {**call(router, "GET", "/v1/models")[2]["data"][0]}
+    assert card["object"] == "model" and card["id"] == MODEL and card["owned_by"] == "snapllm"
+    status, _, body = call(router, "GET", "/v1/models/gpt-4o")
+    assert status == 404 and body["error"]["code"] == "model_not_found" and body["error"]["param"] == "model"
+    assert "'gpt-4o'" in body["error"]["message"] and MODEL in body["error"]["message"]
+    assert call(router, "POST", f"/v1/models/{MODEL}", CHAT)[0] == 405
+    assert fake_lambda.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/v1/models", None, 200),
+        ("GET", f"/v1/models/{MODEL}", None, 200),
+        ("GET", "/v1/models/nope", None, 404),
+        ("POST", "/v1/chat/completions", CHAT, 200),
+        ("POST", "/v1/chat/completions", {**CHAT, "n": 2}, 400),
+        ("POST", "/v1/chat/completions", b"{", 400),
+        ("GET", "/v2/nothing", None, 404),
+        ("GET", "/health", None, 200),
+    ],
+)
+def test_every_answer_carries_the_request_id(fake_lambda, method, path, body, status):
+    raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
+    headers = {"content-type": "application/json"} if raw else {}
+    event = http_api_event(method, path, body=raw, headers=headers, request_id="JkE1LjXYIAMEbXQ=")
+    result = make_router(fake_lambda).handler(
+        event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
+    )
+    assert result["statusCode"] == status
+    assert result["headers"]["x-request-id"] == "JkE1LjXYIAMEbXQ="
+
+
+def test_an_event_that_is_not_http_gets_the_invokes_request_id(fake_lambda):
+    context = LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
+    result = make_router(fake_lambda).handler([1, 2], context)
+    assert result["statusCode"] == 400 and result["headers"]["x-request-id"] == context.aws_request_id
 
 
 def test_unknown_paths_are_openai_404s(fake_lambda):

@@ -21,6 +21,7 @@ import base64
 import json
 import sys
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +34,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from snapllm.edge import check_body_size, check_headers, decode_json
-from snapllm.errors import RequestError
+from snapllm.errors import REQUEST_ID_HEADER, RequestError
 from snapllm.local.context import LocalContext
 from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
@@ -65,6 +66,9 @@ class LocalGateway:
             await self.app(scope, receive, send)
             return
         response = await self.endpoint(Request(scope, receive))
+        # The router and the streaming app name their answers; what the gateway answers itself gets an id.
+        if REQUEST_ID_HEADER not in response.headers:
+            response.headers[REQUEST_ID_HEADER] = str(uuid.uuid4())
         await response(scope, receive, send)
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from snapllm.edge import (
     decode_json,
 )
 from snapllm.errors import (
+    REQUEST_ID_HEADER,
     InferenceNotReadyError,
     InferenceThrottledError,
     InvalidRequestError,
@@ -63,7 +65,14 @@ from snapllm.inference_client import (
 )
 from snapllm.limits import Limits
 from snapllm.metrics import add_completion_metrics, record_error, request_features
-from snapllm.responses import ChatCompletion, Completion, Health, ModelList, ResponseObject
+from snapllm.responses import (
+    ChatCompletion,
+    Completion,
+    Health,
+    ModelCard,
+    ModelList,
+    ResponseObject,
+)
 from snapllm.responses_contract import AnyRequest, ResponsesRequest, engine_request, responses_fields
 from snapllm.router.config import RouterSettings
 
@@ -76,6 +85,15 @@ STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
 )
+
+
+def _request_id(event: Any, context: Any) -> str:
+    """API Gateway's id of the request (``requestContext.requestId``), else the invoke's, else a new one."""
+    request = event.get("requestContext") if isinstance(event, dict) else None
+    found = request.get("requestId") if isinstance(request, dict) else None
+    if isinstance(found, str) and found:
+        return found
+    return str(getattr(context, "aws_request_id", None) or uuid.uuid4())
 
 
 @dataclass
@@ -189,6 +207,9 @@ class RouterApp:
             }
         else:
             result = self.resolver.resolve(event, context)
+        # OpenAI's header, which clients read as the request's id (the SDKs' ``_request_id``): API Gateway's
+        # request id, the correlation id of this request's logs.
+        result["headers"] = {**(result.get("headers") or {}), REQUEST_ID_HEADER: _request_id(event, context)}
         self._record(result.get("statusCode", 500))
         return result
 
@@ -258,6 +279,15 @@ class RouterApp:
         )
         def list_models() -> Response[dict[str, Any]]:
             return self._json(200, self.model_list().model_dump(mode="json"))
+
+        @app.get(
+            "/v1/models/<model>",
+            summary="Retrieve a model this deployment routes to",
+            responses=openapi.lookup_responses(ModelCard, "No such model (code model_not_found)."),
+            tags=["OpenAI"],
+        )
+        def retrieve_model(model: str) -> Response[dict[str, Any]]:
+            return self._json(200, self.model_list().card(model).model_dump(mode="json"))
 
         @app.get("/health", summary="Liveness", responses=openapi.simple_responses(Health))
         def health() -> Response[dict[str, Any]]:
