@@ -191,6 +191,13 @@ class ContextLengthExceededError(RequestError):
     code = "context_length_exceeded"
 
 
+class ToolCallCutShortError(RequestError):
+    """The answer was cut (by ``max_tokens``, or by the deadline: then a 504) inside a tool call, before the
+    function's name was decided: there is no call to return, and as text it would be a broken call."""
+
+    code = "tool_call_cut_short"
+
+
 class ServerError(RequestError):
     """An unexpected failure inside the function. The message never includes a stack trace."""
 

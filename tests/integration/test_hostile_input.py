@@ -222,6 +222,14 @@ CASES = [
     Case("long-path", b"", 404, method="GET", path="/v1/" + "a" * 6000, skip=HTTP_ONLY),
     Case("get-on-a-post-route", b"", 405, method="GET", skip=HTTP_ONLY),
     Case("delete-models", b"", 405, method="DELETE", path="/v1/models", skip=HTTP_ONLY),
+    # Retrieving one model: an unknown id is OpenAI's 404 model_not_found; what no id can be is a 404 too.
+    Case("retrieve-unknown-model", b"", 404, method="GET", path="/v1/models/gpt-4o", skip=HTTP_ONLY),
+    Case("retrieve-model-newline", b"", 404, method="GET", path=f"/v1/models/{MODEL}%0A", skip=HTTP_ONLY),
+    Case("retrieve-model-nul", b"", 404, method="GET", path=f"/v1/models/{MODEL}%00", skip=HTTP_ONLY),
+    Case("retrieve-model-empty-id", b"", 404, method="GET", path="/v1/models/", skip=HTTP_ONLY),
+    Case("retrieve-model-nested", b"", 404, method="GET", path=f"/v1/models/{MODEL}/x", skip=HTTP_ONLY),
+    Case("retrieve-model-long-id", b"", 404, method="GET", path="/v1/models/" + "m" * 6000, skip=HTTP_ONLY),
+    Case("retrieve-model-post", chat_with(), 405, path=f"/v1/models/{MODEL}", skip=HTTP_ONLY),
     # Sizes.
     Case("oversized-headers", chat_with(), 431, headers={**JSON, "x-pad": "a" * 12_000}, skip=HTTP_ONLY),
     Case(
@@ -491,6 +499,8 @@ def test_hostile_request_gets_a_structured_4xx(entry_points, entry, case):
     assert "Traceback" not in error["message"] and 'File "' not in error["message"]
     if status == 405:
         assert headers.get("allow"), headers
+    if entry != "invoke":  # every HTTP answer names its request, errors too (the SDK's request_id)
+        assert headers.get("x-request-id"), headers
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -38,6 +38,7 @@ from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.sam import Function, Template
 
+MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
 # Posted as they are by events/agent/review.json, which names these files on the local S3.
 AGENT_DOCUMENTS = Path("events/agent/documents")
 
@@ -85,11 +86,13 @@ class LocalStack(Closing):
         model_fn = model_function(template, callers=[router_function])
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
-            inference = resources.enter_context(deployment.function(model_fn.name))
+            # A model given as a file is served and listed under its own name, not the template's.
+            named = {MODEL_NAME_VARIABLE: model_name(model_path)} if model_path is not None else {}
+            inference = resources.enter_context(deployment.function(model_fn.name, **named))
             inference.init()
             inference.snapshot()
             environment = resources.enter_context(inference.restore())
-            model = inference.environment.get("SNAPLLM_MODEL_NAME") or model_fn.name
+            model = inference.environment.get(MODEL_NAME_VARIABLE) or model_fn.name
             # One client, so the router's and the agent's requests queue for the one environment.
             client = LocalInferenceClient(environment)
             agent = None
@@ -101,7 +104,7 @@ class LocalStack(Closing):
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
-                stream = cls._web_adapter(deployment, web_adapter[0])
+                stream = cls._web_adapter(deployment, web_adapter[0], named)
                 resources.callback(stream.stop)
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
@@ -124,6 +127,8 @@ class LocalStack(Closing):
             overrides={
                 "SNAPLLM_ROUTES": json.dumps(routes),
                 "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
+                # The template's default names its own model; locally the model served is the default.
+                "SNAPLLM_DEFAULT_MODEL": model,
             },
             wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
         )
@@ -134,13 +139,21 @@ class LocalStack(Closing):
         return RouterApp(settings, clients, routers=[agent_routes.router])
 
     @staticmethod
-    def _web_adapter(deployment: LocalDeployment, function: Function) -> WebAdapterProcess:
+    def _web_adapter(
+        deployment: LocalDeployment, function: Function, named: Mapping[str, str]
+    ) -> WebAdapterProcess:
         env = function_environment(
             function,
             local=deployment.local_values(function),
-            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s)},
+            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s), **named},
         )
         return WebAdapterProcess.start(function, env)
 
     def close(self) -> None:
         self.resources.close()
+
+
+def model_name(path: Path) -> str:
+    """The name a model given as a file is served under: its file name without ``.gguf``, lower-cased
+    (``gemma-3-270m-q4_k_m``)."""
+    return path.name.removesuffix(".gguf").lower()
