@@ -759,7 +759,9 @@ def _generation(
             parsed: list[tuple[str | None, str]] | None = parse_tool_calls(text, prepared.tool_names)
         else:
             parsed = parse_cut_tool_calls(text, prepared.tool_names)
-            if parsed is not None and any(name is None for name, _ in parsed):
+            # An answer that must call but was cut before its first token has no call either.
+            nothing = parsed is None and prepared.tool_calls == "all" and not text.strip()
+            if nothing or (parsed is not None and any(name is None for name, _ in parsed)):
                 raise cut_call_error(
                     deadline=progress.deadline_reached, max_tokens=prepared.max_tokens, text=text
                 )

@@ -340,7 +340,7 @@ _DECODER = json.JSONDecoder()
 def cut_call_error(*, deadline: bool, max_tokens: int, text: str) -> ToolCallCutShortError:
     """The error for an answer cut inside a tool call before its function's name was decided (see
     :func:`parse_cut_tool_calls`): 400 naming ``max_tokens``, or 504 when the deadline cut it."""
-    generated = f"after {text.strip()!r}"
+    generated = f"after {text.strip()!r}" if text.strip() else "before its first token"
     if deadline:
         error = ToolCallCutShortError(
             f"generation reached the time limit inside a tool call, {generated}, before the function's "
