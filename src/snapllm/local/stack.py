@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.agent import routes as agent_routes
+from snapllm.errors import ConfigurationError
 from snapllm.inference_client import HttpInferenceClient, InferenceClient
 from snapllm.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm.local.environment import function_environment
@@ -34,6 +35,7 @@ from snapllm.local.lifecycle import RestoredEnvironment
 from snapllm.local.lwa import WebAdapterProcess
 from snapllm.local.processes import Closing
 from snapllm.local.session import LocalDeployment
+from snapllm.models import default_model_path
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.sam import Function, Template
@@ -86,8 +88,9 @@ class LocalStack(Closing):
         model_fn = model_function(template, callers=[router_function])
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
-            # A model given as a file is served and listed under its own name, not the template's.
-            named = {MODEL_NAME_VARIABLE: model_name(model_path)} if model_path is not None else {}
+            # A model given as a file is served and listed under its own name, not the template's (whose
+            # name is the packaged model's).
+            named = {MODEL_NAME_VARIABLE: model_name(model_path)} if _another_model(model_path) else {}
             inference = resources.enter_context(deployment.function(model_fn.name, **named))
             inference.init()
             inference.snapshot()
@@ -151,6 +154,15 @@ class LocalStack(Closing):
 
     def close(self) -> None:
         self.resources.close()
+
+
+def _another_model(path: Path | None) -> bool:
+    if path is None:
+        return False
+    try:
+        return path.resolve() != default_model_path().resolve()
+    except ConfigurationError:  # the packaged model is not installed: the file is another model
+        return True
 
 
 def model_name(path: Path) -> str:
