@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from langchain_openai import ChatOpenAI
 
 from snapllm.errors import ConfigurationError
 from snapllm.local.stack import model_name
@@ -246,3 +247,24 @@ def test_gemma_chats_with_its_familys_turns(gemma):
         temperature=0,
     )
     assert called.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
+@pytest.mark.parametrize("responses_api", [False, True], ids=["chat", "responses"])
+def test_langchain_sees_a_cut_call_as_an_invalid_call_not_as_the_answer(responses_api):
+    # LangChain turns a call whose arguments are not complete JSON into an invalid tool call: an agent
+    # then has no text answer to show (it showed the broken call as its final answer when it was text).
+    model = ChatOpenAI(
+        model=MODEL,
+        base_url=shared_server().base_url,
+        api_key="local",
+        max_tokens=14,
+        temperature=0,
+        max_retries=0,
+        use_responses_api=responses_api,
+    )
+    message = model.bind_tools([{"type": "function", "function": WEATHER}], tool_choice="required").invoke(
+        QUESTION[0]["content"]
+    )
+    assert not message.text and not message.tool_calls
+    [invalid] = message.invalid_tool_calls
+    assert invalid["name"] == "get_weather" and invalid["args"].startswith("{")

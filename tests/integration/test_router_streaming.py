@@ -98,6 +98,9 @@ def test_answers_carry_the_invokes_request_id(client):
     ]:
         response = client.request(method, path, json=body, headers=headers)
         assert response.headers["x-request-id"] == "8476a536-e9f4-11e8-9739-2dfe598c3fcd", path
+    # What is not a plain id is not echoed into the headers.
+    odd = client.get("/health", headers={"x-amzn-lambda-context": json.dumps({"request_id": "a\r\nb: c"})})
+    assert "\n" not in odd.headers["x-request-id"] and len(odd.headers["x-request-id"]) == 36
     # Without LWA's context (a request that did not come through an invoke), each answer gets its own.
     ids = {client.get("/health").headers["x-request-id"] for _ in range(2)}
     assert len(ids) == 2 and all(ids)

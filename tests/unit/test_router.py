@@ -538,6 +538,14 @@ def test_every_answer_carries_the_request_id(fake_lambda, method, path, body, st
     assert result["headers"]["x-request-id"] == "JkE1LjXYIAMEbXQ="
 
 
+def test_a_request_id_that_is_not_a_plain_id_is_replaced(fake_lambda):
+    event = http_api_event("GET", "/health", request_id="id\r\nset-cookie: a=b")
+    result = make_router(fake_lambda).handler(
+        event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
+    )
+    assert str(uuid.UUID(result["headers"]["x-request-id"])) == result["headers"]["x-request-id"]
+
+
 def test_an_event_that_is_not_http_gets_the_invokes_request_id(fake_lambda):
     context = LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
     result = make_router(fake_lambda).handler([1, 2], context)

@@ -21,7 +21,6 @@ import base64
 import json
 import sys
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from snapllm.edge import check_body_size, check_headers, decode_json
-from snapllm.errors import REQUEST_ID_HEADER, RequestError
+from snapllm.errors import REQUEST_ID_HEADER, RequestError, request_id_or_new
 from snapllm.local.context import LocalContext
 from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
@@ -68,7 +67,7 @@ class LocalGateway:
         response = await self.endpoint(Request(scope, receive))
         # The router and the streaming app name their answers; what the gateway answers itself gets an id.
         if REQUEST_ID_HEADER not in response.headers:
-            response.headers[REQUEST_ID_HEADER] = str(uuid.uuid4())
+            response.headers[REQUEST_ID_HEADER] = request_id_or_new(None)
         await response(scope, receive, send)
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:

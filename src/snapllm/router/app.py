@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import time
-import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +55,7 @@ from snapllm.errors import (
     ServerError,
     UnknownModelError,
     UnsupportedParameterError,
+    request_id_or_new,
 )
 from snapllm.inference_client import (
     HttpInferenceClient,
@@ -91,9 +91,7 @@ def _request_id(event: Any, context: Any) -> str:
     """API Gateway's id of the request (``requestContext.requestId``), else the invoke's, else a new one."""
     request = event.get("requestContext") if isinstance(event, dict) else None
     found = request.get("requestId") if isinstance(request, dict) else None
-    if isinstance(found, str) and found:
-        return found
-    return str(getattr(context, "aws_request_id", None) or uuid.uuid4())
+    return request_id_or_new(found or getattr(context, "aws_request_id", None))
 
 
 @dataclass

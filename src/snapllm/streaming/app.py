@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Literal
 
@@ -37,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from snapllm.contract import parse_request
 from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.engine import Deadline, StreamItem, TokenDelta
-from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError
+from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.metrics import CompletionMetrics, request_features
 from snapllm.responses import Health, ModelList, render_response
 from snapllm.responses_contract import (
@@ -90,9 +89,9 @@ def _request_id(request: Request) -> str:
             found = json.loads(request.headers.get(header) or "{}").get(key)
         except (ValueError, AttributeError):
             continue
-        if isinstance(found, str) and found:
-            return found
-    return str(uuid.uuid4())
+        if found:
+            return request_id_or_new(found)
+    return request_id_or_new(None)
 
 
 async def _events(
