@@ -642,3 +642,13 @@ def test_the_invoke_carries_the_routers_deadline(fake_lambda):
     context = json.loads(base64.b64decode(fake_lambda.requests[-1]["client_context"]))
     deadline_s = context["custom"][CALLER_DEADLINE_KEY] / 1000
     assert before + 5.0 - 1 <= deadline_s <= time.time() + 5.0
+
+
+@pytest.mark.parametrize(
+    "body", [[CHAT], "text", 5, None], ids=["array-holding-a-request", "string", "number", "null"]
+)
+def test_a_body_that_is_not_an_object_is_a_400_not_a_request(fake_lambda, body):
+    raw = json.dumps(body).encode()
+    status, _, error = call(make_router(fake_lambda), "POST", "/v1/chat/completions", raw)
+    assert status == 400 and "must be a JSON object" in error["error"]["message"], error
+    assert fake_lambda.requests == [], "nothing was invoked"

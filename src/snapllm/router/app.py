@@ -36,7 +36,7 @@ from botocore.config import Config
 
 from snapllm import openapi
 from snapllm.aws_auth import secret_api_key
-from snapllm.contract import ChatCompletionRequest, CompletionRequest, validation_error
+from snapllm.contract import ChatCompletionRequest, CompletionRequest, require_object, validation_error
 from snapllm.edge import (
     RouteTable,
     check_body_size,
@@ -85,6 +85,10 @@ STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
 )
+
+
+def _object_body(raw: str) -> dict[str, Any]:
+    return require_object(decode_json(raw))
 
 
 def _request_id(event: Any, context: Any) -> str:
@@ -137,8 +141,9 @@ class RouterApp:
         self.logger = logger or Logger(service=settings.service)
         self.metrics = metrics or Metrics(namespace=settings.metrics_namespace, service=settings.service)
         self.tracer = tracer or Tracer(service=settings.service)
-        # Every JSON body is decoded by the edge's decoder: bounded nesting and numbers, no NaN.
-        self.resolver = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=decode_json)
+        # Every JSON body is decoded by the edge's decoder (bounded nesting and numbers, no NaN) and must be
+        # an object: Powertools' validation would otherwise take a one-element array for the object in it.
+        self.resolver = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_object_body)
         self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
         self._created = int(time.time())
         self._request = _Request()
