@@ -15,7 +15,7 @@ any field), so a direct invoke is held to the same rules as an HTTP body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -136,6 +136,76 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+#: One turn of a conversation, for :func:`check_tool_turns`: its position (what an error names), its role,
+#: the ids of the calls it makes (an assistant turn) and the id of the call it answers (a tool turn).
+Turn = tuple[int, str, Sequence[str], str | None]
+
+
+def check_tool_turns(turns: Iterable[Turn], *, field: str) -> None:
+    """Refuse a conversation whose tool turns do not pair up, as OpenAI does (each with a 400):
+
+    - a tool turn answers a call of the assistant turn before it: OpenAI's chat completions refuse a
+      ``tool`` message whose nearest earlier non-tool message is not an assistant message with
+      ``tool_calls`` ("messages with role 'tool' must be a response to a preceding message with
+      'tool_calls'"), and one whose ``tool_call_id`` is not among that message's calls ("'tool_call_id'
+      ... not found in 'tool_calls' of previous message");
+    - an assistant turn's calls are all answered by the tool turns right after it, before any other turn
+      and before the conversation ends ("An assistant message with 'tool_calls' must be followed by tool
+      messages responding to each 'tool_call_id'").
+
+    The Responses API pairs its items the same way ("No tool call found for function call output with
+    call_id ...", "No tool output found for function call ..."), so its ``input`` is checked here too
+    (consecutive ``function_call`` items are one assistant turn). ``field`` names the list (``messages``,
+    ``input``) and each error's ``param`` the turn: ``messages.3``. Without these rules a model reads an
+    answer to a call it never made, or a call with no answer, and continues from nonsense.
+    """
+    answer, call = _TURN_WORDS.get(field, ("a tool answer", "a tool call"))
+    caller: int | None = None  # position of the assistant turn the tool turns now answer
+    calls: Sequence[str] = ()
+    unanswered: list[str] = []
+    for position, role, made, answers in turns:
+        if role == "tool":
+            if caller is None:
+                raise InvalidRequestError(
+                    f"{field}.{position}: {answer} must come after the call it answers: after {call}, "
+                    "with only the answers to those calls in between",
+                    param=f"{field}.{position}",
+                )
+            if answers not in calls:
+                known = ", ".join(repr(c) for c in calls)
+                raise InvalidRequestError(
+                    f"{field}.{position}: {answer} answers the call id {answers!r}, which is not a call of "
+                    f"{field}.{caller} (its calls: {known})",
+                    param=f"{field}.{position}",
+                )
+            if answers in unanswered:
+                unanswered.remove(answers)
+            continue
+        _check_answered(caller, unanswered, answer, field=field, before=position)
+        caller, calls = (position, made) if made else (None, ())
+        unanswered = list(made)
+    _check_answered(caller, unanswered, answer, field=field, before=None)
+
+
+_TURN_WORDS = {
+    "messages": ("a tool message", "an assistant message with tool_calls"),
+    "input": ("a function_call_output item", "function_call items"),
+}
+
+
+def _check_answered(
+    caller: int | None, unanswered: Sequence[str], answer: str, *, field: str, before: int | None
+) -> None:
+    if caller is None or not unanswered:
+        return
+    where = f"before {field}.{before}" if before is not None else "after it"
+    missing = ", ".join(repr(c) for c in unanswered)
+    raise InvalidRequestError(
+        f"{field}.{caller}: every call must be answered by {answer} {where}; no answer to {missing}",
+        param=f"{field}.{caller}",
+    )
 
 
 class JSONSchemaFormat(BaseModel):
@@ -338,6 +408,11 @@ class ChatCompletionRequest(GenerationParameters):
                 check_schema(tool.function.parameters, param=f"tools.{index}.function.parameters")
         if isinstance(self.response_format, JSONSchemaResponseFormat):
             check_schema(self.response_format.json_schema.json_schema, param="response_format")
+        turns = (
+            (index, m.role, [c.id for c in m.tool_calls or []], m.tool_call_id)
+            for index, m in enumerate(self.messages)
+        )
+        check_tool_turns(turns, field="messages")
         return self
 
     @property
@@ -440,14 +515,25 @@ def prompt_text(request: InferenceRequest) -> tuple[str, str]:
     return request.text, "prompt"
 
 
+_JSON_TYPE_NAMES = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))
+
+
+def require_object(body: Any) -> dict[str, Any]:
+    """``body`` if it is a JSON object; else the 400 every entry point gives a body of another JSON type
+    (``[...]``, ``"..."``, ``5``, ``null``), named in JSON's terms."""
+    if isinstance(body, dict):
+        return body
+    kind = next((name for types, name in _JSON_TYPE_NAMES if isinstance(body, types)), "null")
+    raise InvalidRequestError(f"the request must be a JSON object, got {kind}")
+
+
 def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None = None) -> InferenceRequest:
     """Validate a request body: ``messages`` makes it a chat completion, ``prompt`` a text completion.
 
     An HTTP route serves one of the two and names its field in ``required``; a direct invoke takes either.
     Raises :class:`~snapllm.errors.RequestError` subclasses with ``param`` set to the offending field.
     """
-    if not isinstance(body, dict):
-        raise InvalidRequestError(f"the request must be a JSON object, got {type(body).__name__}")
+    body = require_object(body)
     if required is not None and required not in body:
         raise InvalidRequestError(f"missing required field: {required}", param=required)
     has_messages, has_prompt = "messages" in body, "prompt" in body

@@ -31,6 +31,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
 from snapllm import __version__ as snapllm_version
+from snapllm.chat_templates import family_template
 from snapllm.config import EngineSettings
 from snapllm.contract import (
     CALLER_DEADLINE_KEY,
@@ -52,8 +53,10 @@ from snapllm.errors import (
 )
 from snapllm.limits import Limits
 from snapllm.structured import (
+    cut_call_error,
     generic_tool_call_text,
     generic_tool_instructions,
+    parse_cut_tool_calls,
     parse_tool_calls,
     tool_call_schema,
 )
@@ -344,7 +347,8 @@ class Engine:
 
     @property
     def supports_chat(self) -> bool:
-        """Whether the model has a chat template (without one, only text completions are served)."""
+        """Whether the model has a chat template, its own or its family's (without one, only text
+        completions are served)."""
         return self._formatter is not None
 
     @property
@@ -359,14 +363,21 @@ class Engine:
 
     @staticmethod
     def _chat_formatter(llama: Llama) -> Any:
+        """The model's own chat template, else its family's (:mod:`snapllm.chat_templates`: the packaged
+        Gemma 3 has none in its GGUF), else None (text completions only)."""
         template = llama.metadata.get("tokenizer.chat_template")
-        if not template:
-            return None
         eos_id, bos_id = llama.token_eos(), llama.token_bos()
         vocab = llama._model
+        eos = vocab.token_get_text(eos_id) if eos_id != -1 else ""
+        if not template:
+            fallback = family_template(llama.metadata)
+            if fallback is None:
+                return None
+            # The formatter's end-of-sequence text is the answer's stop string: the family's end of turn.
+            template, eos = fallback.source, fallback.stop
         return Jinja2ChatFormatter(
             template=template,
-            eos_token=vocab.token_get_text(eos_id) if eos_id != -1 else "",
+            eos_token=eos,
             bos_token=vocab.token_get_text(bos_id) if bos_id != -1 else "",
             stop_token_ids=[eos_id],
         )
@@ -412,7 +423,10 @@ class Engine:
             seed=seed,
             grammar=grammar,
             tool_calls=tool_calls,
-            tool_names=tuple(t.function.name for t in getattr(request, "tools", None) or []),
+            # The functions the answer may call: the forced ones when tool_choice forces (a cut name is then
+            # completed among those only), else every tool.
+            tool_names=tuple(f.name for f in getattr(request, "forced_tools", None) or [])
+            or tuple(t.function.name for t in getattr(request, "tools", None) or []),
         )
 
     # --- Chats with tools and structured output ------------------------------------------------------------
@@ -605,7 +619,9 @@ class Engine:
             fingerprint=self.fingerprint,
         )
         if holding and not generation.tool_calls and generation.text:
-            yield TokenDelta(generation.text)  # a call cut short: the text is what there is
+            # Held back but no call: an answer that opened with JSON under "auto" (a response_format's JSON
+            # answer), which is text. A call cut short is calls (see _generation), never text.
+            yield TokenDelta(generation.text)
         elif generation.logprobs is not None and len(generation.logprobs) > recorded:
             yield TokenDelta("", generation.logprobs[recorded:])
         yield generation
@@ -730,16 +746,30 @@ def _generation(
     cached_tokens: int,
     fingerprint: str | None = None,
 ) -> Generation:
-    """The :class:`Generation` of a finished completion; a tool-call answer becomes its calls."""
+    """The :class:`Generation` of a finished completion; a tool-call answer becomes its calls.
+
+    A tool-call answer cut short (by ``max_tokens`` or the deadline) is still calls, never text: the
+    calls as far as they were generated, with ``finish_reason`` "length" (OpenAI's shape of a truncated
+    call: the name, and the arguments generated so far); :func:`~snapllm.structured.cut_call_error` if the
+    cut came before a call's name was decided."""
     finish_reason: FinishReason = "length" if progress.deadline_reached or finish == "length" else "stop"
     calls: tuple[ToolCall, ...] = ()
-    if prepared.tool_calls is not None and finish_reason == "stop":
-        parsed = parse_tool_calls(text, prepared.tool_names) or []
+    if prepared.tool_calls is not None:
+        if finish_reason == "stop":
+            parsed: list[tuple[str | None, str]] | None = parse_tool_calls(text, prepared.tool_names)
+        else:
+            parsed = parse_cut_tool_calls(text, prepared.tool_names)
+            # An answer that must call but was cut before its first token has no call either.
+            nothing = parsed is None and prepared.tool_calls == "all" and not text.strip()
+            if nothing or (parsed is not None and any(name is None for name, _ in parsed)):
+                raise cut_call_error(
+                    deadline=progress.deadline_reached, max_tokens=prepared.max_tokens, text=text
+                )
         calls = tuple(
-            ToolCall(id=f"call_{secrets.token_hex(12)}", name=name, arguments=arguments)
-            for name, arguments in parsed
+            ToolCall(id=f"call_{secrets.token_hex(12)}", name=name or "", arguments=arguments)
+            for name, arguments in parsed or []
         )
-        if calls:
+        if calls and finish_reason == "stop":
             finish_reason = "tool_calls"
     logprobs = None
     if progress.logprobs is not None:

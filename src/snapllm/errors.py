@@ -11,6 +11,8 @@ inference function and the router render them the same way::
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -120,6 +122,21 @@ class CustomResourceResponseError(SnapllmError):
 # --- Requests --------------------------------------------------------------------------------------------
 
 
+#: The header that carries a request's id on every HTTP answer, errors included, as OpenAI's API sends it
+#: (the official SDKs expose it as ``response._request_id``).
+REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID = re.compile(r"[A-Za-z0-9=+/_.:-]{1,128}")
+
+
+def request_id_or_new(candidate: object) -> str:
+    """``candidate`` as the answer's request id when it is a plain id (letters, digits, ``=+/_.:-``, at
+    most 128 characters: what API Gateway and Lambda mint), else a new one: a header value taken from a
+    request must not carry line breaks or anything else into the answer's headers."""
+    if isinstance(candidate, str) and _REQUEST_ID.fullmatch(candidate):
+        return candidate
+    return str(uuid.uuid4())
+
+
 class ErrorDetail(BaseModel):
     message: str
     type: str
@@ -184,6 +201,13 @@ class ContextLengthExceededError(RequestError):
     """The prompt does not fit in the model's context window."""
 
     code = "context_length_exceeded"
+
+
+class ToolCallCutShortError(RequestError):
+    """The answer was cut (by ``max_tokens``, or by the deadline: then a 504) inside a tool call, before the
+    function's name was decided: there is no call to return, and as text it would be a broken call."""
+
+    code = "tool_call_cut_short"
 
 
 class ServerError(RequestError):

@@ -61,6 +61,11 @@ def simple_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
     return {200: {"description": "OK", "content": {"application/json": {"model": model}}}}
 
 
+def lookup_responses(model: type[BaseModel], missing: str) -> dict[int, dict[str, Any]]:
+    """The documented answers of a route that reads one thing by its id: it, or a 404 saying ``missing``."""
+    return {**simple_responses(model), 404: error_doc(missing)}
+
+
 # Powertools documents a 422 on every validated route; this API answers invalid requests with a 400 in the
 # OpenAI error shape instead, so the 422 and its schemas would only mislead clients generated from it.
 _FRAMEWORK_SCHEMAS = ("HTTPValidationError", "ValidationError")

@@ -32,7 +32,7 @@ from snapllm.contract import (
     TokenLogprob,
     ToolCall,
 )
-from snapllm.errors import ErrorResponse
+from snapllm.errors import ErrorResponse, UnknownModelError
 from snapllm.responses_contract import (
     AnyRequest,
     FunctionTool,
@@ -44,6 +44,14 @@ from snapllm.responses_contract import (
 )
 
 __all__ = ["ErrorResponse"]
+
+
+#: What ``deadline_reached`` says, in /openapi.json.
+DEADLINE_REACHED = (
+    "Present (true) when generation stopped at the time limit rather than at max_tokens or the end of the "
+    "answer: finish_reason is then 'length' (a response's incomplete_details.reason 'deadline'), and the "
+    "answer holds what was generated before the limit."
+)
 
 
 def new_completion_id(kind: Literal["chatcmpl", "cmpl"]) -> str:
@@ -100,7 +108,7 @@ class _Generated(OpenAIObject):
     system_fingerprint: str | None = None
     timings: Timings | None = None
     seed: int | None = None
-    deadline_reached: Literal[True] | None = None
+    deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
 
     @staticmethod
     def extras(generation: Generation) -> dict[str, Any]:
@@ -338,6 +346,15 @@ class ModelList(OpenAIObject):
     def of(cls, names: Iterable[str], *, created: int, owned_by: str) -> ModelList:
         return cls(data=[ModelCard(id=name, created=created, owned_by=owned_by) for name in sorted(names)])
 
+    def card(self, model: str) -> ModelCard:
+        """The listed model ``model`` (``GET /v1/models/{model}``); :class:`UnknownModelError` (404
+        ``model_not_found``, as OpenAI answers) if there is none."""
+        for card in self.data:
+            if card.id == model:
+                return card
+        available = ", ".join(card.id for card in self.data)
+        raise UnknownModelError(f"the model {model!r} does not exist; available: {available}", param="model")
+
 
 class Health(OpenAIObject):
     status: Literal["ok"]
@@ -425,7 +442,12 @@ class ResponseUsage(OpenAIObject):
 
 
 class IncompleteDetails(OpenAIObject):
-    reason: Literal["max_output_tokens"]
+    """Why a response is ``incomplete``: ``max_output_tokens`` (OpenAI's value) when the token limit cut it,
+    ``deadline`` (snapllm's) when generation stopped at the time limit, with what it had generated (the
+    invoke's deadline, or the router's, less a margin to answer in). OpenAI's SDKs keep a value they do not
+    know as it is."""
+
+    reason: Literal["max_output_tokens", "deadline"]
 
 
 class ResponseTextOut(OpenAIObject):
@@ -470,7 +492,7 @@ class ResponseObject(OpenAIObject):
     usage: ResponseUsage | None = None
     timings: Timings | None = None
     seed: int | None = None
-    deadline_reached: Literal[True] | None = None
+    deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
 
     @classmethod
     def started(cls, request: ResponsesRequest, *, model: str, id: str, created_at: int) -> ResponseObject:
@@ -498,10 +520,11 @@ class ResponseObject(OpenAIObject):
     ) -> ResponseObject:
         """This response with its output, status and usage, once ``generation`` has ended."""
         incomplete = generation.finish_reason == "length"
+        reason = "deadline" if generation.deadline_reached else "max_output_tokens"
         return self.model_copy(
             update={
                 "status": "incomplete" if incomplete else "completed",
-                "incomplete_details": IncompleteDetails(reason="max_output_tokens") if incomplete else None,
+                "incomplete_details": IncompleteDetails(reason=reason) if incomplete else None,
                 "output": output,
                 "usage": ResponseUsage.of(generation),
                 "timings": generation.timings,

@@ -42,7 +42,10 @@ from snapllm.contract import (
     DecidedRequest,
     InferenceRequest,
     OpenAIName,
+    Turn,
+    check_tool_turns,
     parse_request,
+    require_object,
     validation_error,
 )
 from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
@@ -371,6 +374,8 @@ class ResponsesRequest(DecidedRequest):
         form = self.text.format if self.text else None
         if isinstance(form, TextFormatJSONSchema):
             check_schema(form.json_schema, param="text.format")
+        if isinstance(self.input, list):
+            check_tool_turns(_turns(self.input), field="input")
         with responses_fields(self):
             self._chat = ChatCompletionRequest.model_validate(self._chat_body())
         return self
@@ -453,6 +458,25 @@ class ResponsesRequest(DecidedRequest):
         return messages
 
 
+def _turns(items: list[MessageItem | FunctionCallItem | FunctionCallOutputItem]) -> list[Turn]:
+    """The input items as conversation turns: consecutive ``function_call`` items are one assistant turn
+    (named by its first item), as the chat translation sends them."""
+    turns: list[Turn] = []
+    for index, item in enumerate(items):
+        if isinstance(item, FunctionCallItem):
+            previous = items[index - 1] if index else None
+            if isinstance(previous, FunctionCallItem):
+                position, role, made, _ = turns[-1]
+                turns[-1] = (position, role, [*made, item.call_id], None)
+            else:
+                turns.append((index, "assistant", [item.call_id], None))
+        elif isinstance(item, FunctionCallOutputItem):
+            turns.append((index, "tool", [], item.call_id))
+        else:
+            turns.append((index, item.role, [], None))
+    return turns
+
+
 AnyRequest = InferenceRequest | ResponsesRequest
 
 # Chat fields and the Responses fields they come from, for errors raised while serving the translation.
@@ -502,8 +526,7 @@ def engine_request(request: AnyRequest) -> InferenceRequest:
 def parse_responses_request(body: Any) -> ResponsesRequest:
     """Validate a ``POST /v1/responses`` body; raises :class:`~snapllm.errors.RequestError` subclasses with
     ``param`` naming the offending field."""
-    if not isinstance(body, dict):
-        raise InvalidRequestError(f"the request must be a JSON object, got {type(body).__name__}")
+    body = require_object(body)
     if "input" not in body:
         raise InvalidRequestError("missing required field: input", param="input")
     try:

@@ -25,7 +25,7 @@ from typing import Any
 from snapshot_restore_py import register_after_restore, register_before_snapshot
 
 from snapllm.config import InferenceSettings
-from snapllm.edge import decode_json
+from snapllm.contract import require_object
 from snapllm.engine import WARMUP_REQUESTS, Deadline, Engine
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.loader import DownloadStats, S3ModelLoader
@@ -139,8 +139,9 @@ class InferenceRuntime:
         self._first_invoke_pending = False
         request_id = getattr(context, "aws_request_id", None)
         try:
-            body = decode_json(event) if isinstance(event, str | bytes) else event
-            request = parse_invoke(body)
+            # Lambda's runtime has decoded the payload already: an event that is not an object (a JSON
+            # array, string or number) is a bad body, never JSON text to decode a second time.
+            request = parse_invoke(require_object(event))
             if request.stream:
                 raise UnsupportedParameterError(
                     "stream=true needs the streaming endpoint (the function URL); a direct invoke returns "

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from snapllm.errors import UnsupportedParameterError
+from snapllm.errors import ToolCallCutShortError, UnsupportedParameterError
 
 # Keywords the grammar converter enforces.
 ENFORCED_KEYWORDS = frozenset(
@@ -327,3 +327,142 @@ def parse_tool_calls(text: str, names: Collection[str]) -> list[tuple[str, str]]
             return None
         calls.append((item["name"], json.dumps(item["arguments"], ensure_ascii=False)))
     return calls or None
+
+
+#: A call read from an answer that was cut short: its function's name (None when the cut came before the
+#: name was decided) and its arguments as far as they were generated (complete JSON for every call but the
+#: last; the last one's text as it stands, possibly empty).
+CutCall = tuple[str | None, str]
+_SPACE = " \t\r\n"
+_DECODER = json.JSONDecoder()
+
+
+def cut_call_error(*, deadline: bool, max_tokens: int, text: str) -> ToolCallCutShortError:
+    """The error for an answer cut inside a tool call before its function's name was decided (see
+    :func:`parse_cut_tool_calls`): 400 naming ``max_tokens``, or 504 when the deadline cut it."""
+    generated = f"after {text.strip()!r}" if text.strip() else "before its first token"
+    if deadline:
+        error = ToolCallCutShortError(
+            f"generation reached the time limit inside a tool call, {generated}, before the function's "
+            "name: there is no call to return; retry, or send a shorter conversation"
+        )
+        error.status_code, error.error_type = 504, "timeout_error"
+        return error
+    return ToolCallCutShortError(
+        f"max_tokens ({max_tokens}) ended the answer inside a tool call, {generated}, before the function's "
+        "name: there is no call to return; raise max_tokens",
+        param="max_tokens",
+    )
+
+
+class _Cut(Exception):
+    """The text ended here."""
+
+
+class _NotACall(Exception):
+    """The text is not the beginning of a tool-call answer."""
+
+
+class _CallReader:
+    """Reads a tool-call answer (the shape :func:`tool_call_schema` makes the grammar generate) that may
+    stop anywhere, one part at a time."""
+
+    def __init__(self, text: str, names: Collection[str]) -> None:
+        self.text = text
+        self.names = names
+        self.at = 0
+
+    def space(self) -> None:
+        while self.at < len(self.text) and self.text[self.at] in _SPACE:
+            self.at += 1
+
+    def expect(self, literal: str) -> None:
+        self.space()
+        rest = self.text[self.at : self.at + len(literal)]
+        if not literal.startswith(rest):
+            raise _NotACall
+        if len(rest) < len(literal):
+            raise _Cut
+        self.at += len(literal)
+
+    def peek(self) -> str:
+        self.space()
+        if self.at == len(self.text):
+            raise _Cut
+        return self.text[self.at]
+
+    def value(self) -> Any:
+        """A whole JSON value; _Cut if it is unfinished."""
+        self.space()
+        try:
+            value, self.at = _DECODER.raw_decode(self.text, self.at)
+        except ValueError:
+            raise _Cut from None
+        return value
+
+    def name_from(self, prefix: str) -> str | None:
+        """The function a name beginning with ``prefix`` must be (the grammar allows only these names),
+        or None if more than one may be."""
+        matches = [name for name in self.names if name.startswith(prefix)]
+        return matches[0] if len(matches) == 1 else None
+
+    def call(self, calls: list[CutCall]) -> None:
+        """One ``{"name": ..., "arguments": ...}``, appended to ``calls`` as far as it goes."""
+        calls.append((self.name_from(""), ""))
+        self.expect("{")
+        self.expect('"name"')
+        self.expect(":")
+        if self.peek() != '"':
+            raise _NotACall
+        start = self.at
+        try:
+            name = self.value()
+        except _Cut:
+            calls[-1] = (self.name_from(self.text[start + 1 :]), "")
+            raise
+        if name not in self.names:
+            raise _NotACall
+        calls[-1] = (name, "")
+        self.expect(",")
+        self.expect('"arguments"')
+        self.expect(":")
+        self.space()
+        start = self.at
+        try:
+            arguments = self.value()
+        except _Cut:
+            calls[-1] = (name, self.text[start:])
+            raise
+        calls[-1] = (name, json.dumps(arguments, ensure_ascii=False))
+        self.expect("}")
+
+
+def parse_cut_tool_calls(text: str, names: Collection[str]) -> list[CutCall] | None:
+    """The calls in a tool-call answer cut short (by ``max_tokens`` or a deadline), as OpenAI returns a
+    truncated call: each call's name and its arguments as generated so far; None if ``text`` is not the
+    beginning of a tool-call answer (free text, or JSON of another shape)::
+
+        parse_cut_tool_calls('[{"name": "get_weather", "arguments": {"city": "Pa', {"get_weather"})
+        # [("get_weather", '{"city": "Pa')]
+
+    Nothing generated is no call (None); a call whose name was cut has the one name the grammar allowed
+    from that prefix, else None for its name."""
+    reader = _CallReader(text, names)
+    calls: list[CutCall] = []
+    try:
+        if reader.peek() == "[":
+            reader.at += 1
+            reader.call(calls)
+            while reader.peek() == ",":
+                reader.at += 1
+                reader.call(calls)
+            reader.expect("]")
+        else:
+            reader.call(calls)
+    except _Cut:
+        pass
+    except _NotACall:
+        return None
+    if not calls or (len(calls) == 1 and not text.strip()):
+        return None
+    return calls

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass, field
 
 import pytest
 
 from snapllm.config import EngineSettings, InferenceSettings, ModelSource
 from snapllm.contract import CALLER_DEADLINE_KEY, parse_request
 from snapllm.engine import WARMUP_REQUESTS, Deadline, Engine
-from snapllm.errors import ContextLengthExceededError, InvalidRequestError
+from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ToolCallCutShortError
 from snapllm.loader import DownloadStats
+from snapllm.responses import render_response
+from snapllm.responses_contract import engine_request, parse_invoke
 from snapllm.runtime import InferenceRuntime
 from tests.conftest import LONG_GENERATION
 
@@ -164,3 +167,62 @@ def test_after_restore_reseeds_and_renews_identity(engine):
     assert random.random() != frozen
     assert runtime.environment_id != identity
     assert runtime.restores == 1
+
+
+@dataclass(frozen=True)
+class _DeadlineAfterTokens(Deadline):
+    """A deadline that passes once ``tokens`` tokens are sampled: the clock made deterministic (the engine
+    asks it once per sampled token), so the cut falls at the same place on every machine."""
+
+    tokens: int = 0
+    asked: list[int] = field(default_factory=list)
+
+    def expired(self) -> bool:
+        self.asked.append(1)
+        return len(self.asked) > self.tokens
+
+
+def _weather_tools(*names: str) -> list[dict]:
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    return [{"type": "function", "name": name, "parameters": city} for name in names]
+
+
+def test_a_tool_call_cut_by_the_deadline_is_a_call_and_says_the_deadline_cut_it(engine):
+    request = parse_invoke(
+        {
+            "input": "What is the weather in Paris?",
+            "tools": _weather_tools("get_weather"),
+            "tool_choice": "required",
+            "max_output_tokens": 64,
+            "temperature": 0,
+        }
+    )
+    generation = engine.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=12))
+    assert generation.deadline_reached and generation.finish_reason == "length", generation
+    [call] = generation.tool_calls
+    assert call.name == "get_weather" and generation.completion_tokens < 64
+    response = render_response(request, generation, model="smollm2")
+    assert response["status"] == "incomplete" and response["incomplete_details"] == {"reason": "deadline"}
+    [item] = response["output"]
+    assert (item["type"], item["status"], item["name"]) == ("function_call", "incomplete", "get_weather")
+    chat = render_response(request.chat, generation, model="smollm2")
+    choice = chat["choices"][0]
+    assert choice["finish_reason"] == "length" and chat["deadline_reached"] is True
+    assert choice["message"]["content"] is None and choice["message"]["tool_calls"][0]["function"]["name"]
+
+
+def test_a_deadline_before_the_calls_name_is_decided_is_a_504_not_text(engine):
+    request = parse_invoke(
+        {
+            "input": "What is the weather in Paris?",
+            "tools": _weather_tools("get_weather", "get_time"),
+            "tool_choice": "required",
+            "temperature": 0,
+        }
+    )
+    for tokens in (0, 4):  # before the first token, and inside '[{"name": "get'
+        with pytest.raises(ToolCallCutShortError) as raised:
+            engine.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens))
+        assert raised.value.status_code == 504 and "time limit" in raised.value.message
+        with pytest.raises(ToolCallCutShortError):
+            list(engine.stream(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens)))

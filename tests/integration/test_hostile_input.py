@@ -46,6 +46,12 @@ JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
 GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
 MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
+CALLING = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+TOOL_ANSWER = {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
 
 
 def nested(depth: int) -> str:
@@ -184,6 +190,10 @@ CASES = [
     Case("null-body", b"null"),
     Case("array-body", b"[]"),
     Case("string-body", b'"hi"'),
+    Case("number-body", b"5"),
+    # A JSON string holding a whole good request is a string, not a request (a direct invoke decoded it).
+    Case("string-body-holding-a-request", json.dumps(json.dumps(GOOD)).encode()),
+    Case("array-holding-a-request", json.dumps([GOOD]).encode()),
     Case("not-json", b"messages=hi", skip=NOT_JSON),
     # Content types: curl -d sends form encoding unless told otherwise.
     Case(
@@ -212,6 +222,14 @@ CASES = [
     Case("long-path", b"", 404, method="GET", path="/v1/" + "a" * 6000, skip=HTTP_ONLY),
     Case("get-on-a-post-route", b"", 405, method="GET", skip=HTTP_ONLY),
     Case("delete-models", b"", 405, method="DELETE", path="/v1/models", skip=HTTP_ONLY),
+    # Retrieving one model: an unknown id is OpenAI's 404 model_not_found; what no id can be is a 404 too.
+    Case("retrieve-unknown-model", b"", 404, method="GET", path="/v1/models/gpt-4o", skip=HTTP_ONLY),
+    Case("retrieve-model-newline", b"", 404, method="GET", path=f"/v1/models/{MODEL}%0A", skip=HTTP_ONLY),
+    Case("retrieve-model-nul", b"", 404, method="GET", path=f"/v1/models/{MODEL}%00", skip=HTTP_ONLY),
+    Case("retrieve-model-empty-id", b"", 404, method="GET", path="/v1/models/", skip=HTTP_ONLY),
+    Case("retrieve-model-nested", b"", 404, method="GET", path=f"/v1/models/{MODEL}/x", skip=HTTP_ONLY),
+    Case("retrieve-model-long-id", b"", 404, method="GET", path="/v1/models/" + "m" * 6000, skip=HTTP_ONLY),
+    Case("retrieve-model-post", chat_with(), 405, path=f"/v1/models/{MODEL}", skip=HTTP_ONLY),
     # Sizes.
     Case("oversized-headers", chat_with(), 431, headers={**JSON, "x-pad": "a" * 12_000}, skip=HTTP_ONLY),
     Case(
@@ -282,6 +300,21 @@ CASES = [
     Case("responses-streamed-wrong-type", response_with(stream=True, max_output_tokens="4"), path=RESPONSES),
     Case("responses-with-messages", response_with(messages=[]), path=RESPONSES),
     Case("responses-array-body", b"[]", path=RESPONSES),
+    Case(
+        "responses-string-holding-a-request", json.dumps(json.dumps(GOOD_RESPONSE)).encode(), path=RESPONSES
+    ),
+    # Tool turns pair up by call id (OpenAI answers 400).
+    Case("tool-message-without-a-call", chat_with(messages=[GOOD["messages"][0], TOOL_ANSWER])),
+    Case(
+        "tool-message-unknown-call-id",
+        chat_with(messages=[GOOD["messages"][0], CALLING, {**TOOL_ANSWER, "tool_call_id": "call_unknown"}]),
+    ),
+    Case("tool-call-unanswered", chat_with(messages=[GOOD["messages"][0], CALLING, GOOD["messages"][0]])),
+    Case(
+        "responses-output-without-a-call",
+        response_with(input=[{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]),
+        path=RESPONSES,
+    ),
     Case(
         "responses-form-encoded",
         response_with(),
@@ -466,6 +499,8 @@ def test_hostile_request_gets_a_structured_4xx(entry_points, entry, case):
     assert "Traceback" not in error["message"] and 'File "' not in error["message"]
     if status == 405:
         assert headers.get("allow"), headers
+    if entry != "invoke":  # every HTTP answer names its request, errors too (the SDK's request_id)
+        assert headers.get("x-request-id"), headers
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -79,6 +79,33 @@ def test_deadline_from_lwas_context_header_stops_generation(client):
     assert len(chunks) <= 3
 
 
+def test_the_model_is_retrieved_by_its_id(client, runtime):
+    name = runtime.engine.model_name
+    card = client.get(f"/v1/models/{name}")
+    assert card.status_code == 200 and card.json() == client.get("/v1/models").json()["data"][0]
+    unknown = client.get("/v1/models/gpt-4o")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+
+
+def test_answers_carry_the_invokes_request_id(client):
+    # LWA passes the invoke's context; its request id names the answer, errors and streams included.
+    headers = {"x-amzn-lambda-context": json.dumps({"request_id": "8476a536-e9f4-11e8-9739-2dfe598c3fcd"})}
+    for method, path, body in [
+        ("GET", "/v1/models", None),
+        ("GET", "/v1/models/gpt-4o", None),
+        ("POST", "/v1/chat/completions", {**CHAT, "n": 2}),
+        ("POST", "/v1/chat/completions", {**CHAT, "max_tokens": 1, "stream": True}),
+    ]:
+        response = client.request(method, path, json=body, headers=headers)
+        assert response.headers["x-request-id"] == "8476a536-e9f4-11e8-9739-2dfe598c3fcd", path
+    # What is not a plain id is not echoed into the headers.
+    odd = client.get("/health", headers={"x-amzn-lambda-context": json.dumps({"request_id": "a\r\nb: c"})})
+    assert "\n" not in odd.headers["x-request-id"] and len(odd.headers["x-request-id"]) == 36
+    # Without LWA's context (a request that did not come through an invoke), each answer gets its own.
+    ids = {client.get("/health").headers["x-request-id"] for _ in range(2)}
+    assert len(ids) == 2 and all(ids)
+
+
 @pytest.mark.parametrize(
     ("body", "status", "param"),
     [

@@ -28,6 +28,7 @@ OPERATIONS = [
     ("POST", "/v1/completions"),
     ("POST", "/v1/responses"),
     ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model}"),
     ("GET", "/health"),
     ("POST", "/v1/agent/runs"),
     ("GET", "/v1/agent/runs/{run_id}"),

@@ -186,3 +186,61 @@ def test_render_chat_and_completion_responses():
     assert text["object"] == "text_completion"
     assert text["choices"][0]["text"] == "Hello!"
     assert "deadline_reached" not in text
+
+
+# --- Tool turns pair up, as OpenAI requires -----------------------------------------------------------
+
+
+def call(call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+
+
+def calling(*ids: str) -> dict:
+    return {"role": "assistant", "content": None, "tool_calls": [call(i) for i in ids]}
+
+
+def answer(call_id: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": "sunny"}
+
+
+USER = {"role": "user", "content": "Weather?"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "words"),
+    [
+        ([USER, answer("call_1")], "messages.1", "must come after the call it answers"),
+        ([answer("call_1")], "messages.0", "must come after the call it answers"),
+        ([USER, calling("call_1"), answer("call_2")], "messages.2", "which is not a call of messages.1"),
+        # An answer after another turn no longer answers the call before that turn.
+        ([USER, calling("call_1"), answer("call_1"), USER, answer("call_1")], "messages.4", "come after"),
+        ([USER, calling("call_1", "call_2"), answer("call_1"), USER], "messages.1", "no answer to 'call_2'"),
+        ([USER, calling("call_1")], "messages.1", "after it; no answer to 'call_1'"),
+        ([USER, calling("call_1"), calling("call_2"), answer("call_2")], "messages.1", "before messages.2"),
+    ],
+)
+def test_tool_messages_must_answer_the_calls_before_them(messages, param, words):
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_request({"messages": messages})
+    assert raised.value.param == param and raised.value.status_code == 400
+    assert raised.value.message.startswith(f"{param}: ") and words in raised.value.message
+
+
+def test_answered_calls_in_any_order_are_a_conversation():
+    messages = [USER, calling("call_1", "call_2"), answer("call_2"), answer("call_1"), USER]
+    assert len(parse_request({"messages": messages}).messages) == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ([CHAT], "an array"),
+        ('{"messages": []}', "a string"),
+        (5, "a number"),
+        (None, "null"),
+        (True, "a boolean"),
+    ],
+)
+def test_a_body_that_is_not_an_object_is_named_in_json_terms(body, kind):
+    with pytest.raises(InvalidRequestError, match=f"must be a JSON object, got {kind}$"):
+        parse_request(body)

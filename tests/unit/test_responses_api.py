@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from openai._models import construct_type
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -255,6 +256,17 @@ def test_a_cut_answer_is_incomplete():
     assert response.output[0].status == "incomplete"
 
 
+def test_an_answer_cut_by_the_deadline_says_so_not_max_output_tokens():
+    request = parse_responses_request({"input": "Hi", "max_output_tokens": 96})
+    cut = generation(finish_reason="length", deadline_reached=True, completion_tokens=19)
+    body = render_response(request, cut, model="m")
+    # The official SDK builds its objects without validating literals, so it keeps a reason it does not
+    # list as it is (as the integration tests check against a server).
+    response = construct_type(type_=Response, value=body)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "deadline"
+    assert body["deadline_reached"] is True and response.output[0].status == "incomplete"
+
+
 def test_function_calls_are_output_items():
     request = parse_responses_request({"input": "Hi", "tools": [TOOL], "tool_choice": "required"})
     calls = (ToolCall("call_a", "get_weather", '{"city": "Paris"}'), ToolCall("call_b", "get_weather", "{}"))
@@ -269,10 +281,11 @@ def test_function_calls_are_output_items():
     assert json.loads(response.output[0].arguments) == {"city": "Paris"}
     assert response.tool_choice == "required" and response.tools[0].name == "get_weather"
     # The items go back as input as they came, so the conversation continues.
-    follow_up = parse_responses_request(
-        {"input": [*body["output"], {"type": "function_call_output", "call_id": "call_a", "output": "sunny"}]}
-    )
-    assert [m.role for m in follow_up.chat.messages] == ["assistant", "tool"]
+    answers = [
+        {"type": "function_call_output", "call_id": c, "output": "sunny"} for c in ("call_a", "call_b")
+    ]
+    follow_up = parse_responses_request({"input": [*body["output"], *answers]})
+    assert [m.role for m in follow_up.chat.messages] == ["assistant", "tool", "tool"]
 
 
 def test_logprobs_are_on_the_text_part_when_included():
@@ -357,3 +370,32 @@ def test_a_cut_stream_ends_incomplete_and_an_error_is_an_error_event():
     assert events[-1].type == "response.incomplete" and events[-1].response.output_text == "Re"
     error = _events(encoder.error(InvalidRequestError("bad", param="input")))[0]
     assert (error.type, error.param, error.sequence_number) == ("error", "input", len(events))
+
+
+def function_call(call_id: str) -> dict:
+    return {"type": "function_call", "call_id": call_id, "name": "get_weather", "arguments": "{}"}
+
+
+def function_output(call_id: str) -> dict:
+    return {"type": "function_call_output", "call_id": call_id, "output": "sunny"}
+
+
+@pytest.mark.parametrize(
+    ("items", "param", "words"),
+    [
+        (["Weather?", function_output("call_1")], "input.1", "must come after the call it answers"),
+        ([function_call("call_1"), function_output("call_2")], "input.1", "which is not a call of input.0"),
+        (
+            ["Weather?", function_call("call_1"), function_call("call_2"), function_output("call_1")],
+            "input.1",
+            "no answer to 'call_2'",
+        ),
+        ([function_call("call_1"), "More?", function_output("call_1")], "input.0", "before input.1"),
+    ],
+)
+def test_function_call_outputs_must_answer_the_calls_before_them(items, param, words):
+    items = [{"role": "user", "content": i} if isinstance(i, str) else i for i in items]
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_responses_request({"input": items})
+    assert raised.value.param == param and words in raised.value.message
+    assert "function_call_output item" in raised.value.message

@@ -187,6 +187,7 @@ def test_events_answer_as_documented(fake_lambda):
         "chat.json": 200,
         "completion.json": 200,
         "models.json": 200,
+        "retrieve-model.json": 200,
         "health.json": 200,
         "openapi.json": 200,
         "unknown-model.json": 404,
@@ -501,6 +502,56 @@ def test_another_router_is_included_with_one_argument(fake_lambda):
     assert call(router, "GET", "/v1/models")[0] == 200
 
 
+def test_a_model_is_retrieved_by_its_id_as_openai_answers(fake_lambda):
+    router = make_router(fake_lambda)
+    status, _, card = call(router, "GET", f"/v1/models/{MODEL}")
+    assert status == 200 and card == {**call(router, "GET", "/v1/models")[2]["data"][0]}
+    assert card["object"] == "model" and card["id"] == MODEL and card["owned_by"] == "snapllm"
+    status, _, body = call(router, "GET", "/v1/models/gpt-4o")
+    assert status == 404 and body["error"]["code"] == "model_not_found" and body["error"]["param"] == "model"
+    assert "'gpt-4o'" in body["error"]["message"] and MODEL in body["error"]["message"]
+    assert call(router, "POST", f"/v1/models/{MODEL}", CHAT)[0] == 405
+    assert fake_lambda.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/v1/models", None, 200),
+        ("GET", f"/v1/models/{MODEL}", None, 200),
+        ("GET", "/v1/models/nope", None, 404),
+        ("POST", "/v1/chat/completions", CHAT, 200),
+        ("POST", "/v1/chat/completions", {**CHAT, "n": 2}, 400),
+        ("POST", "/v1/chat/completions", b"{", 400),
+        ("GET", "/v2/nothing", None, 404),
+        ("GET", "/health", None, 200),
+    ],
+)
+def test_every_answer_carries_the_request_id(fake_lambda, method, path, body, status):
+    raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
+    headers = {"content-type": "application/json"} if raw else {}
+    event = http_api_event(method, path, body=raw, headers=headers, request_id="JkE1LjXYIAMEbXQ=")
+    result = make_router(fake_lambda).handler(
+        event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
+    )
+    assert result["statusCode"] == status
+    assert result["headers"]["x-request-id"] == "JkE1LjXYIAMEbXQ="
+
+
+def test_a_request_id_that_is_not_a_plain_id_is_replaced(fake_lambda):
+    event = http_api_event("GET", "/health", request_id="id\r\nset-cookie: a=b")
+    result = make_router(fake_lambda).handler(
+        event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
+    )
+    assert str(uuid.UUID(result["headers"]["x-request-id"])) == result["headers"]["x-request-id"]
+
+
+def test_an_event_that_is_not_http_gets_the_invokes_request_id(fake_lambda):
+    context = LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256)
+    result = make_router(fake_lambda).handler([1, 2], context)
+    assert result["statusCode"] == 400 and result["headers"]["x-request-id"] == context.aws_request_id
+
+
 def test_unknown_paths_are_openai_404s(fake_lambda):
     status, _, body = call(make_router(fake_lambda), "GET", "/v2/nothing")
     assert status == 404 and body["error"]["code"] == "unknown_url"
@@ -591,3 +642,13 @@ def test_the_invoke_carries_the_routers_deadline(fake_lambda):
     context = json.loads(base64.b64decode(fake_lambda.requests[-1]["client_context"]))
     deadline_s = context["custom"][CALLER_DEADLINE_KEY] / 1000
     assert before + 5.0 - 1 <= deadline_s <= time.time() + 5.0
+
+
+@pytest.mark.parametrize(
+    "body", [[CHAT], "text", 5, None], ids=["array-holding-a-request", "string", "number", "null"]
+)
+def test_a_body_that_is_not_an_object_is_a_400_not_a_request(fake_lambda, body):
+    raw = json.dumps(body).encode()
+    status, _, error = call(make_router(fake_lambda), "POST", "/v1/chat/completions", raw)
+    assert status == 400 and "must be a JSON object" in error["error"]["message"], error
+    assert fake_lambda.requests == [], "nothing was invoked"

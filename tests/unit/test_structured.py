@@ -7,7 +7,13 @@ import pytest
 from snapllm.contract import parse_request
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 from snapllm.limits import Limits
-from snapllm.structured import check_schema, generic_tool_call_text, parse_tool_calls, tool_call_schema
+from snapllm.structured import (
+    check_schema,
+    generic_tool_call_text,
+    parse_cut_tool_calls,
+    parse_tool_calls,
+    tool_call_schema,
+)
 
 PERSON = {
     "type": "object",
@@ -86,3 +92,32 @@ def test_limits_bound_tools_and_schema_size_before_invoking():
     with pytest.raises(InvalidRequestError, match="characters") as caught:
         limits.check(parse_request({"messages": [{"role": "user", "content": "x"}], "response_format": form}))
     assert caught.value.param == "response_format"
+
+
+# --- Tool calls cut short -----
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ('[{"name": "get_w', [("get_weather", "")]),
+        ('[{"name": "get', [(None, "")]),
+        ("[", [(None, "")]),
+        ('{"name": "get_weather", "arguments": {"city": "Pa', [("get_weather", '{"city": "Pa')]),
+        (
+            '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_t',
+            [("get_weather", '{"city": "Paris"}'), ("get_time", "")],
+        ),
+        ('[{"name": "get_time", "arguments": {}}', [("get_time", "{}")]),
+        ("", None),
+        ("The weather", None),
+        ('{"answer": 4', None),
+        ('{"name": "nope", "arguments": {', None),
+    ],
+)
+def test_a_cut_tool_call_answer_reads_as_far_as_it_goes(text, calls):
+    assert parse_cut_tool_calls(text, ("get_weather", "get_time")) == calls
+
+
+def test_one_function_decides_a_name_that_was_not_begun():
+    assert parse_cut_tool_calls("[", ("wave",)) == [("wave", "")]

@@ -148,6 +148,9 @@ def _send(client: InferenceClient, request: dict[str, Any]) -> ChatReply:
                 "arguments": _arguments(call["function"]["arguments"]),
             }
             for call in message.get("tool_calls") or []
+            # A call cut short comes back as OpenAI returns one (partial arguments, finish_reason
+            # "length"): it is no call to make; the caller decides what a cut answer means.
+            if choice.get("finish_reason") != "length"
         ]
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise InferenceRejectedError("the model's answer has no choices[0].message") from exc

@@ -34,7 +34,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from snapllm.edge import check_body_size, check_headers, decode_json
-from snapllm.errors import RequestError
+from snapllm.errors import REQUEST_ID_HEADER, RequestError, request_id_or_new
 from snapllm.local.context import LocalContext
 from snapllm.local.stack import LocalStack
 from snapllm.router.events import http_api_event
@@ -66,6 +66,9 @@ class LocalGateway:
             await self.app(scope, receive, send)
             return
         response = await self.endpoint(Request(scope, receive))
+        # The router and the streaming app name their answers; what the gateway answers itself gets an id.
+        if REQUEST_ID_HEADER not in response.headers:
+            response.headers[REQUEST_ID_HEADER] = request_id_or_new(None)
         await response(scope, receive, send)
 
     def invoke_router(self, event: dict[str, Any]) -> dict[str, Any]:

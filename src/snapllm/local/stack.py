@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.agent import routes as agent_routes
+from snapllm.errors import ConfigurationError
 from snapllm.inference_client import HttpInferenceClient, InferenceClient
 from snapllm.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm.local.environment import function_environment
@@ -34,10 +35,12 @@ from snapllm.local.lifecycle import RestoredEnvironment
 from snapllm.local.lwa import WebAdapterProcess
 from snapllm.local.processes import Closing
 from snapllm.local.session import LocalDeployment
+from snapllm.models import default_model_path
 from snapllm.router.app import RouterApp
 from snapllm.router.config import RouterSettings
 from snapllm.sam import Function, Template
 
+MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
 # Posted as they are by events/agent/review.json, which names these files on the local S3.
 AGENT_DOCUMENTS = Path("events/agent/documents")
 
@@ -90,11 +93,14 @@ class LocalStack(Closing):
         )
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
-            inference = resources.enter_context(deployment.function(model_fn.name))
+            # A model given as a file is served and listed under its own name, not the template's (whose
+            # name is the packaged model's).
+            named = {MODEL_NAME_VARIABLE: model_name(model_path)} if _another_model(model_path) else {}
+            inference = resources.enter_context(deployment.function(model_fn.name, **named))
             inference.init()
             inference.snapshot()
             environment = resources.enter_context(inference.restore())
-            model = inference.environment.get("SNAPLLM_MODEL_NAME") or model_fn.name
+            model = inference.environment.get(MODEL_NAME_VARIABLE) or model_fn.name
             # One client, so the router's and the agent's requests queue for the one environment.
             client = LocalInferenceClient(environment)
             agent = None
@@ -106,7 +112,7 @@ class LocalStack(Closing):
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
-                stream = cls._web_adapter(deployment, web_adapter[0])
+                stream = cls._web_adapter(deployment, web_adapter[0], named)
                 resources.callback(stream.stop)
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
@@ -143,19 +149,38 @@ class LocalStack(Closing):
             overrides={
                 "SNAPLLM_ROUTES": json.dumps(routes),
                 "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
+                # The template's default names its own model; locally the model served is the default.
+                "SNAPLLM_DEFAULT_MODEL": model,
             },
             wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
         )
         return RouterSettings.from_env(env)
 
     @staticmethod
-    def _web_adapter(deployment: LocalDeployment, function: Function) -> WebAdapterProcess:
+    def _web_adapter(
+        deployment: LocalDeployment, function: Function, named: Mapping[str, str]
+    ) -> WebAdapterProcess:
         env = function_environment(
             function,
             local=deployment.local_values(function),
-            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s)},
+            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s), **named},
         )
         return WebAdapterProcess.start(function, env)
 
     def close(self) -> None:
         self.resources.close()
+
+
+def _another_model(path: Path | None) -> bool:
+    if path is None:
+        return False
+    try:
+        return path.resolve() != default_model_path().resolve()
+    except ConfigurationError:  # the packaged model is not installed: the file is another model
+        return True
+
+
+def model_name(path: Path) -> str:
+    """The name a model given as a file is served under: its file name without ``.gguf``, lower-cased
+    (``gemma-3-270m-q4_k_m``)."""
+    return path.name.removesuffix(".gguf").lower()

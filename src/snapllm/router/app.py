@@ -36,7 +36,7 @@ from botocore.config import Config
 
 from snapllm import openapi
 from snapllm.aws_auth import secret_api_key
-from snapllm.contract import ChatCompletionRequest, CompletionRequest, validation_error
+from snapllm.contract import ChatCompletionRequest, CompletionRequest, require_object, validation_error
 from snapllm.edge import (
     RouteTable,
     check_body_size,
@@ -46,6 +46,7 @@ from snapllm.edge import (
     decode_json,
 )
 from snapllm.errors import (
+    REQUEST_ID_HEADER,
     InferenceNotReadyError,
     InferenceThrottledError,
     InvalidRequestError,
@@ -54,6 +55,7 @@ from snapllm.errors import (
     ServerError,
     UnknownModelError,
     UnsupportedParameterError,
+    request_id_or_new,
 )
 from snapllm.inference_client import (
     HttpInferenceClient,
@@ -63,7 +65,14 @@ from snapllm.inference_client import (
 )
 from snapllm.limits import Limits
 from snapllm.metrics import add_completion_metrics, record_error, request_features
-from snapllm.responses import ChatCompletion, Completion, Health, ModelList, ResponseObject
+from snapllm.responses import (
+    ChatCompletion,
+    Completion,
+    Health,
+    ModelCard,
+    ModelList,
+    ResponseObject,
+)
 from snapllm.responses_contract import AnyRequest, ResponsesRequest, engine_request, responses_fields
 from snapllm.router.config import RouterSettings
 
@@ -76,6 +85,17 @@ STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
 )
+
+
+def _object_body(raw: str) -> dict[str, Any]:
+    return require_object(decode_json(raw))
+
+
+def _request_id(event: Any, context: Any) -> str:
+    """API Gateway's id of the request (``requestContext.requestId``), else the invoke's, else a new one."""
+    request = event.get("requestContext") if isinstance(event, dict) else None
+    found = request.get("requestId") if isinstance(request, dict) else None
+    return request_id_or_new(found or getattr(context, "aws_request_id", None))
 
 
 @dataclass
@@ -121,8 +141,9 @@ class RouterApp:
         self.logger = logger or Logger(service=settings.service)
         self.metrics = metrics or Metrics(namespace=settings.metrics_namespace, service=settings.service)
         self.tracer = tracer or Tracer(service=settings.service)
-        # Every JSON body is decoded by the edge's decoder: bounded nesting and numbers, no NaN.
-        self.resolver = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=decode_json)
+        # Every JSON body is decoded by the edge's decoder (bounded nesting and numbers, no NaN) and must be
+        # an object: Powertools' validation would otherwise take a one-element array for the object in it.
+        self.resolver = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_object_body)
         self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
         self._created = int(time.time())
         self._request = _Request()
@@ -189,6 +210,9 @@ class RouterApp:
             }
         else:
             result = self.resolver.resolve(event, context)
+        # OpenAI's header, which clients read as the request's id (the SDKs' ``_request_id``): API Gateway's
+        # request id, the correlation id of this request's logs.
+        result["headers"] = {**(result.get("headers") or {}), REQUEST_ID_HEADER: _request_id(event, context)}
         self._record(result.get("statusCode", 500))
         return result
 
@@ -258,6 +282,15 @@ class RouterApp:
         )
         def list_models() -> Response[dict[str, Any]]:
             return self._json(200, self.model_list().model_dump(mode="json"))
+
+        @app.get(
+            "/v1/models/<model>",
+            summary="Retrieve a model this deployment routes to",
+            responses=openapi.lookup_responses(ModelCard, "No such model (code model_not_found)."),
+            tags=["OpenAI"],
+        )
+        def retrieve_model(model: str) -> Response[dict[str, Any]]:
+            return self._json(200, self.model_list().card(model).model_dump(mode="json"))
 
         @app.get("/health", summary="Liveness", responses=openapi.simple_responses(Health))
         def health() -> Response[dict[str, Any]]:

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from snapllm.contract import parse_request
 from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.engine import Deadline, StreamItem, TokenDelta
-from snapllm.errors import RequestError, ServerError
+from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.metrics import CompletionMetrics, request_features
 from snapllm.responses import Health, ModelList, render_response
 from snapllm.responses_contract import (
@@ -79,6 +79,19 @@ def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> 
         except (ValueError, KeyError, TypeError):
             logger.warning("unreadable x-amzn-lambda-context header; using the configured timeout")
     return Deadline.after(timeout_s - margin_s)
+
+
+def _request_id(request: Request) -> str:
+    """The id of the invoke LWA turned into this request (its ``x-amzn-lambda-context``), else the
+    Function URL's request id (``x-amzn-request-context``), else a new one (a request not from LWA)."""
+    for header, key in (("x-amzn-lambda-context", "request_id"), ("x-amzn-request-context", "requestId")):
+        try:
+            found = json.loads(request.headers.get(header) or "{}").get(key)
+        except (ValueError, AttributeError):
+            continue
+        if found:
+            return request_id_or_new(found)
+    return request_id_or_new(None)
 
 
 async def _events(
@@ -145,6 +158,7 @@ class StreamingApp:
             ("POST", "/v1/completions"): self.completions,
             ("POST", "/v1/responses"): self.responses,
             ("GET", "/v1/models"): self.models,
+            ("GET", "/v1/models/{model}"): self.model,
             ("GET", "/health"): self.health,
             ("POST", BEFORE_CHECKPOINT_PATH): self.before_checkpoint,
             ("POST", AFTER_RESTORE_PATH): self.after_restore,
@@ -159,7 +173,9 @@ class StreamingApp:
         if scope["type"] != "http":
             await self._lifespan(scope, receive, send)
             return
-        response = await self.dispatch(Request(scope, receive))
+        request = Request(scope, receive)
+        response = await self.dispatch(request)
+        response.headers[REQUEST_ID_HEADER] = _request_id(request)
         await response(scope, receive, send)
 
     async def dispatch(self, request: Request) -> Response:
@@ -183,8 +199,17 @@ class StreamingApp:
         return await self._complete(request, required="input")
 
     async def models(self, request: Request) -> Response:
-        models = ModelList.of([self.runtime.engine.model_name], created=0, owned_by="snapllm")
-        return JSONResponse(models.model_dump(mode="json"))
+        return JSONResponse(self._models().model_dump(mode="json"))
+
+    async def model(self, request: Request) -> Response:
+        try:
+            card = self._models().card(request.scope["path"].removeprefix("/v1/models/"))
+        except RequestError as exc:
+            return error_response(exc)
+        return JSONResponse(card.model_dump(mode="json"))
+
+    def _models(self) -> ModelList:
+        return ModelList.of([self.runtime.engine.model_name], created=0, owned_by="snapllm")
 
     async def health(self, request: Request) -> Response:
         return JSONResponse(Health(status="ok", models=[self.runtime.engine.model_name]).model_dump())
