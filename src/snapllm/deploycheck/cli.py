@@ -1,6 +1,8 @@
 """``snapllm deploy-check``: the deploy rules (:mod:`snapllm.deploycheck.rules`) on the template as
 CloudFormation would receive it, once as given and once with ``ModelSource`` set (the stack then puts the
-model in place itself, and its SnapStart versions must wait for it).
+model in place itself, and its SnapStart versions must wait for it); then the redeploy check
+(:mod:`snapllm.deploycheck.redeploy`): a one-line change to each code folder and a new value of each
+parameter must publish new versions of exactly the functions whose code or configuration it changes.
 
     snapllm deploy-check                                   # template.yaml, default parameters
     snapllm deploy-check --parameter-overrides Architecture=x86_64 ApiAuth=JWT
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from snapllm import sam
 from snapllm.deploycheck.calls import aws_calls
+from snapllm.deploycheck.redeploy import check_redeploys
 from snapllm.deploycheck.rules import DeployView, run_deploy_rules
 from snapllm.deploycheck.transform import Stack, transformed
 from snapllm.errors import ConfigurationError
@@ -50,8 +53,12 @@ def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict
     return found
 
 
-def check(template: Path, overrides: dict[str, str]) -> list[tuple[str, list[Finding]]]:
-    """Findings per scenario; ConfigurationError when the template cannot be read or transformed."""
+def check(
+    template: Path, overrides: dict[str, str], *, redeploys: bool = True
+) -> list[tuple[str, list[Finding]]]:
+    """Findings per scenario, then (``redeploys``) those of :func:`check_redeploys`: does each change of
+    code or parameter publish new versions of exactly the functions it reaches. ConfigurationError when
+    the template cannot be read or transformed."""
     results = []
     printed: set[str] = set()
     for name, parameters in scenarios(template, overrides):
@@ -66,6 +73,13 @@ def check(template: Path, overrides: dict[str, str]) -> list[tuple[str, list[Fin
                 printed.add(function)
                 actions = sorted({call.action for call in function_calls}) or ["none"]
                 print(f"  {function} calls: {', '.join(actions)}")
+    if redeploys:
+        results.append(
+            (
+                "redeploy (each code folder and parameter changed in turn)",
+                check_redeploys(template, overrides),
+            )
+        )
     return results
 
 
