@@ -24,6 +24,7 @@ from snapllm.deploycheck.redeploy import check_redeploys
 from snapllm.deploycheck.rules import DeployView, run_deploy_rules
 from snapllm.deploycheck.transform import Stack, transformed
 from snapllm.errors import ConfigurationError
+from snapllm.preflight.regions import region_of, region_problems
 from snapllm.preflight.rules import Finding
 
 #: Parameters under which the stack copies the model itself (any https URL and digest will do here).
@@ -41,6 +42,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--parameter-overrides", nargs="*", default=[], metavar="NAME=VALUE", help="as for sam deploy"
     )
+    parser.add_argument(
+        "--region", help="the region to deploy to (default: samconfig.toml's); refused if it lacks a feature"
+    )
     parser.set_defaults(func=run)
 
 
@@ -54,7 +58,7 @@ def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict
 
 
 def check(
-    template: Path, overrides: dict[str, str], *, redeploys: bool = True
+    template: Path, overrides: dict[str, str], *, redeploys: bool = True, region: str | None = None
 ) -> list[tuple[str, list[Finding]]]:
     """Findings per scenario, then (``redeploys``) those of :func:`check_redeploys`: does each change of
     code or parameter publish new versions of exactly the functions it reaches. ConfigurationError when
@@ -66,13 +70,24 @@ def check(
         source = sam.load(template, overrides=parameters)
         calls = {fn.name: aws_calls(fn) for fn in source.functions if fn.name in stack.resources}
         view = DeployView(stack, calls, places_model=bool(parameters.get("ModelSource")))
-        results.append((name, run_deploy_rules(view)))
+        # The template's Rules: CloudFormation stops such a deploy before creating anything (by design).
+        stops = [
+            Finding("note", rule, f"a deploy with these parameters stops before creating anything: {why}")
+            for rule, why in source.failing_rules()
+        ]
+        results.append((name, stops + run_deploy_rules(view)))
         # Each function once, from the first scenario that has it (ModelSourceFunction: with ModelSource).
         for function, function_calls in sorted(calls.items()):
             if function not in printed:
                 printed.add(function)
                 actions = sorted({call.action for call in function_calls}) or ["none"]
                 print(f"  {function} calls: {', '.join(actions)}")
+    if region is not None:
+        functions = sam.load(template, overrides=overrides, pseudo_parameters={}).functions
+        problems = [
+            Finding("error", fn.name, line) for fn in functions for line in region_problems(fn, region)
+        ]
+        results.append((f"region {region}", problems))
     if redeploys:
         results.append(
             (
@@ -91,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"deploy-check {args.template}")
     try:
-        results = check(args.template, overrides)
+        region = args.region or region_of(args.template.parent / "samconfig.toml")
+        results = check(args.template, overrides, region=region)
     except (ConfigurationError, OSError) as exc:
         print(f"snapllm deploy-check: {exc}", file=sys.stderr)
         return 2
