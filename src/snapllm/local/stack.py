@@ -120,12 +120,12 @@ class LocalStack(Closing):
         env = function_environment(
             function,
             # The template's routing table names the deployed alias; locally the model routes to the
-            # restored environment. The agent's alias is wired by agent_runs().
+            # restored environment. The agent's alias and run records are wired by agent_runs().
             overrides={
                 "SNAPLLM_ROUTES": json.dumps(routes),
                 "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
             },
-            wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
+            wired=("SNAPLLM_AGENT_FUNCTION_ARN", "SNAPLLM_AGENT_ARTIFACTS_BUCKET"),
         )
         settings = RouterSettings.from_env(env)
         clients: dict[str, InferenceClient] = {model: client}
