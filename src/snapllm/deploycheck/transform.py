@@ -75,16 +75,30 @@ def transformed(
             if isinstance(value, str) and not value.startswith("s3://"):
                 key = code_digests.get(value) or folder_digest(template.parent / value)
                 properties[name] = f"s3://deploy-check-placeholder/{value.strip('/')}/{key}"
+    return _translate(document, parameters, PLACEHOLDER_REGION, source=str(template))
+
+
+def translate_document(
+    text: str, parameters: Mapping[str, str] | None = None, region: str = PLACEHOLDER_REGION
+) -> dict[str, Any]:
+    """A SAM template as ``sam deploy`` submits it (code already in S3), translated as CloudFormation's SAM
+    transform would with ``parameters``, in ``region``."""
+    return _translate(yaml_parse(text), parameters, region, source="the template")
+
+
+def _translate(
+    document: dict[str, Any], parameters: Mapping[str, str] | None, region: str, *, source: str
+) -> dict[str, Any]:
     translator = Translator(
         managed_policy_map=None,
         sam_parser=Parser(),
-        boto_session=boto3.session.Session(region_name=PLACEHOLDER_REGION),
+        boto_session=boto3.session.Session(region_name=region),
     )
     try:
         return translator.translate(document, dict(parameters or {}), get_managed_policy_map=dict)
     except InvalidDocumentException as exc:
         reasons = "; ".join(str(cause) for cause in exc.causes)
-        raise TransformError(f"SAM's translator refused {template}: {reasons}") from None
+        raise TransformError(f"SAM's translator refused {source}: {reasons}") from None
     finally:
         # The translator counts its work for a publisher; here there is none (a dummy that drops them).
         translator.metrics.publish()
