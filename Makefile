@@ -7,7 +7,7 @@ SAM := $(TOOLS)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
 .PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
-	sam-local replay deploy-check
+	sam-local replay deploy-check deploy-rehearsal
 
 setup: $(VENV)/.installed
 
@@ -75,6 +75,12 @@ checkov: tools
 # code needs is set.
 deploy-check: build preflight validate checkov
 	$(VENV)/bin/snapllm deploy-check --parameter-overrides Architecture=$(ARCH)
+
+# The real `sam deploy` against moto's server on 127.0.0.1 (CloudFormation, S3, Lambda): the managed artifact
+# bucket, packaging, change sets, a first deploy and an update after a one-line change to snapllm's code.
+# What moto cannot play, and what stands in for it, is printed (scripts/deploy_rehearsal.py).
+deploy-rehearsal: build
+	$(PY) -W ignore scripts/deploy_rehearsal.py $(BUILD_DIR)
 
 # Builds for arm64, then loads the aarch64 layer in an arm64 Debian userland under qemu-user (Neoverse N1)
 # and checks that the tokens it generates match the host's.

@@ -308,6 +308,21 @@ class Template:
         """A condition's value; None when it depends on something only a deployment knows."""
         return self._resolver.condition(name)
 
+    def failing_rules(self) -> list[tuple[str, str]]:
+        """``(rule name, AssertDescription)`` of each ``Rules`` assertion these parameter values fail: the
+        reasons CloudFormation would stop the deploy before creating anything. A rule or an assertion that
+        depends on something only a deployment knows is not counted as failing."""
+        failing = []
+        for name, rule in (self.document.get("Rules") or {}).items():
+            if not isinstance(rule, Mapping):
+                continue
+            if "RuleCondition" in rule and self._resolver.test(rule["RuleCondition"]) is not True:
+                continue
+            for assertion in rule.get("Assertions") or []:
+                if isinstance(assertion, Mapping) and self._resolver.test(assertion.get("Assert")) is False:
+                    failing.append((str(name), " ".join(str(assertion.get("AssertDescription", "")).split())))
+        return failing
+
 
 def merge_globals(base: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
     """SAM's Globals rule: mappings merge, lists add up (global entries first), the function's scalars win."""
@@ -425,6 +440,11 @@ class _Resolver:
             definition = self._conditions.get(name)
             self._evaluated[name] = None if definition is None else self._test(definition)
         return self._evaluated[name]
+
+    def test(self, expression: Any) -> bool | None:
+        """A condition expression's value (``Fn::Equals`` / ``Not`` / ``And`` / ``Or`` / ``Condition``), as in
+        ``Conditions`` and ``Rules``; None when it depends on something only a deployment knows."""
+        return self._test(expression)
 
     def _test(self, expression: Any) -> bool | None:
         if not (isinstance(expression, Mapping) and len(expression) == 1):

@@ -46,6 +46,7 @@ FUNCTION_SETTINGS: dict[str, tuple[type[EnvironmentSettings], ...]] = {
     "AgentFunction": (AgentEnvironment,),
     # The CloudFormation custom resource reads its input from the resource's properties, not variables.
     "ModelSourceFunction": (),
+    "VersionDigestFunction": (),
 }
 #: The prefix of the variables this project defines (others belong to AWS, Powertools, the web adapter).
 OWN_PREFIX = "SNAPLLM_"

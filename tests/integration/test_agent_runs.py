@@ -18,6 +18,7 @@ from snapllm.agent import routes
 from snapllm.agent.runs import AgentRuns
 from snapllm.local.context import LocalContext
 from snapllm.local.durable import LocalAgent, agent_settings
+from snapllm.local.durable_service import LocalDurableLambda
 from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.session import LocalDeployment
 from snapllm.router.app import RouterApp
@@ -34,7 +35,7 @@ NOTES = (
 @pytest.fixture(scope="module")
 def api(
     deployment: LocalDeployment,
-) -> Iterator[tuple[APIGatewayHttpResolver, Any, str]]:
+) -> Iterator[tuple[APIGatewayHttpResolver, LocalDurableLambda, str, LocalAgent]]:
     with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
         function.init()
         function.snapshot()
@@ -45,7 +46,9 @@ def api(
             key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
             deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
             with agent.durable_service() as service:
-                routes.configure(AgentRuns(service, function_arn=service.function_arn))
+                routes.configure(
+                    AgentRuns(service, function_arn=service.function_arn, records=agent.run_records())
+                )
                 # Mounted as the router function mounts it: next to the OpenAI routes, behind the router's
                 # validation and error handlers.
                 routes_table = json.dumps({"smollm2": "local:InferenceFunction"})
@@ -55,7 +58,7 @@ def api(
                     routers=[routes.router],
                 )
                 try:
-                    yield router.resolver, service.runner, f"s3://{agent.settings.artifacts_bucket}/{key}"
+                    yield router.resolver, service, f"s3://{agent.settings.artifacts_bucket}/{key}", agent
                 finally:
                     routes.configure(None)
 
@@ -83,7 +86,8 @@ def _until(resolver: APIGatewayHttpResolver, run_id: str, predicate: Any, timeou
 
 
 def test_idempotent_start_approval_and_result_over_http(api):
-    resolver, runner, uri = api
+    resolver, service, uri, _agent = api
+    runner = service.runner
     request = {"task": "Say what SnapStart restores.", "documents": [uri], "approval": {"required": True}}
 
     status, first = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "review-42"})
@@ -118,7 +122,7 @@ def test_idempotent_start_approval_and_result_over_http(api):
 
 
 def test_clear_client_errors(api):
-    resolver, _runner, uri = api
+    resolver, _service, uri, _agent = api
     status, body = _call(resolver, "GET", "/v1/agent/runs/run-0000000000000000000000000000000000000000")
     assert status == 404 and body["error"]["code"] == "run_not_found"
 
@@ -147,7 +151,7 @@ def test_clear_client_errors(api):
 
 
 def test_a_failed_run_reports_a_public_error_type(api):
-    resolver, _runner, uri = api
+    resolver, _service, uri, _agent = api
     missing = uri.rsplit("/", 1)[0] + "/no-such-document.md"
     request = {"task": "Read it.", "documents": [missing]}
     status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "missing-doc"})
@@ -157,3 +161,58 @@ def test_a_failed_run_reports_a_public_error_type(api):
     assert failed["status"] == "FAILED"
     # Not the SDK's wrapper (ChildContextError) nor any Python class name: the agent error's public code.
     assert failed["error"] == {"type": "document_not_found", "message": f"{missing} does not exist"}
+
+
+def test_a_run_waiting_for_approval_survives_a_redeploy(api):
+    """Version 1 starts the run; a redeploy publishes version 2 and moves the alias; the run is still read,
+    approved and finished on version 1, through the execution ARN kept with it."""
+    resolver, service, uri, agent = api
+    request = {"task": "Say what SnapStart restores.", "documents": [uri], "approval": {"required": True}}
+    status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "before-redeploy"})
+    assert status == 202, run
+    version = service.current_version
+    assert f":{version}/durable-execution/{run['id']}/" in run["execution_arn"]
+    _until(resolver, run["id"], lambda r: r["waiting_for_approval"])
+
+    with agent.version() as runner:
+        new_version = service.publish(runner)
+        try:
+            _approve_after_the_redeploy(resolver, service, request, run, version, new_version)
+        finally:
+            service.versions.pop(new_version)  # the later tests run on the fixture's one version
+
+
+def _approve_after_the_redeploy(resolver, service, request, run, version, new_version):
+    """What the API answers once version `new_version` holds the alias, for a run started on `version`."""
+    assert new_version == str(int(version) + 1) and service.current_version == new_version
+    # Looked up by name on the alias, the run is gone: the alias now resolves to the new version.
+    unqualified = service.function_arn.rsplit(":", 1)[0]
+    listed = service.list_durable_executions_by_function(
+        FunctionName=unqualified, Qualifier="live", DurableExecutionName=run["id"]
+    )
+    assert listed["DurableExecutions"] == []
+
+    # The same start again finds the run it recorded: no second run on the new version.
+    status, again = _call(
+        resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "before-redeploy"}
+    )
+    assert status == 202 and again["execution_arn"] == run["execution_arn"]
+    waiting = _until(resolver, run["id"], lambda r: r["waiting_for_approval"])
+    assert waiting["status"] == "RUNNING"
+    approval = {"approved": True, "approver": "carol", "reason": "after the redeploy"}
+    status, answer = _call(resolver, "POST", f"/v1/agent/runs/{run['id']}/approval", approval)
+    assert status == 200 and answer == {"id": run["id"], "approval": "approved"}
+    done = _until(resolver, run["id"], lambda r: r["status"] != "RUNNING")
+    assert done["status"] == "SUCCEEDED" and done["result"]["approval"]["approver"] == "carol"
+
+    # A new run starts on the new version.
+    status, fresh = _call(
+        resolver,
+        "POST",
+        "/v1/agent/runs",
+        {**request, "approval": {"required": False}},
+        **{"Idempotency-Key": "after-redeploy"},
+    )
+    assert status == 202 and f":{new_version}/durable-execution/" in fresh["execution_arn"]
+    finished = _until(resolver, fresh["id"], lambda r: r["status"] != "RUNNING")
+    assert finished["status"] == "SUCCEEDED", finished

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 
 import pytest
 
@@ -38,7 +39,6 @@ def test_inference_function_meets_snapstart_rules():
     assert props["EphemeralStorage"] == {"Size": 512}
     assert "FileSystemConfigs" not in props and "ProvisionedConcurrencyConfig" not in props
     assert template["Parameters"]["Architecture"]["Default"] == "arm64"
-    assert template["Parameters"]["InferenceMemorySize"]["Default"] == 10240
     spec = sam.load(TEMPLATE).function("InferenceFunction")
     assert spec.runtime == "python3.13" and spec.snapstart
     assert spec.handler_file.is_file()
@@ -51,3 +51,40 @@ def test_the_model_policy_reads_only_the_model_object():
     assert [s["Action"] for s in statements] == ["s3:GetObject"]
     resource = statements[0]["Resource"]["Fn::Sub"][0]
     assert resource.endswith("${Bucket}/${ModelKey}")
+
+
+# --- A first `sam deploy --guided` with the defaults on a new account --------------------------------------
+
+#: What a new account's Lambda quota allows per function until it is raised (deploys above it fail with
+#: "MemorySize ... less than or equal to 3008").
+NEW_ACCOUNT_MAX_MEMORY_MB = 3008
+
+
+def test_the_defaults_stop_before_anything_is_created_and_name_what_to_set():
+    """With no model to load, publishing the SnapStart versions would fail and roll the stack back (leaving
+    the bucket it had created): the template's Rules stop such a deploy before it creates anything."""
+    ((rule, why),) = sam.load(TEMPLATE).failing_rules()
+    assert rule == "ModelNeedsASource"
+    assert "ModelSource" in why and "ModelSha256" in why and "ModelBucketName" in why
+    source = {"ModelSource": "https://example.com/m.gguf", "ModelSha256": "a" * 64}
+    assert sam.load(TEMPLATE, overrides=source).failing_rules() == []
+    assert sam.load(TEMPLATE, overrides={"ModelBucketName": "my-models"}).failing_rules() == []
+    (_, why) = sam.load(TEMPLATE, overrides={"ModelSource": source["ModelSource"]}).failing_rules()[0]
+    assert "ModelSha256" in why
+
+
+def test_a_bucket_the_stack_creates_goes_with_a_failed_create_and_stays_on_delete():
+    bucket = load_template(TEMPLATE)["Resources"]["ModelBucket"]
+    assert bucket["DeletionPolicy"] == "RetainExceptOnCreate"
+    assert bucket["UpdateReplacePolicy"] == "Retain"
+
+
+def test_the_defaults_fit_a_new_accounts_memory_quota_and_six_vcpus_is_a_named_environment():
+    template = sam.load(TEMPLATE, overrides={"ModelBucketName": "b"})
+    assert {
+        fn.name: fn.memory_mb for fn in template.functions if fn.memory_mb > NEW_ACCOUNT_MAX_MEMORY_MB
+    } == {}
+    config = tomllib.loads((REPO / "samconfig.toml").read_text())
+    six = config["six-vcpu"]["deploy"]["parameters"]["parameter_overrides"]
+    assert "InferenceMemorySize=10240" in six.split()
+    assert config["default"]["global"]["parameters"]["region"] == "us-east-2"

@@ -10,6 +10,8 @@ import pytest
 from snapllm import sam
 from snapllm.deploycheck.calls import AwsCall, aws_calls
 from snapllm.deploycheck.cli import check
+from snapllm.deploycheck.redeploy import check_redeploys
+from snapllm.deploycheck.transform import transformed
 from tests.conftest import REPO, TEMPLATE
 
 MODEL_DIGEST_FROM_THE_COPY = (
@@ -21,8 +23,14 @@ READ_THE_MODEL = (
 )
 
 
-def errors(template: Path) -> list[str]:
-    return [str(f) for _, findings in check(template, {}) for f in findings if f.severity == "error"]
+def errors(template: Path, *, redeploys: bool = False) -> list[str]:
+    """The errors of ``snapllm deploy-check`` (the redeploy check, slower, only when asked)."""
+    results = check(template, {}, redeploys=redeploys)
+    return [str(f) for _, findings in results for f in findings if f.severity == "error"]
+
+
+def redeploy_errors(template: Path) -> list[str]:
+    return [str(f) for f in check_redeploys(template, {"Architecture": "arm64"}) if f.severity == "error"]
 
 
 def variant(tmp_path: Path, old: str, new: str, *, count: int = 1) -> Path:
@@ -37,7 +45,71 @@ def variant(tmp_path: Path, old: str, new: str, *, count: int = 1) -> Path:
 
 
 def test_the_template_passes():
-    assert errors(TEMPLATE) == []
+    assert errors(TEMPLATE, redeploys=True) == []
+
+
+# The description template.yaml's SnapStart versions had before VersionDigests: only ModelSha256 reached it.
+OLD_DESCRIPTION = '!If [HasModelSha256, !Sub "model sha256 ${ModelSha256}", "model sha256 from its metadata"]'
+
+
+def test_the_old_version_description_fails_for_a_layer_change_and_each_parameter(tmp_path):
+    template = variant(
+        tmp_path,
+        'VersionDescription: !Sub "config sha256 ${VersionDigests.InferenceFunction}"',
+        f"VersionDescription: {OLD_DESCRIPTION}",
+    )
+    found = redeploy_errors(template)
+    stays = "changes what it runs but publishes no new version: InferenceFunctionVersion"
+    assert any(
+        e.startswith("ERROR InferenceFunction: a one-line change to src/snapllm/__init__.py") and stays in e
+        for e in found
+    ), found
+    assert any(e.startswith("ERROR InferenceFunction: a one-line change to layers/llama-cpp/") for e in found)
+    for parameter in ("Architecture", "InferenceMemorySize", "InferenceTimeout", "ContextSize", "MaxTokens"):
+        assert any(e.startswith(f"ERROR InferenceFunction: a new value of {parameter} ") for e in found), (
+            parameter,
+            found,
+        )
+    # The other functions kept their digests: nothing reported about them.
+    assert all(e.startswith("ERROR InferenceFunction:") for e in found), found
+
+
+def test_a_layer_the_digest_leaves_out_publishes_no_new_version_and_fails_by_name(tmp_path):
+    text = TEMPLATE.read_text()
+    start = text.index("      RouterFunction:\n        Architecture: !Ref Architecture")
+    layer = "          - !If [IsArm64, !Ref SnapllmLayerArm64, !Ref SnapllmLayerX86]\n"
+    position = text.index(layer, start)
+    template = tmp_path / "template.yaml"
+    for folder in ("functions", "layers"):
+        (tmp_path / folder).symlink_to(REPO / folder)
+    template.write_text(
+        text[:position] + "          - leaves-out-the-layer\n" + text[position + len(layer) :]
+    )
+    found = redeploy_errors(template)
+    assert found == [
+        "ERROR RouterFunction: a one-line change to src/snapllm/__init__.py changes what it runs but "
+        f"publishes no new version: {_version_id(template, 'RouterFunction')} stays, so its alias keeps "
+        "serving the old one"
+    ], found
+
+
+def test_a_digest_of_what_a_function_does_not_run_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        "        Environment:\n          SNAPLLM_MODEL_NAME: !Ref ModelName\n          SNAPLLM_EXTRA_ROUTES:",
+        "        Environment:\n          UNUSED: !Ref ModelSha256\n"
+        "          SNAPLLM_MODEL_NAME: !Ref ModelName\n          SNAPLLM_EXTRA_ROUTES:",
+    )
+    found = redeploy_errors(template)
+    assert len(found) == 1 and found[0].startswith(
+        "ERROR RouterFunction: a new value of ModelSha256 ('ffff"
+    ), found
+    assert found[0].endswith("though nothing it runs changed")
+
+
+def _version_id(template: Path, function: str) -> str:
+    document = transformed(template, {"Architecture": "arm64"})
+    return next(name for name in document["Resources"] if name.startswith(f"{function}Version"))
 
 
 def test_each_function_calls_what_its_code_calls():
@@ -54,7 +126,7 @@ def test_each_function_calls_what_its_code_calls():
 
 def test_a_snapstart_version_that_does_not_wait_for_the_model_fails_by_name(tmp_path):
     template = variant(
-        tmp_path, MODEL_DIGEST_FROM_THE_COPY, "SNAPLLM_MODEL_SHA256: !Ref ModelSha256", count=2
+        tmp_path, MODEL_DIGEST_FROM_THE_COPY, "SNAPLLM_MODEL_SHA256: !Ref ModelSha256", count=4
     )
     found = errors(template)
     assert any(

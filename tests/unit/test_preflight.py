@@ -6,6 +6,7 @@ that `snapllm preflight` reports exactly that failure and exits 1.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import zipfile
@@ -17,6 +18,7 @@ from snapllm import sam
 from snapllm.preflight.cli import main, run
 from snapllm.preflight.elf import is_elf, read_elf
 from snapllm.preflight.package import scan_package
+from snapllm.preflight.regions import region_of, region_problems
 from snapllm.preflight.rules import LWA_SNAPSTART_MIN_LAYER
 from tests.conftest import TEMPLATE as REPO_TEMPLATE
 
@@ -474,3 +476,73 @@ def test_the_template_default_web_adapter_layer_has_the_snapstart_hooks():
         layer.partial for layer in stream.layers if isinstance(layer, sam.Unresolved) and layer.partial
     ]
     assert adapter and adapter[0].endswith(f":{LWA_SNAPSTART_MIN_LAYER}")
+
+
+DURABLE_PROPS = """\
+      AutoPublishAlias: live
+      DurableConfig:
+        ExecutionTimeout: 900"""
+URL_PROPS = GOOD_PROPS + "\n      FunctionUrlConfig:\n        AuthType: AWS_IAM"
+
+
+@pytest.mark.parametrize(
+    ("props", "region", "feature"),
+    [
+        (DURABLE_PROPS, "eu-west-1", "durable functions"),
+        (GOOD_PROPS, "ap-east-2", "SnapStart"),
+        (URL_PROPS, "il-central-1", "Function URLs"),
+    ],
+)
+def test_a_region_without_a_feature_the_function_uses_is_refused(tmp_path, capsys, props, region, feature):
+    build = make_build(tmp_path, props=props)
+    code, errors = run_preflight(build, capsys, "--region", region)
+    assert code == 1
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR Fn: uses {feature}, which {region} is not known")
+    assert "checked 2026-11-25" in errors[0] and "us-east-2" in errors[0]
+    assert run_preflight(build, capsys, "--region", "us-east-2") == (0, [])
+
+
+def test_the_region_defaults_to_samconfig_and_it_offers_every_feature_the_template_uses(tmp_path, capsys):
+    assert region_of(ROOT / "samconfig.toml") == "us-east-2"
+    for environment in ("six-vcpu", "dev", "prod"):
+        assert region_of(ROOT / "samconfig.toml", environment) == "us-east-2"
+    functions = sam.load(REPO_TEMPLATE, pseudo_parameters={}).functions
+    assert {fn.name for fn in functions if region_problems(fn, "ap-south-2")} == {
+        "AgentFunction",
+        "StreamFunction",
+    }
+    assert [problem for fn in functions for problem in region_problems(fn, "us-east-2")] == []
+    config = tmp_path / "samconfig.toml"
+    config.write_text('version = 0.1\n[default.global.parameters]\nregion = "ca-west-1"\n')
+    build = make_build(tmp_path / "build", props=URL_PROPS)
+    code, errors = run_preflight(build, capsys, "--config-file", str(config))
+    assert code == 1 and errors[0].startswith("ERROR Fn: uses Function URLs, which ca-west-1 is not known")
+
+
+MODEL_PROPS = GOOD_PROPS + "\n      Environment:\n        Variables:\n          SNAPLLM_MODEL_KEY: m.gguf"
+
+
+def _notes(build: Path, capsys, *extra: str) -> list[str]:
+    assert main([str(build), "--no-zip", *extra]) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if "WARNING" in line]
+
+
+def test_a_model_whose_init_would_not_fit_snapstarts_limit_is_warned_about(tmp_path, capsys):
+    build = make_build(tmp_path, props=MODEL_PROPS)
+    gib = 1024**3
+    # 8 GiB at the stated 50 MiB/s: 164 s of reading alone, over the 130 s a 3 s timeout leaves.
+    (warning,) = _notes(build, capsys, "--model-bytes", str(8 * gib))
+    assert "may not fit its 130 s limit" in warning and "at 50 MiB/s from S3" in warning
+    assert "raise InferenceTimeout to" in warning
+    assert _notes(build, capsys, "--model-bytes", str(2 * gib)) == []
+    # A faster stated rate fits; a measured warm-up that scales with the model's size does not.
+    assert _notes(build, capsys, "--model-bytes", str(8 * gib), "--s3-mib-per-s", "200") == []
+    bench = tmp_path / "bench.json"
+    lifecycle = {"import_s": 0.2, "model_load_s": 0.15, "warm_up_s": 1.0}
+    bench.write_text(json.dumps({"model_bytes": 100 * 1024 * 1024, "lifecycle": lifecycle}))
+    (warning,) = _notes(
+        build, capsys, "--model-bytes", str(8 * gib), "--s3-mib-per-s", "200", "--bench", str(bench)
+    )
+    assert "81.9 s warm-up" in warning
+    # Not a model function (no SNAPLLM_MODEL_KEY): nothing to estimate.
+    assert _notes(make_build(tmp_path / "plain"), capsys, "--model-bytes", str(8 * gib)) == []

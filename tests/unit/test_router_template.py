@@ -45,6 +45,16 @@ def test_router_may_invoke_only_the_routed_aliases_and_the_agent():
         "StartAgentRunsAsynchronously",
         "ReadAndApproveAgentRuns",
         "ReadTheEndpointKeyOnly",
+        "KeepTheAgentRunRecordsOnly",
+        "ListTheAgentRunRecordsOnly",
+    }
+    # Each run's execution ARN is kept under the agent's prefix: the router reads and writes only there.
+    records = statements["KeepTheAgentRunRecordsOnly"]
+    assert records["Action"] == ["s3:GetObject", "s3:PutObject"]
+    assert records["Resource"]["Fn::Sub"][0].endswith("/${AgentArtifactsPrefix}runs/executions/*")
+    listing = statements["ListTheAgentRunRecordsOnly"]
+    assert listing["Condition"]["StringLike"]["s3:prefix"] == {
+        "Fn::Sub": "${AgentArtifactsPrefix}runs/executions/*"
     }
     # The always-on endpoints' key: the one secret named by EndpointSecretArn, no wildcard.
     key = statements["ReadTheEndpointKeyOnly"]

@@ -143,6 +143,8 @@ def test_the_repository_template_functions_by_kind():
         "AgentFunction": Kind.DURABLE,
         "RouterFunction": Kind.HTTP_API,
         "StreamFunction": Kind.WEB_ADAPTER,
+        # The custom resource CloudFormation invokes during a deploy (the version digests).
+        "VersionDigestFunction": Kind.DIRECT,
     }
     assert model_function(template).name == "InferenceFunction"
     router = template.function("RouterFunction").environment

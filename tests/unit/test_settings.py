@@ -149,6 +149,10 @@ def test_the_agent_routes_read_their_settings(monkeypatch):
     monkeypatch.setenv(
         "SNAPLLM_AGENT_FUNCTION_ARN", "arn:aws:lambda:us-east-1:123456789012:function:agent:live"
     )
+    monkeypatch.delenv("SNAPLLM_AGENT_ARTIFACTS_BUCKET", raising=False)
+    with pytest.raises(ConfigurationError, match="SNAPLLM_AGENT_ARTIFACTS_BUCKET"):
+        routes._runs()
+    monkeypatch.setenv("SNAPLLM_AGENT_ARTIFACTS_BUCKET", "snapllm-models")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     try:
         assert routes._runs().function_arn.endswith(":agent:live")

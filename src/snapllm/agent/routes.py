@@ -10,7 +10,9 @@ Mounting (``snapllm.router.app``)::
     from snapllm.agent import routes as agent_routes
     router = RouterApp.from_env(routers=[agent_routes.router])
 
-The service comes from ``SNAPLLM_AGENT_FUNCTION_ARN`` (the agent alias) unless :func:`configure` set one.
+The service comes from ``SNAPLLM_AGENT_FUNCTION_ARN`` (the agent alias) and
+``SNAPLLM_AGENT_ARTIFACTS_BUCKET`` / ``_PREFIX`` (where each run's execution ARN is kept) unless
+:func:`configure` set one.
 Errors are :class:`~snapllm.agent.runs.RunError` request errors, which the router renders (and logs and
 counts) like its own: 400 bad input, 404 unknown run, 409 not waiting / already answered / idempotency
 conflict.
@@ -27,7 +29,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, Field
 
 from snapllm.agent.request import AgentRequest
-from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns
+from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns, RunRecords
 from snapllm.agent.settings import AgentRoutesEnvironment
 from snapllm.contract import RequestBody
 from snapllm.errors import ConfigurationError
@@ -107,12 +109,14 @@ def configure(service: AgentRuns | None) -> None:
 def _runs() -> AgentRuns:
     global _service
     if _service is None:
-        arn = AgentRoutesEnvironment.from_env().function_arn
-        if arn is None:
+        env = AgentRoutesEnvironment.from_env()
+        if env.function_arn is None or env.artifacts_bucket is None:
             raise ConfigurationError(
-                "SNAPLLM_AGENT_FUNCTION_ARN must name the agent alias to serve /v1/agent"
+                "SNAPLLM_AGENT_FUNCTION_ARN (the agent alias) and SNAPLLM_AGENT_ARTIFACTS_BUCKET (where "
+                "runs are recorded) must be set to serve /v1/agent"
             )
-        _service = AgentRuns(boto3.client("lambda"), function_arn=arn)
+        records = RunRecords(boto3.client("s3"), bucket=env.artifacts_bucket, prefix=env.artifacts_prefix)
+        _service = AgentRuns(boto3.client("lambda"), function_arn=env.function_arn, records=records)
     return _service
 
 

@@ -3,19 +3,29 @@
 The HTTP routes (:mod:`snapllm.agent.routes`) call this service; it needs a boto3 Lambda client (or
 anything with the same methods, such as :class:`~snapllm.local.durable_service.LocalDurableLambda`)::
 
-    runs = AgentRuns(boto3.client("lambda"), function_arn="arn:aws:lambda:...:function:snapllm-Agent:live")
+    records = RunRecords(boto3.client("s3"), bucket="snapllm-models-...", prefix="agent/")
+    alias = "arn:aws:lambda:...:function:snapllm-Agent:live"
+    runs = AgentRuns(boto3.client("lambda"), function_arn=alias, records=records)
     run = runs.start("order-1234-review", {"task": "...", "documents": [...], "approval": {...}})
     runs.get(run["id"])                     # {"id", "status", "waiting_for_approval", "result", "error"}
     runs.decide(run["id"], approved=True, approver="alice", reason="ok")
 
 A run's id is its ``DurableExecutionName``, derived from the client's idempotency key: starting again
 with the same key and the same request returns the same run; with a different request it is a conflict.
+
+**A run outlives a redeploy.** The alias moves to each new version, but an execution stays on the version
+it started on, and its ARN names that version. So the run keeps its execution ARN, with a digest of its
+request, in S3 (:class:`RunRecords`: ``{prefix}runs/executions/{run id}.json``), and reading and approving
+a run use that ARN. Nothing asks the service to look a run up by name on the alias (whether
+``ListDurableExecutionsByFunction`` with ``Qualifier=live`` lists executions of older versions is not
+documented), and a retried start finds its run whatever version the alias points at.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -26,6 +36,7 @@ from snapllm.agent.request import AgentRequest
 from snapllm.errors import RequestError
 
 MAX_IDEMPOTENCY_KEY_CHARS = 256
+_RUN_ID = re.compile(r"run-[0-9a-f]{40}")
 _CLOSED_CALLBACK_EVENTS = {"CallbackSucceeded", "CallbackFailed", "CallbackTimedOut"}
 
 
@@ -82,17 +93,58 @@ def _error_code(exc: Exception) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
+class RunRecordError(RunError):
+    """The run's record could not be read or written (S3 failed): the request may be retried."""
+
+    status_code = 503
+    code = "run_store_unavailable"
+
+
+class RunRecords:
+    """Each run's execution ARN and request digest, kept at ``s3://{bucket}/{prefix}runs/executions/``."""
+
+    def __init__(self, s3_client: Any, *, bucket: str, prefix: str) -> None:
+        self._s3 = s3_client
+        self.bucket = bucket
+        self.prefix = f"{prefix}runs/executions/"
+
+    def get(self, run_id: str) -> dict[str, str] | None:
+        """The run's record, or None when no run has this id."""
+        try:
+            body = self._s3.get_object(Bucket=self.bucket, Key=self._key(run_id))["Body"].read()
+        except ClientError as exc:
+            if _error_code(exc) in {"NoSuchKey", "404"}:
+                return None
+            raise RunRecordError(f"cannot read the record of run {run_id}: {_error_code(exc)}") from exc
+        record = json.loads(body)
+        return {
+            "execution_arn": str(record["execution_arn"]),
+            "request_sha256": str(record["request_sha256"]),
+        }
+
+    def put(self, run_id: str, *, execution_arn: str, request_sha256: str) -> None:
+        body = json.dumps({"execution_arn": execution_arn, "request_sha256": request_sha256}).encode()
+        try:
+            self._s3.put_object(
+                Bucket=self.bucket, Key=self._key(run_id), Body=body, ContentType="application/json"
+            )
+        except ClientError as exc:
+            raise RunRecordError(f"cannot record run {run_id}: {_error_code(exc)}") from exc
+
+    def _key(self, run_id: str) -> str:
+        return f"{self.prefix}{run_id}.json"
+
+
 class AgentRuns:
     """The run service over Lambda's durable execution API (or the local stand-in)."""
 
-    def __init__(self, lambda_client: Any, *, function_arn: str, max_documents: int = 8) -> None:
+    def __init__(
+        self, lambda_client: Any, *, function_arn: str, records: RunRecords, max_documents: int = 8
+    ) -> None:
         self._lambda = lambda_client
         self.function_arn = function_arn
+        self.records = records
         self._max_documents = max_documents
-        # ListDurableExecutionsByFunction takes the unqualified name and the alias separately.
-        parts = function_arn.split(":")
-        self._function_name = ":".join(parts[:7]) if len(parts) == 8 else function_arn
-        self._qualifier = parts[7] if len(parts) == 8 else None
 
     def start(self, idempotency_key: str, request: Any) -> dict[str, Any]:
         run_id = run_id_for(idempotency_key)
@@ -100,21 +152,31 @@ class AgentRuns:
             AgentRequest.parse(request, max_documents=self._max_documents)
         except AgentInputError as exc:
             raise InvalidRunRequestError(str(exc)) from None
-        try:
-            response = self._lambda.invoke(
-                FunctionName=self.function_arn,
-                InvocationType="Event",
-                DurableExecutionName=run_id,
-                # Canonical JSON: the service compares payloads to tell a retry from a conflicting reuse.
-                Payload=json.dumps(request, sort_keys=True, separators=(",", ":")).encode(),
+        # Canonical JSON: the same request always has the same bytes, so the same digest.
+        payload = json.dumps(request, sort_keys=True, separators=(",", ":")).encode()
+        digest = hashlib.sha256(payload).hexdigest()
+        record = self.records.get(run_id)
+        if record is None:
+            try:
+                response = self._lambda.invoke(
+                    FunctionName=self.function_arn,
+                    InvocationType="Event",
+                    DurableExecutionName=run_id,
+                    Payload=payload,
+                )
+            except ClientError as exc:
+                if _error_code(exc) == "DurableExecutionAlreadyStartedException":
+                    raise IdempotencyConflictError(
+                        "this Idempotency-Key already started a run with a different request"
+                    ) from exc
+                raise
+            record = {"execution_arn": str(response["DurableExecutionArn"]), "request_sha256": digest}
+            self.records.put(run_id, **record)
+        elif record["request_sha256"] != digest:
+            raise IdempotencyConflictError(
+                "this Idempotency-Key already started a run with a different request"
             )
-        except ClientError as exc:
-            if _error_code(exc) == "DurableExecutionAlreadyStartedException":
-                raise IdempotencyConflictError(
-                    "this Idempotency-Key already started a run with a different request"
-                ) from exc
-            raise
-        return {"id": run_id, "execution_arn": response.get("DurableExecutionArn"), "status": "RUNNING"}
+        return {"id": run_id, "execution_arn": record["execution_arn"], "status": "RUNNING"}
 
     def get(self, run_id: str) -> dict[str, Any]:
         arn = self._arn(run_id)
@@ -153,15 +215,13 @@ class AgentRuns:
         return {"id": run_id, "approval": "approved" if approved else "rejected"}
 
     def _arn(self, run_id: str) -> str:
-        if not isinstance(run_id, str) or not run_id.startswith("run-") or len(run_id) > 64:
+        """The execution ARN kept with the run: it names the version the run started on."""
+        if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
             raise RunNotFoundError(f"no run {run_id!r}")
-        kwargs: dict[str, Any] = {"FunctionName": self._function_name, "DurableExecutionName": run_id}
-        if self._qualifier:
-            kwargs["Qualifier"] = self._qualifier
-        executions = self._lambda.list_durable_executions_by_function(**kwargs).get("DurableExecutions", [])
-        if not executions:
+        record = self.records.get(run_id)
+        if record is None:
             raise RunNotFoundError(f"no run {run_id!r}")
-        return str(executions[0]["DurableExecutionArn"])
+        return record["execution_arn"]
 
     def _approval(self, arn: str) -> dict[str, Any]:
         """``none`` (no approval asked yet / not required), ``waiting`` or ``decided``, from the history."""

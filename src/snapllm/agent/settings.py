@@ -176,3 +176,8 @@ class AgentRoutesEnvironment(EnvironmentSettings):
 
     function_arn: str | None = Field(None, json_schema_extra={"unset": "`/v1/agent` unavailable"})
     """Qualified ARN of the agent alias that `/v1/agent/runs` starts runs on (the template sets it)."""
+    artifacts_bucket: str | None = Field(None, json_schema_extra={"unset": "`/v1/agent` unavailable"})
+    """Bucket where each run's execution ARN is kept, under `{prefix}runs/executions/` (the template sets
+    it: the agent's bucket)."""
+    artifacts_prefix: str = AgentSettings.artifacts_prefix
+    """The agent's prefix in that bucket (the template sets it)."""

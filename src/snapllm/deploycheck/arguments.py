@@ -22,4 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="as for sam deploy",
     )
+    parser.add_argument(
+        "--region", help="the region to deploy to (default: samconfig.toml's); refused if it lacks a feature"
+    )
     parser.set_defaults(implementation="snapllm.deploycheck.cli")

@@ -40,7 +40,7 @@ from snapllm.agent.flow import AgentDependencies
 from snapllm.agent.handler import build_handler, tool_sources
 from snapllm.agent.operations import is_approval_callback, review_document
 from snapllm.agent.report import OperationReport
-from snapllm.agent.runs import AgentRuns
+from snapllm.agent.runs import AgentRuns, RunRecords
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import ToolSource
 from snapllm.inference_client import InferenceClient
@@ -197,12 +197,28 @@ class LocalAgent:
         Executions run in this process on the SDK's testing runner until the context exits::
 
             with agent.durable_service() as service:
-                runs = AgentRuns(service, function_arn=service.function_arn)
+                runs = AgentRuns(service, function_arn=service.function_arn, records=agent.run_records())
                 runs.start("review-42", {"task": "...", "documents": [...]})
+                with agent.version() as runner:   # a redeploy: version 2, the alias moves to it
+                    service.publish(runner)
         """
+        with self.version() as runner:
+            yield LocalDurableLambda(runner, function_arn=function_arn)
+
+    @contextlib.contextmanager
+    def version(self) -> Iterator[Any]:
+        """A published version of the agent: a testing runner of its own over this agent's handler."""
         deps = self.dependencies()
         with DurableFunctionTestRunner(handler=build_handler(lambda: deps), poll_interval=0.1) as runner:
-            yield LocalDurableLambda(runner, function_arn=function_arn)
+            yield runner
+
+    def run_records(self) -> RunRecords:
+        """Where the run service keeps each run's execution ARN: the agent's prefix on the local S3."""
+        return RunRecords(
+            self.deployment.s3.client(),
+            bucket=self.settings.artifacts_bucket,
+            prefix=self.settings.artifacts_prefix,
+        )
 
     def with_settings(self, **changes: Any) -> AgentSettings:
         return replace(self.settings, **changes)
@@ -308,7 +324,8 @@ def agent_runs(agent: LocalAgent, documents: Path) -> Iterator[None]:
     """
     agent.upload_documents(documents)
     with agent.durable_service() as service:
-        agent_routes.configure(AgentRuns(service, function_arn=service.function_arn))
+        runs = AgentRuns(service, function_arn=service.function_arn, records=agent.run_records())
+        agent_routes.configure(runs)
         try:
             yield
         finally:

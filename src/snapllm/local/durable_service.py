@@ -1,14 +1,22 @@
-"""A local stand-in for the five Lambda durable-execution calls :class:`~snapllm.agent.runs.AgentRuns` makes.
+"""A local stand-in for the Lambda durable-execution calls :class:`~snapllm.agent.runs.AgentRuns` makes.
 
 It answers with the service's response shapes from the SDK's in-process testing runner, so the run service
 and the HTTP routes run unchanged against real durable executions of the agent::
 
     lambda_client = LocalDurableLambda(runner, function_arn="arn:aws:lambda:...:function:agent:live")
-    runs = AgentRuns(lambda_client, function_arn=lambda_client.function_arn)
+    runs = AgentRuns(lambda_client, function_arn=lambda_client.function_arn, records=...)
+
+**Published versions.** Each published version of the function has a runner of its own (its own code);
+the alias points at the newest. :meth:`LocalDurableLambda.publish` publishes another, as a redeploy does:
+executions started on an older version keep running there, addressed by their ARN
+(``function:NAME:VERSION/durable-execution/NAME/ID``, the version resolved from the alias at the start).
+``list_durable_executions_by_function`` with the alias as ``Qualifier`` lists only the executions of the
+version the alias points at now: whether the service does the same is not documented, so the run service
+does not depend on it.
 
 The testing runner does not deduplicate executions by name; this stand-in implements the documented rule
-of ``Invoke`` with ``DurableExecutionName``: the same name and payload return the existing execution, the
-same name with another payload raises ``DurableExecutionAlreadyStartedException``.
+of ``Invoke`` with ``DurableExecutionName``: the same name and payload on the same version return the
+existing execution, the same name with another payload raises ``DurableExecutionAlreadyStartedException``.
 """
 
 from __future__ import annotations
@@ -29,13 +37,34 @@ def _client_error(code: str, message: str, operation: str) -> ClientError:
 
 class LocalDurableLambda:
     """``invoke`` / ``list_durable_executions_by_function`` / ``get_durable_execution`` /
-    ``get_durable_execution_history`` / ``send_durable_execution_callback_success`` over a test runner."""
+    ``get_durable_execution_history`` / ``send_durable_execution_callback_success`` over test runners, one
+    per published version."""
 
     def __init__(self, runner: Any, *, function_arn: str) -> None:
-        self.runner = runner  # the testing runner that holds the executions
-        self.function_arn = function_arn
-        self._started: dict[str, tuple[str, bytes]] = {}  # name -> (execution ARN, payload)
+        self.function_arn = function_arn  # the alias
+        parts = function_arn.split(":")
+        self.function = ":".join(parts[:7])
+        self.alias = parts[7] if len(parts) == 8 else None
+        self.versions: dict[str, Any] = {"1": runner}  # version -> the runner holding its executions
+        self._started: dict[tuple[str, str], tuple[str, bytes]] = {}  # (version, name) -> (ARN, payload)
+        self._executions: dict[str, tuple[Any, str]] = {}  # execution ARN -> (runner, the runner's ARN)
         self._lock = threading.Lock()
+
+    @property
+    def runner(self) -> Any:
+        """The runner of the version the alias points at."""
+        return self.versions[self.current_version]
+
+    @property
+    def current_version(self) -> str:
+        return max(self.versions, key=int)
+
+    def publish(self, runner: Any) -> str:
+        """Publish a new version that runs on ``runner`` and point the alias at it; returns its number."""
+        with self._lock:
+            version = str(int(self.current_version) + 1)
+            self.versions[version] = runner
+        return version
 
     def invoke(
         self, *, FunctionName: str, InvocationType: str, DurableExecutionName: str, Payload: bytes
@@ -45,8 +74,10 @@ class LocalDurableLambda:
                 "InvalidParameterValueException", "start runs asynchronously on the alias", "Invoke"
             )
         with self._lock:
-            if DurableExecutionName in self._started:
-                arn, payload = self._started[DurableExecutionName]
+            version = self.current_version
+            started = self._started.get((version, DurableExecutionName))
+            if started is not None:
+                arn, payload = started
                 if payload != Payload:
                     raise _client_error(
                         "DurableExecutionAlreadyStartedException",
@@ -54,16 +85,20 @@ class LocalDurableLambda:
                         "Invoke",
                     )
             else:
-                arn = self.runner.run_async(
+                runner = self.versions[version]
+                inner = runner.run_async(
                     input=Payload.decode(), execution_name=DurableExecutionName, execution_timeout=600
                 )
-                self._started[DurableExecutionName] = (arn, Payload)
+                arn = f"{self.function}:{version}/durable-execution/{DurableExecutionName}/{inner}"
+                self._started[(version, DurableExecutionName)] = (arn, Payload)
+                self._executions[arn] = (runner, inner)
         return {"StatusCode": 202, "DurableExecutionArn": arn}
 
     def list_durable_executions_by_function(
         self, *, FunctionName: str, DurableExecutionName: str, Qualifier: str | None = None
     ) -> dict[str, Any]:
-        started = self._started.get(DurableExecutionName)
+        version = self.current_version if Qualifier in (None, self.alias) else Qualifier
+        started = self._started.get((version, DurableExecutionName))
         if started is None:
             return {"DurableExecutions": []}
         return {
@@ -73,19 +108,34 @@ class LocalDurableLambda:
         }
 
     def get_durable_execution(self, *, DurableExecutionArn: str) -> dict[str, Any]:
+        runner, inner = self._execution(DurableExecutionArn, "GetDurableExecution")
         # The runner exposes execution details only on its executor (what its web server answers with).
-        return self.runner._executor.get_execution_details(DurableExecutionArn).to_dict()
+        details = runner._executor.get_execution_details(inner).to_dict()
+        return {**details, "DurableExecutionArn": DurableExecutionArn}
 
     def get_durable_execution_history(
         self, *, DurableExecutionArn: str, Marker: str | None = None
     ) -> dict[str, Any]:
-        return self.runner.get_execution_history(DurableExecutionArn).to_dict()
+        runner, inner = self._execution(DurableExecutionArn, "GetDurableExecutionHistory")
+        return runner.get_execution_history(inner).to_dict()
 
     def send_durable_execution_callback_success(self, *, CallbackId: str, Result: bytes) -> dict[str, Any]:
-        try:
-            self.runner.send_callback_success(CallbackId, Result)
-        except (CallbackTimeoutException, ResourceNotFoundException) as exc:
-            # The service's error codes are these exceptions' names.
-            operation = "SendDurableExecutionCallbackSuccess"
-            raise _client_error(type(exc).__name__, str(exc), operation) from exc
-        return {}
+        operation = "SendDurableExecutionCallbackSuccess"
+        last: Exception | None = None
+        # A callback id belongs to one execution, on one version's runner.
+        for runner in list(self.versions.values()):
+            try:
+                runner.send_callback_success(CallbackId, Result)
+                return {}
+            except ResourceNotFoundException as exc:
+                last = exc
+            except CallbackTimeoutException as exc:
+                # The service's error codes are these exceptions' names.
+                raise _client_error(type(exc).__name__, str(exc), operation) from exc
+        raise _client_error("ResourceNotFoundException", str(last), operation)
+
+    def _execution(self, arn: str, operation: str) -> tuple[Any, str]:
+        found = self._executions.get(arn)
+        if found is None:
+            raise _client_error("ResourceNotFoundException", f"no durable execution {arn}", operation)
+        return found

@@ -145,14 +145,14 @@ class LocalStack(Closing):
         env = function_environment(
             function,
             # The template's routing table names the deployed alias; locally the model routes to the
-            # restored environment. The agent's alias is wired by agent_runs().
+            # restored environment. The agent's alias and run records are wired by agent_runs().
             overrides={
                 "SNAPLLM_ROUTES": json.dumps(routes),
                 "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
                 # The template's default names its own model; locally the model served is the default.
                 "SNAPLLM_DEFAULT_MODEL": model,
             },
-            wired=("SNAPLLM_AGENT_FUNCTION_ARN",),
+            wired=("SNAPLLM_AGENT_FUNCTION_ARN", "SNAPLLM_AGENT_ARTIFACTS_BUCKET"),
         )
         return RouterSettings.from_env(env)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from snapllm.argtypes import parameter
+from snapllm.argtypes import integer, number, parameter, readable_file
 
 DESCRIPTION = "Checks a ``sam build`` output for everything that would fail a deploy."
 
@@ -32,5 +32,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="template parameter values the build used, e.g. Architecture=x86_64",
     )
     parser.add_argument("--no-zip", action="store_true", help="skip measuring zip sizes (faster)")
+    parser.add_argument(
+        "--region", help="the region to deploy to (default: samconfig.toml's); refused if it lacks a feature"
+    )
+    parser.add_argument("--config-file", default="samconfig.toml", help="where --region defaults from")
+    parser.add_argument("--config-env", default="default", help="samconfig.toml environment (default)")
+    parser.add_argument(
+        "--model",
+        type=readable_file,
+        help="the GGUF file to deploy: checks that its init fits SnapStart's limit",
+    )
+    parser.add_argument("--model-bytes", type=integer(1, 2**50), help="the model's size, instead of --model")
+    parser.add_argument(
+        "--s3-mib-per-s",
+        type=number(0, 1e6, above_minimum=True),
+        default=50.0,
+        help="S3 read rate to assume for the init (MiB/s, 50)",
+    )
+    parser.add_argument(
+        "--bench",
+        type=readable_file,
+        help="`snapllm bench coldstart --json` output: the measured load and warm-up",
+    )
     parser.set_defaults(implementation="snapllm.preflight.cli")
     return parser

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from snapllm.preflight.errors import BuildDirError
 from snapllm.preflight.package import Package, scan_package
-from snapllm.preflight.rules import RULES, Finding, Rule, Target, run_rules
+from snapllm.preflight.rules import RULES, Finding, ModelInit, Rule, Target, run_rules
 from snapllm.preflight.template import load_build
 
 
@@ -23,8 +23,12 @@ def preflight(
     build_dir: Path,
     overrides: Mapping[str, str] | None = None,
     rules: tuple[Rule, ...] = RULES,
+    *,
+    region: str | None = None,
+    model_init: ModelInit | None = None,
 ) -> tuple[list[Finding], list[Target]]:
-    """Checks every function in ``build_dir`` against ``rules``.
+    """Checks every function in ``build_dir`` against ``rules``, for a deploy to ``region`` (when known) of
+    a model whose init ``model_init`` describes (when known).
 
     Raises:
         BuildDirError: The template, or a package it points to, is missing from ``build_dir``.
@@ -44,5 +48,5 @@ def preflight(
     for fn in build.functions:
         code = package(fn.path, fn.name) if fn.path else None
         layers = [package(layer.path, layer.name) for layer in fn.layers if layer.path]
-        targets.append(Target(function=fn, code=code, layers=layers))
+        targets.append(Target(fn, code, layers, region=region, model_init=model_init))
     return run_rules(targets, rules), targets

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from snapllm.preflight.elf import format_version, parse_version
 from snapllm.preflight.package import Package
+from snapllm.preflight.regions import region_problems
 from snapllm.preflight.template import Function
 
 #: Amazon Linux 2023 (the python3.12+ runtimes) ships glibc 2.34.
@@ -75,6 +76,55 @@ class Finding:
         return f"{self.severity.upper()} {self.resource}: {self.message}"
 
 
+MiB = 1024 * 1024
+#: SnapStart's init limit when a version is published: the greater of this and the function's timeout.
+SNAPSTART_MIN_INIT_S = 130
+MAX_TIMEOUT_S = 900
+#: The variable that makes a function a model function (it loads the model at init).
+MODEL_KEY_VARIABLE = "SNAPLLM_MODEL_KEY"
+#: The size of the model behind the default load figures (SmolLM2-135M-Instruct Q4_1).
+REFERENCE_MODEL_BYTES = 98 * MiB
+
+
+@dataclass(frozen=True)
+class ModelInit:
+    """What publishing a model function's SnapStart version runs: the model's download at a stated S3 rate,
+    then the imports, the load and the warm-up as measured (``snapllm bench coldstart --json``), the last
+    two scaled from the measured model's size to this one's."""
+
+    model_bytes: int
+    s3_mib_per_s: float
+    import_s: float
+    load_s: float
+    warm_up_s: float
+
+    @classmethod
+    def measured(
+        cls, model_bytes: int, *, s3_mib_per_s: float = 50.0, bench: Mapping[str, Any] | None = None
+    ) -> ModelInit:
+        """``bench``: the JSON of ``snapllm bench coldstart --json`` (its ``model_bytes`` and ``lifecycle``);
+        without it, the figures measured with SmolLM2-135M Q4_1 (98 MB) on a 2-core x86_64 machine: imports
+        0.17 s, load 0.15 s, and no warm-up."""
+        if bench is not None:
+            life = bench["lifecycle"]
+            scale = model_bytes / float(bench["model_bytes"])
+            import_s, load_s, warm_up_s = life["import_s"], life["model_load_s"], life["warm_up_s"]
+        else:
+            scale = model_bytes / REFERENCE_MODEL_BYTES
+            import_s, load_s, warm_up_s = 0.17, 0.15, 0.0
+        return cls(
+            model_bytes, s3_mib_per_s, float(import_s), float(load_s) * scale, float(warm_up_s) * scale
+        )
+
+    @property
+    def download_s(self) -> float:
+        return self.model_bytes / (self.s3_mib_per_s * MiB)
+
+    @property
+    def seconds(self) -> float:
+        return self.import_s + self.download_s + self.load_s + self.warm_up_s
+
+
 @dataclass(frozen=True)
 class Target:
     """What a rule looks at: a function and its built packages (function code first, then layers in order)."""
@@ -82,6 +132,10 @@ class Target:
     function: Function
     code: Package | None
     layers: Sequence[Package]
+    #: The region the stack deploys to, when known (``--region``, samconfig.toml).
+    region: str | None = None
+    #: The init a SnapStart version of a model function runs, when the model is known (``--model``).
+    model_init: ModelInit | None = None
 
     @property
     def packages(self) -> list[Package]:
@@ -314,6 +368,41 @@ def check_weights(target: Target) -> list[Finding]:
     ]
 
 
+def check_region(target: Target) -> list[Finding]:
+    """The region offers every Lambda feature the function uses (the table in :mod:`.regions`)."""
+    if target.region is None:
+        return []
+    return [_error(target.function, problem) for problem in region_problems(target.function, target.region)]
+
+
+def check_init_time(target: Target) -> list[Finding]:
+    """A model function's SnapStart init (download, load, warm-up) fits the init limit of a published
+    version: the greater of 130 s and the function's timeout."""
+    fn, init = target.function, target.model_init
+    variables = (fn.properties.get("Environment") or {}).get("Variables") or {}
+    if init is None or not fn.snapstart or MODEL_KEY_VARIABLE not in variables:
+        return []
+    limit = max(SNAPSTART_MIN_INIT_S, fn.timeout_s)
+    if init.seconds <= limit:
+        return []
+    raise_to = min(MAX_TIMEOUT_S, int(init.seconds * 1.5) + 1)
+    fix = (
+        f"raise InferenceTimeout to {raise_to} (the limit follows the timeout, up to {MAX_TIMEOUT_S} s)"
+        if init.seconds * 1.2 <= MAX_TIMEOUT_S
+        else "use a smaller model: even a 900 s timeout leaves too little margin"
+    )
+    return [
+        _note(
+            fn,
+            f"WARNING the init of a published version may not fit its {limit} s limit: about "
+            f"{init.seconds:.0f} s = {init.import_s:.1f} s imports + {init.download_s:.0f} s to read "
+            f"{mb(init.model_bytes)} at {init.s3_mib_per_s:g} MiB/s from S3 + {init.load_s:.1f} s load + "
+            f"{init.warm_up_s:.1f} s warm-up (measured, scaled to the model's size). The version would fail "
+            f"and the deploy roll back: {fix}, or measure the S3 rate on AWS (--s3-mib-per-s)",
+        )
+    ]
+
+
 RULES: tuple[Rule, ...] = (
     check_elf,
     check_wheels,
@@ -323,6 +412,8 @@ RULES: tuple[Rule, ...] = (
     check_weights,
     check_web_adapter,
     check_overrides,
+    check_region,
+    check_init_time,
 )
 
 

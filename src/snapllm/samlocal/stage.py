@@ -207,6 +207,7 @@ def _variables(
             "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint,
             "SNAPLLM_ROUTES": json.dumps({model_name: roles.model.name}),
             "SNAPLLM_AGENT_FUNCTION_ARN": roles.agent.name,
+            "SNAPLLM_AGENT_ARTIFACTS_BUCKET": LOCAL_MODEL_BUCKET,
         },
         roles.agent.name: {
             **s3_endpoint,
