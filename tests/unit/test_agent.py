@@ -11,6 +11,7 @@ import pytest
 from snapllm.agent.artifacts import ArtifactStore, S3Location
 from snapllm.agent.budget import OFFLOADED, StateBudget, checkpoint_size, is_offloaded
 from snapllm.agent.errors import (
+    MAX_ERROR_TEXT_BYTES,
     AgentInputError,
     ArtifactStoreError,
     DocumentAccessDeniedError,
@@ -20,6 +21,7 @@ from snapllm.agent.errors import (
     ToolServerRejectedError,
     ToolServerUnreachableError,
     ToolTransportError,
+    bounded_text,
 )
 from snapllm.agent.flow import _decision, describe_step, idempotency_key
 from snapllm.agent.llm import complete_items
@@ -265,9 +267,26 @@ def test_a_bad_mcp_server_entry_fails_the_init_naming_it(servers, message):
 
 def test_mcp_tools_get_names_the_model_may_use_and_bounded_strings():
     assert model_tool_name("docs", "search") == "docs__search"
-    assert model_tool_name("docs", "web.search/v2") == "docs__web_search_v2"
+    dotted = model_tool_name("docs", "web.search/v2")
+    assert re.fullmatch(r"docs__web_search_v2_[0-9a-f]{8}", dotted) and dotted == model_tool_name(
+        "docs", "web.search/v2"
+    )  # stable from run to run
     long = model_tool_name("docs", "x" * 100)
     assert len(long) == 64 and long != model_tool_name("docs", "x" * 99)
+    # Names that differ only in punctuation, or that a server name with "__" would make equal, stay apart.
+    punctuated = {model_tool_name("docs", name) for name in ("x.y", "x_y", "x y", "x/y")}
+    assert len(punctuated) == 4 and "docs__x_y" in punctuated
+    assert model_tool_name("a__b", "c") != model_tool_name("a", "b__c") == "a__b__c"
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in punctuated)
+
+
+def test_error_text_is_bounded_as_the_service_measures_it():
+    assert bounded_text("short") == "short"
+    for text in ("x" * 100_000, "\u00e9" * 40_000, "\U0001f600" * 30_000, "\n" * 50_000):
+        cut = bounded_text(text)
+        assert len(json.dumps(cut)) <= MAX_ERROR_TEXT_BYTES and cut.endswith("more characters)")
+        assert text.startswith(cut.split(" ... (")[0])
+    assert len(str(ToolTransportError("x" * 100_000)).encode()) <= MAX_ERROR_TEXT_BYTES
     schema = enforceable(
         {"type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "string", "enum": ["a"]}}},
         string_limit=64,

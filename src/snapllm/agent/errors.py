@@ -8,13 +8,39 @@ with backoff by the durable step::
 
 from __future__ import annotations
 
+import json
+
 from snapllm.errors import SnapllmError
+
+# The durable service refuses to checkpoint an error object of 32 KB or more (message, type, data and stack
+# trace, as JSON); a refused checkpoint leaves the step looking interrupted and hides the real cause. An
+# error's message is therefore bounded well below that, whatever a server put into it.
+MAX_ERROR_TEXT_BYTES = 4096
+
+
+def bounded_text(text: str, limit_bytes: int = MAX_ERROR_TEXT_BYTES) -> str:
+    """``text`` whole if its JSON encoding (as the SDK writes it) fits ``limit_bytes``, else its opening
+    and how much was left out: ``"...the start ... (38211 more characters)"``."""
+    if len(json.dumps(text)) <= limit_bytes:
+        return text
+    keep = min(len(text), limit_bytes)
+    while True:
+        shortened = f"{text[:keep]} ... ({len(text) - keep} more characters)"
+        size = len(json.dumps(shortened))
+        if size <= limit_bytes or keep == 0:
+            return shortened
+        # Each character takes 1 to 12 bytes of JSON (escapes, surrogate pairs): cut in proportion.
+        keep = max(0, min(keep - 1, keep * limit_bytes // size - 32))
 
 
 class AgentError(SnapllmError):
-    """Base class of the agent's errors. ``code`` is what a failed run reports as its error type."""
+    """Base class of the agent's errors. ``code`` is what a failed run reports as its error type. The
+    message is bounded (:func:`bounded_text`), so the failure can always be checkpointed."""
 
     code = "agent_failed"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(bounded_text(str(message)))
 
 
 class PermanentAgentError(AgentError):
@@ -67,6 +93,19 @@ class ToolServerRejectedError(PermanentAgentError):
     """A tool server refused the request itself (HTTP 4xx: authentication, a wrong URL), not the call."""
 
     code = "tool_server_rejected"
+
+
+class ToolServerProtocolError(PermanentAgentError):
+    """A tool server answered with something that is not valid JSON-RPC (not JSON, not a JSON-RPC message,
+    a result of the wrong shape): a wrong URL or a broken server, which a retry does not fix."""
+
+    code = "tool_server_protocol_error"
+
+
+class ToolNameCollisionError(PermanentAgentError):
+    """Two tools would reach the model under one name; the message names both."""
+
+    code = "tool_name_collision"
 
 
 class ToolServerUnreachableError(AgentError):

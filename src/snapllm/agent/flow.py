@@ -52,7 +52,14 @@ from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
 from snapllm.agent.schemas import plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
-from snapllm.agent.tools import BUILTIN, BuiltinTools, ToolContext, ToolSource, ToolSpec
+from snapllm.agent.tools import (
+    BUILTIN,
+    BuiltinTools,
+    ToolContext,
+    ToolSource,
+    ToolSpec,
+    require_unique_names,
+)
 from snapllm.inference_client import InferenceClient
 
 JSON = JsonSerDes()
@@ -224,6 +231,8 @@ def _list_tools(
             stored = _step(context, name, list_source, retry=RETRY["tool"], budget=budget)
             listed = [ToolSpec.from_dict(value) for value in budget.resolve(stored)]
         specs.extend(listed)
+    # Each server's names are unique (checked in its step); two servers' could still meet.
+    require_unique_names(specs)
     if not documents:
         specs = [spec for spec in specs if not spec.documents]
     return specs
