@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from snapllm.deploy.custom_resource import ModelObjectResource, send_response
+from snapllm.deploy.custom_resource import RESPONSE_RESERVE_S, ModelObjectResource, send_response
 from snapllm.deploy.source import HTTPSource, SourceSettings
 from snapllm.deploy.upload import MiB, ModelUpload, UploadSettings
 from snapllm.errors import (
@@ -95,7 +95,7 @@ def s3(local_s3):
 
 @pytest.fixture
 def resource(s3, client_tls):
-    return ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=0.0)
+    return ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)
 
 
 def sha256(path: Path) -> str:
@@ -342,13 +342,14 @@ def test_a_copy_that_would_outlast_the_function_fails_in_time_and_says_what_to_d
 ):
     key = "models/slow.gguf"
     server.behaviour.rate = 20 * MiB  # about 5 s for the whole model
-    resource = ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=0.0)
+    # The copy stops 3 s before the function's deadline (1.5 s from now), leaving time for the answer.
+    resource = ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)
     started = time.monotonic()
+    context = FakeContext(4.5)
     resource.handle(
-        event("Create", cloudformation, **props(server, "/model.gguf", sha256(model_path), key)),
-        FakeContext(1.5),
+        event("Create", cloudformation, **props(server, "/model.gguf", sha256(model_path), key)), context
     )
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 4.0 and context.get_remaining_time_in_millis() > 0
     answer = only_response(cloudformation)
     assert answer["Status"] == "FAILED" and answer["Reason"].startswith("ModelCopyTimeoutError: ")
     assert "MiB/s" in answer["Reason"] and "snapllm model push" in answer["Reason"]
@@ -497,3 +498,56 @@ def test_an_unreachable_response_url_fails_after_its_attempts():
     url = f"http://127.0.0.1:{free_port()}/nobody-listens"
     with pytest.raises(CustomResourceResponseError, match="after 3 attempts"):
         send_response(url, {"Status": "SUCCESS"}, attempts=3, backoff_s=0.01)
+
+
+# --- The response within the function's deadline, whatever the URL does --------------------------------
+
+
+@pytest.mark.parametrize("answer", ["stall", "trickle"])
+def test_a_stalled_response_url_is_given_up_before_the_functions_deadline(s3, cloudformation, answer):
+    # The default sender (5 attempts of up to 10 s, with backoff) and a function with 8 s left: every attempt
+    # ends, and the handler returns, before the deadline, with the reserve kept.
+    cloudformation.answers = [answer] * 10
+    resource = ModelObjectResource(s3, margin_s=6.0)
+    context = FakeContext(remaining_s=8.0)
+    request = event("Delete", cloudformation, physical=f"s3://{BUCKET}/models/kept.gguf")
+
+    # One attempt of the 6 s there are (8 s less the reserve), cut there: the URL never answered in full.
+    expected = (
+        r"cannot deliver the response to CloudFormation before the function's deadline after 1 attempts: "
+        r"no complete answer within [56]\.\d s"
+    )
+    with pytest.raises(CustomResourceResponseError, match=expected):
+        resource.handle(request, context)
+
+    left = context.deadline - time.monotonic()
+    assert left > RESPONSE_RESERVE_S - 0.5, f"the handler returned {left:.2f} s before its deadline"
+    assert cloudformation.arrivals and cloudformation.responses == []
+    # Seen from the URL's side: each attempt was closed by the function, before its deadline.
+    waited = time.monotonic() + 2
+    while len(cloudformation.given_up) < len(cloudformation.arrivals) and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert len(cloudformation.given_up) == len(cloudformation.arrivals)
+    assert max(cloudformation.given_up) < context.deadline - RESPONSE_RESERVE_S + 0.5
+
+
+def test_the_retry_schedule_is_cut_to_the_deadline(cloudformation):
+    cloudformation.answers = ["stall"] * 10
+    started = time.monotonic()
+    with pytest.raises(CustomResourceResponseError, match="before the function's deadline after 2 attempts"):
+        send_response(
+            cloudformation.url("stalled"), {"Status": "SUCCESS"}, deadline=started + 4.0, timeout_s=1.5
+        )
+    elapsed = time.monotonic() - started
+    # 1.5 s, 1 s of backoff, 1.5 s: the third attempt would not fit before the deadline (the last one ends at
+    # it, give or take the time to close a socket).
+    assert 3.5 < elapsed < 4.3 and len(cloudformation.arrivals) == 2
+
+
+def test_a_slow_response_url_that_answers_in_time_gets_the_response(s3, cloudformation):
+    cloudformation.answers = ["slow:1.5"]
+    resource = ModelObjectResource(s3, margin_s=6.0)
+    resource.handle(
+        event("Delete", cloudformation, physical=f"s3://{BUCKET}/models/kept.gguf"), FakeContext(8.0)
+    )
+    assert only_response(cloudformation)["Status"] == "SUCCESS" and len(cloudformation.arrivals) == 1
