@@ -9,6 +9,7 @@ closes, stalls, 5xx, a server without Range support), the upload (S3 answering 5
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import ssl
 import time
@@ -365,6 +366,13 @@ def test_a_copy_that_would_outlast_the_function_fails_in_time_and_says_what_to_d
         ({"Sha256": "abc123"}, "Sha256 (parameter ModelSha256): must be the file's SHA-256: 64 hex digits"),
         ({"Sha256": "g" * 64}, "Sha256 (parameter ModelSha256)"),
         ({"PartSizeMiB": "1"}, "PartSizeMiB"),
+        (
+            {"Url": "https://alice:s3cret-pass@127.0.0.1/model.gguf?X-Amz-Signature=s3cret-sig"},
+            "Url (parameter ModelSource): must not carry a user name or password: CloudFormation shows the "
+            "URL in plain text. Use a URL that needs none (a pre-signed URL expires), or upload the file "
+            "with `snapllm model push`, got 'https://127.0.0.1/model.gguf'",
+        ),
+        ({"Url": "https://alice@127.0.0.1/model.gguf"}, "must not carry a user name or password"),
     ],
 )
 def test_invalid_properties_fail_with_the_parameter_named(
@@ -376,8 +384,17 @@ def test_invalid_properties_fail_with_the_parameter_named(
     answer = only_response(cloudformation)
     assert answer["Status"] == "FAILED" and answer["Reason"].startswith("ModelCopyInputError: ")
     assert named in answer["Reason"]
+    assert "s3cret" not in json.dumps(answer)  # neither the password nor a signature is echoed
     assert server.requests == []
     assert_nothing_written(s3, key)
+
+
+def test_a_source_url_with_credentials_is_refused_before_any_request(server):
+    url = server.url("/model.gguf").replace("https://", "https://alice:s3cret@")
+    with pytest.raises(ModelCopyInputError, match="must not carry a user name or password") as refused:
+        HTTPSource(url)
+    assert "s3cret" not in str(refused.value) and server.url("/model.gguf") in str(refused.value)
+    assert server.requests == []
 
 
 def test_a_missing_property_is_named(resource, cloudformation):

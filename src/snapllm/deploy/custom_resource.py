@@ -52,7 +52,7 @@ import boto3
 from botocore.config import Config
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from snapllm.deploy.source import HTTPSource, SourceSettings
+from snapllm.deploy.source import CREDENTIALS_REFUSED, HTTPSource, SourceSettings, has_credentials, redact
 from snapllm.deploy.upload import MiB, ModelUpload, ThrottledProgress, UploadSettings
 from snapllm.errors import (
     CustomResourceResponseError,
@@ -109,6 +109,8 @@ class ModelObjectProperties(BaseModel):
         parts = urlsplit(value.strip())
         if parts.scheme != "https" or not parts.hostname:
             raise ValueError("must be an https:// URL with a host name")
+        if has_credentials(value):
+            raise ValueError(CREDENTIALS_REFUSED)
         return value.strip()
 
     @field_validator("sha256")
@@ -129,7 +131,10 @@ class ModelObjectProperties(BaseModel):
                 name = str(error["loc"][0]) if error["loc"] else "ResourceProperties"
                 where = f"{name} (parameter {_PARAMETERS[name]})" if name in _PARAMETERS else name
                 message = error["msg"].removeprefix("Value error, ")
-                given = f", got {error['input']!r}" if error["type"] != "missing" else ""
+                given = error["input"]
+                if name == "Url" and isinstance(given, str):
+                    given = redact(given)  # never echo a password or a signed query back
+                given = f", got {given!r}" if error["type"] != "missing" else ""
                 problems.append(f"{where}: {message}{given}")
             raise ModelCopyInputError("invalid ModelObject properties: " + "; ".join(problems)) from None
 
