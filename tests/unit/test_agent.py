@@ -16,6 +16,7 @@ from snapllm.agent.errors import (
     ArtifactStoreError,
     DocumentAccessDeniedError,
     DocumentNotFoundError,
+    InferenceDeadlineError,
     InferenceRejectedError,
     StateBudgetExceededError,
     ToolServerRejectedError,
@@ -24,7 +25,7 @@ from snapllm.agent.errors import (
     bounded_text,
 )
 from snapllm.agent.flow import _decision, describe_step, idempotency_key
-from snapllm.agent.llm import complete_items
+from snapllm.agent.llm import complete, complete_items
 from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.operations import (
     APPROVAL_CALLBACK,
@@ -330,3 +331,22 @@ def test_a_plan_cut_short_keeps_the_steps_it_finished():
         {"tool": "b", "arguments": {}},
     ]
     assert complete_items('{ "ste', "steps") == [] and complete_items('{"steps": [', "steps") == []
+
+
+class _CutAtTheDeadline:
+    """What the inference function answers when its invoke's time ran out after two tokens."""
+
+    def invoke(self, payload: dict, *, deadline: float | None = None) -> dict:
+        return {
+            "choices": [
+                {"message": {"role": "assistant", "content": '{"steps": ['}, "finish_reason": "length"}
+            ],
+            "usage": {"completion_tokens": 2},
+            "deadline_reached": True,
+        }
+
+
+def test_an_answer_cut_at_the_invoke_deadline_is_a_retried_error_not_a_short_answer():
+    with pytest.raises(InferenceDeadlineError, match="stopped at its invoke deadline after 2 of 320 tokens"):
+        complete(_CutAtTheDeadline(), [{"role": "user", "content": "plan"}], max_tokens=320)
+    assert INFERENCE_RETRY(InferenceDeadlineError("cut"), 1).should_retry

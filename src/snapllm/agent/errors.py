@@ -71,6 +71,13 @@ class InferenceRejectedError(PermanentAgentError):
     code = "model_rejected_request"
 
 
+class InferenceDeadlineError(AgentError):
+    """The model stopped where its invoke's time ran out (a slow or loaded environment): the text it had is
+    not an answer. Transient: the step is retried."""
+
+    code = "inference_deadline"
+
+
 class ModelAnswerIncompleteError(PermanentAgentError):
     """The model's constrained answer (a plan, tool call arguments) was cut short by ``max_tokens``."""
 
