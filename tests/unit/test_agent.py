@@ -12,6 +12,7 @@ from snapllm.agent.artifacts import ArtifactStore, S3Location
 from snapllm.agent.budget import OFFLOADED, StateBudget, checkpoint_size, is_offloaded
 from snapllm.agent.errors import (
     MAX_ERROR_TEXT_BYTES,
+    AgentError,
     AgentInputError,
     ArtifactStoreError,
     DocumentAccessDeniedError,
@@ -22,6 +23,7 @@ from snapllm.agent.errors import (
     ToolServerRejectedError,
     ToolServerUnreachableError,
     ToolTransportError,
+    bounded_failure,
     bounded_text,
 )
 from snapllm.agent.flow import _decision, describe_step, idempotency_key
@@ -38,7 +40,12 @@ from snapllm.agent.retry import INFERENCE_RETRY, NEVER_RETRY, STORAGE_RETRY, TOO
 from snapllm.agent.schemas import enforceable, plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import BuiltinTools, DocumentChunk, ToolContext, chunk_offset
-from snapllm.errors import ConfigurationError, InferenceThrottledError, InferenceTimeoutError
+from snapllm.errors import (
+    ConfigurationError,
+    InferenceFailedError,
+    InferenceThrottledError,
+    InferenceTimeoutError,
+)
 from snapllm.local.durable import with_mcp_servers
 from snapllm.local.s3 import LocalS3
 from snapllm.structured import check_schema
@@ -350,3 +357,20 @@ def test_an_answer_cut_at_the_invoke_deadline_is_a_retried_error_not_a_short_ans
     with pytest.raises(InferenceDeadlineError, match="stopped at its invoke deadline after 2 of 320 tokens"):
         complete(_CutAtTheDeadline(), [{"role": "user", "content": "plan"}], max_tokens=320)
     assert INFERENCE_RETRY(InferenceDeadlineError("cut"), 1).should_retry
+
+
+class _Rendered(Exception):
+    def __str__(self) -> str:
+        return "rendered " * 10_000
+
+
+def test_any_step_failure_is_bounded_keeping_its_type_where_it_can():
+    long = InferenceFailedError("the model function failed: " + "x" * 100_000)
+    assert bounded_failure(long) is long and len(json.dumps(str(long))) <= MAX_ERROR_TEXT_BYTES
+    assert str(long).startswith("the model function failed: xxx")
+    assert INFERENCE_RETRY(long, 1).should_retry  # still retried as what it is
+    rendered = bounded_failure(_Rendered())
+    assert type(rendered) is AgentError and str(rendered).startswith("_Rendered: rendered rendered")
+    assert len(json.dumps(str(rendered))) <= MAX_ERROR_TEXT_BYTES
+    short = ValueError("short")
+    assert bounded_failure(short) is short and str(short) == "short"

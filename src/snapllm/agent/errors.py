@@ -43,6 +43,18 @@ class AgentError(SnapllmError):
         super().__init__(bounded_text(str(message)))
 
 
+def bounded_failure(exc: Exception) -> Exception:
+    """``exc`` with a message the durable service can record: an agent error's is bounded already; any
+    other whose message is over :data:`MAX_ERROR_TEXT_BYTES` has it cut in place (so its type, and how it
+    is retried, stay), or, if its type renders its message otherwise, becomes an :class:`AgentError`."""
+    if isinstance(exc, AgentError) or len(json.dumps(str(exc))) <= MAX_ERROR_TEXT_BYTES:
+        return exc
+    exc.args = (bounded_text(str(exc)),)
+    if len(json.dumps(str(exc))) <= MAX_ERROR_TEXT_BYTES:
+        return exc
+    return AgentError(f"{type(exc).__qualname__}: {exc}")
+
+
 class PermanentAgentError(AgentError):
     """Retrying cannot help: the input, a document or the model's answer to this request is wrong."""
 
