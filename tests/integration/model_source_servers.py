@@ -3,7 +3,8 @@
 - :class:`FileServer` serves files over HTTP or HTTPS (a self-signed certificate made per test session),
   honours ``Range: bytes=N-`` (or ignores it on request) and can end a body early or crawl;
 - :class:`ResponseRecorder` plays CloudFormation's pre-signed response URL: it records every PUT and
-  answers with queued statuses (or drops the connection).
+  answers with queued statuses, drops the connection, never answers (``"stall"``), answers a byte at a
+  time (``"trickle"``) or late (``"slow:SECONDS"``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime
 import ipaddress
 import json
 import re
+import select
 import socket
 import ssl
 import threading
@@ -190,10 +192,17 @@ class _ResponseHandler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         answer = self.server.answers.pop(0) if self.server.answers else 200
+        self.server.arrivals.append(time.monotonic())
         if answer == "drop":  # read the request, then end the connection without an answer
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if answer in ("stall", "trickle"):
+            self._hold(trickle=answer == "trickle")
+            return
+        if isinstance(answer, str) and answer.startswith("slow:"):
+            time.sleep(float(answer.removeprefix("slow:")))
+            answer = 200
         self.server.attempts += 1
         if answer == 200:
             self.server.responses.append(Recorded(self.path, dict(self.headers), json.loads(raw)))
@@ -201,10 +210,29 @@ class _ResponseHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def _hold(self, *, trickle: bool) -> None:
+        """Keep the request waiting (sending a byte of the status line every 0.5 s when ``trickle``) until the
+        client gives up and closes the connection; record when it did."""
+        self.close_connection = True
+        pending = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" if trickle else b""
+        while not self.server.stopping.is_set():
+            readable, _, _ = select.select([self.connection], [], [], 0.5)
+            try:
+                if readable and not self.connection.recv(1024):
+                    break
+                if pending:
+                    self.connection.sendall(pending[:1])
+                    pending = pending[1:]
+            except OSError:
+                break
+        self.server.given_up.append(time.monotonic())
+
 
 class ResponseRecorder(ThreadingHTTPServer):
     """CloudFormation's side of a custom resource: ``url(name)`` is a response URL; ``responses`` holds
-    what was PUT there (answered 200); ``answers`` queues other statuses (or ``"drop"``) for the next PUTs."""
+    what was PUT there (answered 200); ``answers`` queues other statuses (or ``"drop"``, ``"stall"``,
+    ``"trickle"``, ``"slow:SECONDS"``) for the next PUTs. ``arrivals`` is when each PUT arrived,
+    ``given_up`` when the client closed each held one (``time.monotonic()``)."""
 
     daemon_threads = True
 
@@ -213,6 +241,9 @@ class ResponseRecorder(ThreadingHTTPServer):
         self.responses: list[Recorded] = []
         self.answers: list[int | str] = []
         self.attempts = 0
+        self.arrivals: list[float] = []
+        self.given_up: list[float] = []
+        self.stopping = threading.Event()
         self._thread = threading.Thread(
             target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -225,6 +256,7 @@ class ResponseRecorder(ThreadingHTTPServer):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self.shutdown()
         self.server_close()
         self._thread.join()

@@ -19,12 +19,21 @@ from typing import Any
 import pytest
 
 from snapllm.agent.budget import OFFLOADED
+from snapllm.agent.errors import MAX_ERROR_TEXT_BYTES
+from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
 from snapllm.local.durable import LocalAgent, LocalRun, agent_settings, approve
 from snapllm.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
 from snapllm.local.inference import LocalInferenceClient
 from snapllm.local.session import LocalDeployment
-from tests.integration.mcp_server import PNG, REPORT_BYTES, ToolServer
+from tests.integration.mcp_server import (
+    INVALID_PATHS,
+    LONG_ERROR_BYTES,
+    PNG,
+    PUNCTUATED_TOOLS,
+    REPORT_BYTES,
+    ToolServer,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +65,11 @@ def _run(
     decide: Any = None,
     steps: int = 1,
     wrap_handler: Any = None,
+    more_servers: tuple[McpServerConfig, ...] = (),
     **server: Any,
 ) -> LocalRun:
     config = McpServerConfig(name="ops", url=url, tools=tools, timeout_s=10, **server)
-    settings = agent.with_settings(mcp_servers=(config,), max_tool_calls=steps)
+    settings = agent.with_settings(mcp_servers=(config, *more_servers), max_tool_calls=steps)
     event = {"task": task, "approval": {"required": approval, "timeout": "1h"}}
     run = agent.run(
         event, settings=settings, decide=decide or approve(), wrap_handler=wrap_handler, execution_name=name
@@ -280,3 +290,115 @@ def test_replaying_the_execution_calls_no_tool_twice(agent, server):
     assert sum(server.calls.values()) == len(run.output["findings"]) - sum(
         1 for f in run.output["findings"] if "approval" in f and not f["approval"]["approved"]
     )
+
+
+def test_a_json_rpc_error_from_a_tool_goes_back_to_the_model_and_the_run_finishes(agent, server):
+    run = _run(agent, server.url, "mcp-jsonrpc-error", "validate", task="Check the ticket ABC-12.")
+
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output["status"] == "completed" and run.output["answer"].strip()
+    (finding,) = run.output["findings"]
+    assert finding["is_error"] and finding["preview"].startswith(
+        "error -32602: ticket must look like ABC-123"
+    )
+    (call,) = _calls(run, "ops__validate")
+    assert call.status == "SUCCEEDED" and call.attempts == 1  # an answer, not a transport failure
+    assert server.calls["validate"] == 1
+
+
+def test_a_json_rpc_error_of_any_size_is_cut_to_its_stated_size_and_checkpointed(agent, server):
+    run = _run(agent, server.url, "mcp-jsonrpc-long-error", "audit", task="Audit the api deployment.")
+
+    assert run.status == "SUCCEEDED", run.error
+    (call,) = _calls(run, "ops__audit")
+    assert call.status == "SUCCEEDED" and call.attempts == 1
+    text = _step_result(run, call.name)["result"]["text"]
+    assert text.startswith("error -32602: audit refused") and "more characters)" in text
+    assert len(json.dumps(text)) <= MAX_ERROR_TEXT_BYTES < LONG_ERROR_BYTES
+    assert run.output["findings"][0]["is_error"]
+
+
+def test_a_failure_whose_message_is_over_32_kb_is_checkpointed_and_names_its_cause(agent, server):
+    # The server answers tools/list with a 40 KB JSON-RPC error: the step's failure carries the server's text,
+    # cut, so the service can record it, and the run reports that cause (not an interrupted step).
+    run = _run(agent, server.url.replace("/mcp", "/refusing"), "mcp-long-failure", "lookup")
+
+    assert run.status == "FAILED"
+    assert run.error["ErrorType"] == "snapllm.agent.errors.ToolServerRejectedError"
+    message = run.error["ErrorMessage"]
+    assert message.startswith("MCP server 'ops' (") and "answered tools/list with error -32602" in message
+    assert "request refused" in message and "more characters)" in message
+    assert len(json.dumps(run.error)) < 32768
+    assert run.report.find("list tools ops").attempts == 1
+
+
+def test_tools_whose_names_differ_only_in_punctuation_each_reach_the_model(agent, server):
+    run = _run(
+        agent,
+        server.url,
+        "mcp-punctuation",
+        *PUNCTUATED_TOOLS,
+        task="Find out what SnapStart does, with the fact tools.",
+    )
+
+    assert run.status == "SUCCEEDED", run.error
+    names = [model_tool_name("ops", tool) for tool in PUNCTUATED_TOOLS]
+    assert len(set(names)) == 3 and "ops__fact_get" in names
+    (listing,) = [r for r in run.report.rows if r.name == "list tools ops"]
+    listed = _step_result(run, listing.name)
+    assert sorted(spec["name"] for spec in listed) == sorted(names)
+    assert {spec["name"]: spec["tool"] for spec in listed} == dict(zip(names, PUNCTUATED_TOOLS, strict=True))
+    # The call the model chose reached the tool its name stands for, and only that one.
+    (finding,) = run.output["findings"]
+    called = dict(zip(names, PUNCTUATED_TOOLS, strict=True))[finding["tool"]]
+    assert server.calls == {called: 1} and finding["preview"].startswith(f"{called}: ")
+
+
+def test_a_server_name_with_a_double_underscore_keeps_its_tools_apart(agent):
+    # Server "ops__fact" tool "get" and server "ops" tool "fact__get" would both be "ops__fact__get".
+    with ToolServer.start(extra_tools=("get", "fact__get")) as both:
+        other = McpServerConfig(name="ops__fact", url=both.url, tools=("get",), timeout_s=10)
+        run = _run(
+            agent,
+            both.url,
+            "mcp-double-underscore",
+            "fact__get",
+            task="Look up the fact about snapstart.",
+            more_servers=(other,),
+        )
+        calls = dict(both.calls)
+
+    assert run.status == "SUCCEEDED", run.error
+    assert model_tool_name("ops", "fact__get") == "ops__fact__get"
+    assert model_tool_name("ops__fact", "get").startswith("ops__fact__get_")
+    assert sum(calls.values()) == len(run.output["findings"]) == 1
+
+
+def test_a_name_collision_left_is_reported_at_list_tools_naming_both_tools(agent):
+    taken = model_tool_name("ops", "fact.get").removeprefix("ops__")  # a tool literally named like it
+    with ToolServer.start(extra_tools=(taken,)) as server:
+        run = _run(agent, server.url, "mcp-collision", "fact.get", taken)
+
+    assert run.status == "FAILED"
+    assert run.error["ErrorType"] == "snapllm.agent.errors.ToolNameCollisionError"
+    assert run.error["ErrorMessage"] == (
+        f"tool 'fact.get' of 'ops' and tool '{taken}' of 'ops' both reach the model as 'ops__{taken}'; "
+        "leave one out (the server's 'tools' list) or rename it"
+    )
+    listing = run.report.find("list tools ops")
+    assert listing.status == "FAILED" and listing.attempts == 1
+    assert server.calls == {}
+
+
+@pytest.mark.parametrize("path", INVALID_PATHS)
+def test_a_server_answering_invalid_json_rpc_fails_at_once_with_its_own_error(agent, server, path):
+    url = server.url.replace("/mcp", path)
+    run = _run(agent, url, f"mcp-invalid-{path.rsplit('/', 1)[-1]}", "lookup")
+
+    assert run.status == "FAILED"
+    assert run.error["ErrorType"] == "snapllm.agent.errors.ToolServerProtocolError"
+    message = run.error["ErrorMessage"]
+    assert message.startswith(f"MCP server 'ops' ({url}) answered with invalid JSON-RPC while tools/list: ")
+    assert "could not be reached" not in message
+    listing = run.report.find("list tools ops")
+    assert listing.status == "FAILED" and listing.attempts == 1  # not retried as a connection failure

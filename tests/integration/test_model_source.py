@@ -9,6 +9,7 @@ closes, stalls, 5xx, a server without Range support), the upload (S3 answering 5
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import ssl
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from snapllm.deploy.custom_resource import ModelObjectResource, send_response
+from snapllm.deploy.custom_resource import RESPONSE_RESERVE_S, ModelObjectResource, send_response
 from snapllm.deploy.source import HTTPSource, SourceSettings
 from snapllm.deploy.upload import MiB, ModelUpload, UploadSettings
 from snapllm.errors import (
@@ -95,7 +96,7 @@ def s3(local_s3):
 
 @pytest.fixture
 def resource(s3, client_tls):
-    return ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=0.0)
+    return ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)
 
 
 def sha256(path: Path) -> str:
@@ -342,13 +343,14 @@ def test_a_copy_that_would_outlast_the_function_fails_in_time_and_says_what_to_d
 ):
     key = "models/slow.gguf"
     server.behaviour.rate = 20 * MiB  # about 5 s for the whole model
-    resource = ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=0.0)
+    # The copy stops 3 s before the function's deadline (1.5 s from now), leaving time for the answer.
+    resource = ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)
     started = time.monotonic()
+    context = FakeContext(4.5)
     resource.handle(
-        event("Create", cloudformation, **props(server, "/model.gguf", sha256(model_path), key)),
-        FakeContext(1.5),
+        event("Create", cloudformation, **props(server, "/model.gguf", sha256(model_path), key)), context
     )
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 4.0 and context.get_remaining_time_in_millis() > 0
     answer = only_response(cloudformation)
     assert answer["Status"] == "FAILED" and answer["Reason"].startswith("ModelCopyTimeoutError: ")
     assert "MiB/s" in answer["Reason"] and "snapllm model push" in answer["Reason"]
@@ -364,6 +366,13 @@ def test_a_copy_that_would_outlast_the_function_fails_in_time_and_says_what_to_d
         ({"Sha256": "abc123"}, "Sha256 (parameter ModelSha256): must be the file's SHA-256: 64 hex digits"),
         ({"Sha256": "g" * 64}, "Sha256 (parameter ModelSha256)"),
         ({"PartSizeMiB": "1"}, "PartSizeMiB"),
+        (
+            {"Url": "https://alice:s3cret-pass@127.0.0.1/model.gguf?X-Amz-Signature=s3cret-sig"},
+            "Url (parameter ModelSource): must not carry a user name or password: CloudFormation shows the "
+            "URL in plain text. Use a URL that needs none (a pre-signed URL expires), or upload the file "
+            "with `snapllm model push`, got 'https://127.0.0.1/model.gguf'",
+        ),
+        ({"Url": "https://alice@127.0.0.1/model.gguf"}, "must not carry a user name or password"),
     ],
 )
 def test_invalid_properties_fail_with_the_parameter_named(
@@ -375,8 +384,17 @@ def test_invalid_properties_fail_with_the_parameter_named(
     answer = only_response(cloudformation)
     assert answer["Status"] == "FAILED" and answer["Reason"].startswith("ModelCopyInputError: ")
     assert named in answer["Reason"]
+    assert "s3cret" not in json.dumps(answer)  # neither the password nor a signature is echoed
     assert server.requests == []
     assert_nothing_written(s3, key)
+
+
+def test_a_source_url_with_credentials_is_refused_before_any_request(server):
+    url = server.url("/model.gguf").replace("https://", "https://alice:s3cret@")
+    with pytest.raises(ModelCopyInputError, match="must not carry a user name or password") as refused:
+        HTTPSource(url)
+    assert "s3cret" not in str(refused.value) and server.url("/model.gguf") in str(refused.value)
+    assert server.requests == []
 
 
 def test_a_missing_property_is_named(resource, cloudformation):
@@ -497,3 +515,56 @@ def test_an_unreachable_response_url_fails_after_its_attempts():
     url = f"http://127.0.0.1:{free_port()}/nobody-listens"
     with pytest.raises(CustomResourceResponseError, match="after 3 attempts"):
         send_response(url, {"Status": "SUCCESS"}, attempts=3, backoff_s=0.01)
+
+
+# --- The response within the function's deadline, whatever the URL does --------------------------------
+
+
+@pytest.mark.parametrize("answer", ["stall", "trickle"])
+def test_a_stalled_response_url_is_given_up_before_the_functions_deadline(s3, cloudformation, answer):
+    # The default sender (5 attempts of up to 10 s, with backoff) and a function with 8 s left: every attempt
+    # ends, and the handler returns, before the deadline, with the reserve kept.
+    cloudformation.answers = [answer] * 10
+    resource = ModelObjectResource(s3, margin_s=6.0)
+    context = FakeContext(remaining_s=8.0)
+    request = event("Delete", cloudformation, physical=f"s3://{BUCKET}/models/kept.gguf")
+
+    # One attempt of the 6 s there are (8 s less the reserve), cut there: the URL never answered in full.
+    expected = (
+        r"cannot deliver the response to CloudFormation before the function's deadline after 1 attempts: "
+        r"no complete answer within [56]\.\d s"
+    )
+    with pytest.raises(CustomResourceResponseError, match=expected):
+        resource.handle(request, context)
+
+    left = context.deadline - time.monotonic()
+    assert left > RESPONSE_RESERVE_S - 0.5, f"the handler returned {left:.2f} s before its deadline"
+    assert cloudformation.arrivals and cloudformation.responses == []
+    # Seen from the URL's side: each attempt was closed by the function, before its deadline.
+    waited = time.monotonic() + 2
+    while len(cloudformation.given_up) < len(cloudformation.arrivals) and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert len(cloudformation.given_up) == len(cloudformation.arrivals)
+    assert max(cloudformation.given_up) < context.deadline - RESPONSE_RESERVE_S + 0.5
+
+
+def test_the_retry_schedule_is_cut_to_the_deadline(cloudformation):
+    cloudformation.answers = ["stall"] * 10
+    started = time.monotonic()
+    with pytest.raises(CustomResourceResponseError, match="before the function's deadline after 2 attempts"):
+        send_response(
+            cloudformation.url("stalled"), {"Status": "SUCCESS"}, deadline=started + 4.0, timeout_s=1.5
+        )
+    elapsed = time.monotonic() - started
+    # 1.5 s, 1 s of backoff, 1.5 s: the third attempt would not fit before the deadline (the last one ends at
+    # it, give or take the time to close a socket).
+    assert 3.5 < elapsed < 4.3 and len(cloudformation.arrivals) == 2
+
+
+def test_a_slow_response_url_that_answers_in_time_gets_the_response(s3, cloudformation):
+    cloudformation.answers = ["slow:1.5"]
+    resource = ModelObjectResource(s3, margin_s=6.0)
+    resource.handle(
+        event("Delete", cloudformation, physical=f"s3://{BUCKET}/models/kept.gguf"), FakeContext(8.0)
+    )
+    assert only_response(cloudformation)["Status"] == "SUCCESS" and len(cloudformation.arrivals) == 1

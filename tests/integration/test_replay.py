@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.integration.test_cli import snapllm
+from tests.integration.test_cli import ENV, snapllm
 
 
 def test_every_event_in_the_repository_replays_as_recorded():
@@ -68,3 +70,37 @@ def test_an_unusable_event_is_named_without_stopping_the_others(tmp_path):
     assert run.returncode == 1
     assert "UNUSABLE  router/broken.json" in run.stdout and "is not valid JSON" in run.stdout
     assert "passed  router/health.json" in run.stdout and "Traceback" not in run.stdout + run.stderr
+
+
+def test_a_replay_slowed_past_its_deadlines_reports_them_by_name(tmp_path):
+    # The pace of a machine far too slow for the events: the engine keeps back all but 20 ms of each invoke's
+    # time (the inference function's 120 s; the router's 27 s is gone at once), so every generation stops
+    # at its deadline. A direct invoke and a router request come back cut; the agent's run retries its
+    # timed-out plan and then fails naming the timeout. None of them may pass or fail as a different text.
+    names = ("inference/completion.json", "router/chat.json", "agent/quick.json", "router/models.json")
+    root = _copy_events(tmp_path, *names)
+    run = subprocess.run(
+        [sys.executable, "-m", "snapllm.cli", "replay", "--events", str(root)],
+        cwd=REPO,
+        env={**ENV, "SNAPLLM_DEADLINE_MARGIN_MS": "119980"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    for name, where in (
+        ("inference/completion.json", "response.deadline_reached"),
+        ("router/chat.json", "body.deadline_reached"),
+        ("agent/quick.json", "error.ErrorType = snapllm.agent.errors.InferenceDeadlineError"),
+    ):
+        assert f"DEADLINE  {name}" in run.stdout
+        assert f"{name} reached a deadline after " in run.stdout and where in run.stdout
+    assert "passed  router/models.json" in run.stdout  # no generation, no deadline
+    # (stderr holds the functions' logs, where the durable SDK logs each failed attempt with its trace.)
+    assert "FAILED" not in run.stdout and "Traceback" not in run.stdout
+    # Nothing was re-recorded from a cut answer.
+    for name in names:
+        assert (root / name).with_suffix(".expected.json").read_text() == (
+            (REPO / "events" / name).with_suffix(".expected.json").read_text()
+        )

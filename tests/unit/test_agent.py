@@ -11,18 +11,23 @@ import pytest
 from snapllm.agent.artifacts import ArtifactStore, S3Location
 from snapllm.agent.budget import OFFLOADED, StateBudget, checkpoint_size, is_offloaded
 from snapllm.agent.errors import (
+    MAX_ERROR_TEXT_BYTES,
+    AgentError,
     AgentInputError,
     ArtifactStoreError,
     DocumentAccessDeniedError,
     DocumentNotFoundError,
+    InferenceDeadlineError,
     InferenceRejectedError,
     StateBudgetExceededError,
     ToolServerRejectedError,
     ToolServerUnreachableError,
     ToolTransportError,
+    bounded_failure,
+    bounded_text,
 )
 from snapllm.agent.flow import _decision, describe_step, idempotency_key
-from snapllm.agent.llm import complete_items
+from snapllm.agent.llm import complete, complete_items
 from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.operations import (
     APPROVAL_CALLBACK,
@@ -35,7 +40,12 @@ from snapllm.agent.retry import INFERENCE_RETRY, NEVER_RETRY, STORAGE_RETRY, TOO
 from snapllm.agent.schemas import enforceable, plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import BuiltinTools, DocumentChunk, ToolContext, chunk_offset
-from snapllm.errors import ConfigurationError, InferenceThrottledError, InferenceTimeoutError
+from snapllm.errors import (
+    ConfigurationError,
+    InferenceFailedError,
+    InferenceThrottledError,
+    InferenceTimeoutError,
+)
 from snapllm.local.durable import with_mcp_servers
 from snapllm.local.s3 import LocalS3
 from snapllm.structured import check_schema
@@ -265,9 +275,26 @@ def test_a_bad_mcp_server_entry_fails_the_init_naming_it(servers, message):
 
 def test_mcp_tools_get_names_the_model_may_use_and_bounded_strings():
     assert model_tool_name("docs", "search") == "docs__search"
-    assert model_tool_name("docs", "web.search/v2") == "docs__web_search_v2"
+    dotted = model_tool_name("docs", "web.search/v2")
+    assert re.fullmatch(r"docs__web_search_v2_[0-9a-f]{8}", dotted) and dotted == model_tool_name(
+        "docs", "web.search/v2"
+    )  # stable from run to run
     long = model_tool_name("docs", "x" * 100)
     assert len(long) == 64 and long != model_tool_name("docs", "x" * 99)
+    # Names that differ only in punctuation, or that a server name with "__" would make equal, stay apart.
+    punctuated = {model_tool_name("docs", name) for name in ("x.y", "x_y", "x y", "x/y")}
+    assert len(punctuated) == 4 and "docs__x_y" in punctuated
+    assert model_tool_name("a__b", "c") != model_tool_name("a", "b__c") == "a__b__c"
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in punctuated)
+
+
+def test_error_text_is_bounded_as_the_service_measures_it():
+    assert bounded_text("short") == "short"
+    for text in ("x" * 100_000, "\u00e9" * 40_000, "\U0001f600" * 30_000, "\n" * 50_000):
+        cut = bounded_text(text)
+        assert len(json.dumps(cut)) <= MAX_ERROR_TEXT_BYTES and cut.endswith("more characters)")
+        assert text.startswith(cut.split(" ... (")[0])
+    assert len(str(ToolTransportError("x" * 100_000)).encode()) <= MAX_ERROR_TEXT_BYTES
     schema = enforceable(
         {"type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "string", "enum": ["a"]}}},
         string_limit=64,
@@ -311,3 +338,39 @@ def test_a_plan_cut_short_keeps_the_steps_it_finished():
         {"tool": "b", "arguments": {}},
     ]
     assert complete_items('{ "ste', "steps") == [] and complete_items('{"steps": [', "steps") == []
+
+
+class _CutAtTheDeadline:
+    """What the inference function answers when its invoke's time ran out after two tokens."""
+
+    def invoke(self, payload: dict, *, deadline: float | None = None) -> dict:
+        return {
+            "choices": [
+                {"message": {"role": "assistant", "content": '{"steps": ['}, "finish_reason": "length"}
+            ],
+            "usage": {"completion_tokens": 2},
+            "deadline_reached": True,
+        }
+
+
+def test_an_answer_cut_at_the_invoke_deadline_is_a_retried_error_not_a_short_answer():
+    with pytest.raises(InferenceDeadlineError, match="stopped at its invoke deadline after 2 of 320 tokens"):
+        complete(_CutAtTheDeadline(), [{"role": "user", "content": "plan"}], max_tokens=320)
+    assert INFERENCE_RETRY(InferenceDeadlineError("cut"), 1).should_retry
+
+
+class _Rendered(Exception):
+    def __str__(self) -> str:
+        return "rendered " * 10_000
+
+
+def test_any_step_failure_is_bounded_keeping_its_type_where_it_can():
+    long = InferenceFailedError("the model function failed: " + "x" * 100_000)
+    assert bounded_failure(long) is long and len(json.dumps(str(long))) <= MAX_ERROR_TEXT_BYTES
+    assert str(long).startswith("the model function failed: xxx")
+    assert INFERENCE_RETRY(long, 1).should_retry  # still retried as what it is
+    rendered = bounded_failure(_Rendered())
+    assert type(rendered) is AgentError and str(rendered).startswith("_Rendered: rendered rendered")
+    assert len(json.dumps(str(rendered))) <= MAX_ERROR_TEXT_BYTES
+    short = ValueError("short")
+    assert bounded_failure(short) is short and str(short) == "short"

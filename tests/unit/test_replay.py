@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from snapllm.replay.cli import Verdict, check, render
+from snapllm.replay.cli import Verdict, check, deadlines, render
 from snapllm.replay.events import Approval, Manifest, ReplaySetupError
 from snapllm.replay.masks import MASKS, drawn_seed, masks_for, normalize, unseeded_sample
 from tests.conftest import REPO
@@ -154,3 +154,33 @@ def test_an_event_without_a_recording_fails_until_one_is_recorded(events: Path) 
     verdict, change = check(event, {"statusCode": 200}, update=False)
     assert verdict is Verdict.UNRECORDED and '+  "statusCode": 200' in change
     assert not event.expected_path.exists()
+
+
+def test_an_answer_a_deadline_cut_is_reported_by_name_not_compared_or_recorded(events: Path) -> None:
+    event = Manifest.load(events).events([events / "inference/a.json"])[0]
+    recorded = {"response": {"choices": [{"text": "Paris is the capital", "finish_reason": "stop"}]}}
+    event.expected_path.write_text(render(recorded))
+    cut = {"response": {"choices": [{"text": "Paris", "finish_reason": "length"}], "deadline_reached": True}}
+
+    for update in (False, True):
+        verdict, change = check(event, cut, update=update)
+        assert verdict is Verdict.DEADLINE
+        assert change == "the answer was cut by a deadline on this machine (response.deadline_reached)\n"
+    assert json.loads(event.expected_path.read_text()) == recorded  # --update kept the whole answer
+
+
+def test_a_timeout_error_is_a_deadline_unless_the_recording_holds_the_same() -> None:
+    agent_run = {"status": "FAILED", "error": {"ErrorType": "snapllm.errors.InferenceTimeoutError"}}
+    http = {"statusCode": 504, "body": {"error": {"type": "timeout_error", "code": "timeout"}}}
+    assert deadlines(agent_run) == ["error.ErrorType = snapllm.errors.InferenceTimeoutError"]
+    assert deadlines(http) == ["body.error.type = timeout_error"]
+    assert deadlines({"body": {"properties": {"deadline_reached": {"type": "boolean"}}}}) == []
+
+
+def test_an_event_that_records_a_deadline_is_compared_as_usual(events: Path) -> None:
+    event = Manifest.load(events).events([events / "inference/a.json"])[0]
+    recorded = {"response": {"text": "Par", "deadline_reached": True}}
+    event.expected_path.write_text(render(recorded))
+    assert check(event, recorded, update=False) == (Verdict.PASSED, "")
+    verdict, _ = check(event, {"response": {"text": "Pa", "deadline_reached": True}}, update=False)
+    assert verdict is Verdict.FAILED

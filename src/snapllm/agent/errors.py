@@ -8,13 +8,51 @@ with backoff by the durable step::
 
 from __future__ import annotations
 
+import json
+
 from snapllm.errors import SnapllmError
+
+# The durable service refuses to checkpoint an error object of 32 KB or more (message, type, data and stack
+# trace, as JSON); a refused checkpoint leaves the step looking interrupted and hides the real cause. An
+# error's message is therefore bounded well below that, whatever a server put into it.
+MAX_ERROR_TEXT_BYTES = 4096
+
+
+def bounded_text(text: str, limit_bytes: int = MAX_ERROR_TEXT_BYTES) -> str:
+    """``text`` whole if its JSON encoding (as the SDK writes it) fits ``limit_bytes``, else its opening
+    and how much was left out: ``"...the start ... (38211 more characters)"``."""
+    if len(json.dumps(text)) <= limit_bytes:
+        return text
+    keep = min(len(text), limit_bytes)
+    while True:
+        shortened = f"{text[:keep]} ... ({len(text) - keep} more characters)"
+        size = len(json.dumps(shortened))
+        if size <= limit_bytes or keep == 0:
+            return shortened
+        # Each character takes 1 to 12 bytes of JSON (escapes, surrogate pairs): cut in proportion.
+        keep = max(0, min(keep - 1, keep * limit_bytes // size - 32))
 
 
 class AgentError(SnapllmError):
-    """Base class of the agent's errors. ``code`` is what a failed run reports as its error type."""
+    """Base class of the agent's errors. ``code`` is what a failed run reports as its error type. The
+    message is bounded (:func:`bounded_text`), so the failure can always be checkpointed."""
 
     code = "agent_failed"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(bounded_text(str(message)))
+
+
+def bounded_failure(exc: Exception) -> Exception:
+    """``exc`` with a message the durable service can record: an agent error's is bounded already; any
+    other whose message is over :data:`MAX_ERROR_TEXT_BYTES` has it cut in place (so its type, and how it
+    is retried, stay), or, if its type renders its message otherwise, becomes an :class:`AgentError`."""
+    if isinstance(exc, AgentError) or len(json.dumps(str(exc))) <= MAX_ERROR_TEXT_BYTES:
+        return exc
+    exc.args = (bounded_text(str(exc)),)
+    if len(json.dumps(str(exc))) <= MAX_ERROR_TEXT_BYTES:
+        return exc
+    return AgentError(f"{type(exc).__qualname__}: {exc}")
 
 
 class PermanentAgentError(AgentError):
@@ -45,6 +83,13 @@ class InferenceRejectedError(PermanentAgentError):
     code = "model_rejected_request"
 
 
+class InferenceDeadlineError(AgentError):
+    """The model stopped where its invoke's time ran out (a slow or loaded environment): the text it had is
+    not an answer. Transient: the step is retried."""
+
+    code = "inference_deadline"
+
+
 class ModelAnswerIncompleteError(PermanentAgentError):
     """The model's constrained answer (a plan, tool call arguments) was cut short by ``max_tokens``."""
 
@@ -67,6 +112,19 @@ class ToolServerRejectedError(PermanentAgentError):
     """A tool server refused the request itself (HTTP 4xx: authentication, a wrong URL), not the call."""
 
     code = "tool_server_rejected"
+
+
+class ToolServerProtocolError(PermanentAgentError):
+    """A tool server answered with something that is not valid JSON-RPC (not JSON, not a JSON-RPC message,
+    a result of the wrong shape): a wrong URL or a broken server, which a retry does not fix."""
+
+    code = "tool_server_protocol_error"
+
+
+class ToolNameCollisionError(PermanentAgentError):
+    """Two tools would reach the model under one name; the message names both."""
+
+    code = "tool_name_collision"
 
 
 class ToolServerUnreachableError(AgentError):

@@ -45,14 +45,27 @@ from aws_durable_execution_sdk_python.serdes import JsonSerDes
 
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import BatchJsonSerDes, StateBudget, run_id_from_arn
-from snapllm.agent.errors import AgentError, ModelAnswerIncompleteError, UnknownToolError, agent_error_class
+from snapllm.agent.errors import (
+    AgentError,
+    ModelAnswerIncompleteError,
+    UnknownToolError,
+    agent_error_class,
+    bounded_failure,
+)
 from snapllm.agent.llm import chat, complete, complete_items
 from snapllm.agent.operations import APPROVAL_CALLBACK, review_document, tool_approval_callback
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
 from snapllm.agent.schemas import plan_schema, with_documents
 from snapllm.agent.settings import AgentSettings
-from snapllm.agent.tools import BUILTIN, BuiltinTools, ToolContext, ToolSource, ToolSpec
+from snapllm.agent.tools import (
+    BUILTIN,
+    BuiltinTools,
+    ToolContext,
+    ToolSource,
+    ToolSpec,
+    require_unique_names,
+)
 from snapllm.inference_client import InferenceClient
 
 JSON = JsonSerDes()
@@ -90,9 +103,19 @@ def _step(
     budget: StateBudget,
     semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE_PER_RETRY,
 ) -> Any:
+    def run(step_context: StepContext) -> Any:
+        try:
+            return budget.fit(name, body(step_context))
+        except Exception as exc:
+            # Whatever fails the step is checkpointed with its message: keep it within the service's limit.
+            failure = bounded_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from None
+
     try:
         return context.step(
-            lambda step_context: budget.fit(name, body(step_context)),
+            run,
             name=name,
             config=StepConfig(retry_strategy=retry, serdes=JSON, step_semantics=semantics),
         )
@@ -224,6 +247,8 @@ def _list_tools(
             stored = _step(context, name, list_source, retry=RETRY["tool"], budget=budget)
             listed = [ToolSpec.from_dict(value) for value in budget.resolve(stored)]
         specs.extend(listed)
+    # Each server's names are unique (checked in its step); two servers' could still meet.
+    require_unique_names(specs)
     if not documents:
         specs = [spec for spec in specs if not spec.documents]
     return specs

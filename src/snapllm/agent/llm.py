@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapllm.agent.errors import InferenceRejectedError, ModelAnswerIncompleteError
+from snapllm.agent.errors import InferenceDeadlineError, InferenceRejectedError, ModelAnswerIncompleteError
 from snapllm.errors import InferenceInvokeError, RequestError
 from snapllm.inference_client import InferenceClient
 
@@ -155,6 +155,14 @@ def _send(client: InferenceClient, request: dict[str, Any]) -> ChatReply:
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise InferenceRejectedError("the model's answer has no choices[0].message") from exc
     usage = body.get("usage") or {}
+    if body.get("deadline_reached"):
+        # Generation stopped where the invoke's time ran out: the text is as long as the machine was fast,
+        # not what the model would answer. Used as it is, a slow invoke would silently shorten a plan or a
+        # call; as an error it is retried, and a run that keeps hitting it fails naming the deadline.
+        raise InferenceDeadlineError(
+            "the model stopped at its invoke deadline after "
+            f"{int(usage.get('completion_tokens', 0))} of {request.get('max_tokens')} tokens"
+        )
     return ChatReply(
         text=text,
         completion_tokens=int(usage.get("completion_tokens", 0)),

@@ -19,8 +19,14 @@ What goes wrong is sorted by what a retry may do (:mod:`snapllm.agent.retry`):
   5xx or 429: :class:`ToolTransportError`, retried for idempotent tools only, since the call may have
   taken effect;
 - the server refused the client (401, 403): :class:`ToolServerRejectedError`, never retried;
-- the tool answered with ``isError``, or the server with a JSON-RPC error (unknown tool, invalid
-  arguments): an error answer that goes back to the model, like any answer.
+- the server answered with something that is not JSON-RPC (not JSON, not a JSON-RPC message, a result of
+  the wrong shape): :class:`ToolServerProtocolError`, never retried;
+- the tool answered with ``isError``, or the server answered ``tools/call`` with a JSON-RPC error (unknown
+  tool, invalid arguments: ``-32602``): an error answer that goes back to the model, like any answer; the
+  JSON-RPC error's text is cut to :data:`~snapllm.agent.errors.MAX_ERROR_TEXT_BYTES`.
+
+Names the model sees (:func:`model_tool_name`) are unique by construction; two tools that would still
+share one fail ``tools/list`` with :class:`ToolNameCollisionError`, naming both.
 
 Text content is kept; images, audio and binary resources are written to the agent's S3 prefix and only
 referenced, so no checkpoint ever inlines them.
@@ -41,19 +47,22 @@ import anyio
 import boto3
 import httpx2
 import mcp_types as types
+import pydantic
 from botocore.exceptions import ClientError
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from snapllm.agent.errors import (
+    ToolServerProtocolError,
     ToolServerRejectedError,
     ToolServerUnreachableError,
     ToolTransportError,
+    bounded_text,
 )
 from snapllm.agent.schemas import enforceable
 from snapllm.agent.settings import McpServerConfig
-from snapllm.agent.tools import BinaryPart, ToolContext, ToolResult, ToolSpec
+from snapllm.agent.tools import BinaryPart, ToolContext, ToolResult, ToolSpec, require_unique_names
 from snapllm.aws_auth import SigV4, secret_api_key
 from snapllm.errors import UnsupportedParameterError
 from snapllm.structured import check_schema
@@ -64,6 +73,10 @@ MAX_DESCRIPTION_CHARS = 1024
 # one until max_tokens cuts the call.
 MAX_ARGUMENT_CHARS = 64
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_DIGEST_CHARS = 8
+# Errors the client makes up itself when the connection, not the server, ended the exchange.
+_CONNECTION_CODES = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT})
 _T = TypeVar("_T")
 # httpx2 logs every request at INFO; the agent's logs keep what it decided, not each POST of the protocol.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -78,12 +91,19 @@ _EXTENSIONS = {
 
 
 def model_tool_name(server: str, tool: str) -> str:
-    """The name the model sees for ``tool`` of ``server``: ``server__tool``, within OpenAI's
-    ``^[a-zA-Z0-9_-]{1,64}$`` (other characters become ``_``; a long name ends in a digest)."""
-    name = _NAME_CHARS.sub("_", f"{server}__{tool}")
-    if len(name) > 64:
-        name = f"{name[:55]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return name
+    """The name the model sees for ``tool`` of ``server``, within OpenAI's ``^[a-zA-Z0-9_-]{1,64}$``.
+
+    ``server__tool`` when that name says exactly which tool it is: it fits, the tool's name has no other
+    character, and the server's name has no ``__`` (so the name splits back at its first ``__``). Otherwise
+    (``web.search``, ``web search``, server ``a__b``, a long name) the other characters become ``_`` and a
+    digest of the exact server and tool names is appended: ``docs__web_search_1f0c9a2e``. Two tools whose
+    names differ only in punctuation thus get two names, and every name stays the same from run to run.
+    """
+    plain = f"{server}__{tool}"
+    if _MODEL_NAME.fullmatch(plain) and "__" not in server:
+        return plain
+    digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:_DIGEST_CHARS]
+    return f"{_NAME_CHARS.sub('_', plain)[: 63 - _DIGEST_CHARS]}_{digest}"
 
 
 @dataclass
@@ -121,7 +141,8 @@ class McpToolSource:
                 f"{exc.error.message}"
             ) from None
         offered = set(self.config.tools)
-        return [self._spec(tool) for tool in listed if not offered or tool.name in offered]
+        specs = [self._spec(tool) for tool in listed if not offered or tool.name in offered]
+        return require_unique_names(specs)
 
     def call(
         self, tool: str, arguments: dict[str, Any], ctx: ToolContext, *, idempotency_key: str
@@ -131,8 +152,11 @@ class McpToolSource:
             result = self._run(lambda c: c.call_tool(tool, arguments, meta=meta), what=f"calling {tool}")
         except MCPError as exc:
             # The server answered the request with a JSON-RPC error (unknown tool, invalid arguments...):
-            # the model hears it as the tool's answer and may do better.
-            return ToolResult(text=f"error {exc.code}: {exc.error.message}", is_error=True)
+            # the model hears it as the tool's answer and may do better. Its text is the server's and may
+            # be of any size: it is cut, as any text that may end up in an error or a prompt.
+            data = "" if exc.error.data is None else f" {json.dumps(exc.error.data, ensure_ascii=False)}"
+            text = bounded_text(f"error {exc.code}: {exc.error.message}{data}")
+            return ToolResult(text=text, is_error=True)
         return _result(result, ctx, idempotency_key)
 
     # --- the connection ---------------------------------------------------------------------------------
@@ -167,22 +191,27 @@ class McpToolSource:
 
         try:
             return anyio.run(session)
-        except MCPError as exc:
-            failed = self._http_failure(exchange, what)
-            if failed is not None:
-                raise failed from None
-            raise exc from None
         except (Exception, BaseExceptionGroup) as exc:
-            # Whatever the transport raised (httpx2's errors, a timeout, inside anyio's exception groups)
-            # becomes one of the agent's errors, by whether the call may have left.
-            raise self._failure(exc, exchange, what) from None
+            # Whatever the transport raised (httpx2's errors, a timeout, the server's JSON-RPC error, inside
+            # anyio's exception groups) becomes one of the agent's errors, by whether the call may have left;
+            # a JSON-RPC error the server sent is re-raised as it is, for the caller to read.
+            raise self._failure(_leaf(exc), exchange, what) from None
 
-    def _failure(self, exc: BaseException, exchange: _Exchange, what: str) -> Exception:
-        leaf = _leaf(exc)
+    def _failure(self, leaf: BaseException, exchange: _Exchange, what: str) -> Exception:
         where = f"MCP server {self.name!r} ({self.config.url})"
         http = self._http_failure(exchange, what)
         if http is not None:
             return http
+        if isinstance(leaf, MCPError) and leaf.code not in _CONNECTION_CODES:
+            if leaf.code == types.PARSE_ERROR or leaf.message.startswith("Unexpected content type"):
+                # The client's own verdict on the answer's body (not JSON, not a JSON-RPC message).
+                return ToolServerProtocolError(f"{where} answered with invalid JSON-RPC while {what}: {leaf}")
+            return leaf
+        if isinstance(leaf, pydantic.ValidationError):
+            # Valid JSON-RPC whose result does not have the shape MCP gives it.
+            return ToolServerProtocolError(
+                f"{where} answered with invalid JSON-RPC while {what}: {_describe(leaf)}"
+            )
         if isinstance(leaf, httpx2.ConnectError | httpx2.ConnectTimeout) or not exchange.call_sent:
             return ToolServerUnreachableError(f"{where} could not be reached while {what}: {_describe(leaf)}")
         return ToolTransportError(f"{where} broke off while {what}: {_describe(leaf)}")

@@ -1,6 +1,7 @@
 """Retry strategies, one per kind of step.
 
-- ``inference``: throttles, timeouts and 5xx of the inference alias pass; back off and try again.
+- ``inference``: throttles, timeouts and 5xx of the inference alias pass, and so may an answer cut at the
+  invoke's deadline; back off and try again.
 - ``storage``: S3 hiccups pass; a missing or forbidden object does not.
 - ``tool``: a call to an idempotent tool: a server that cannot be reached, a broken-off call and a 5xx
   pass; back off and call again (the call carries the same idempotency key).
@@ -25,7 +26,12 @@ from aws_durable_execution_sdk_python.retries import (
     create_retry_strategy,
 )
 
-from snapllm.agent.errors import ArtifactStoreError, ToolServerUnreachableError, ToolTransportError
+from snapllm.agent.errors import (
+    ArtifactStoreError,
+    InferenceDeadlineError,
+    ToolServerUnreachableError,
+    ToolTransportError,
+)
 from snapllm.errors import InferenceFailedError, InferenceThrottledError, InferenceTimeoutError
 
 RetryStrategy = Callable[[Exception, int], RetryDecision]
@@ -40,6 +46,7 @@ INFERENCE_RETRY: RetryStrategy = create_retry_strategy(
         retryable_error_types=[
             InferenceThrottledError,
             InferenceTimeoutError,
+            InferenceDeadlineError,
             InferenceFailedError,
             ArtifactStoreError,
         ],

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from snapllm.agent.artifacts import ArtifactRef, ArtifactStore
-from snapllm.agent.errors import UnknownToolError
+from snapllm.agent.errors import ToolNameCollisionError, UnknownToolError
 from snapllm.agent.llm import chat
 from snapllm.agent.schemas import enforceable
 from snapllm.agent.settings import MAX_CHUNKS_PER_DOCUMENT, AgentSettings
@@ -134,6 +134,24 @@ class ToolSource(Protocol):
     def call(
         self, tool: str, arguments: dict[str, Any], ctx: ToolContext, *, idempotency_key: str
     ) -> ToolResult: ...
+
+
+def require_unique_names(specs: list[ToolSpec]) -> list[ToolSpec]:
+    """``specs``, checked that no two tools reach the model under one name (the model could not say which
+    it calls, and the inference function refuses duplicate function names).
+
+    Raises:
+        ToolNameCollisionError: naming both tools and the name they share.
+    """
+    seen: dict[str, ToolSpec] = {}
+    for spec in specs:
+        other = seen.setdefault(spec.name, spec)
+        if other is not spec:
+            raise ToolNameCollisionError(
+                f"tool {other.tool!r} of {other.source!r} and tool {spec.tool!r} of {spec.source!r} both "
+                f"reach the model as {spec.name!r}; leave one out (the server's 'tools' list) or rename it"
+            )
+    return specs
 
 
 class DocumentExcerpt(BaseModel):

@@ -18,7 +18,10 @@ https to anything else is refused. With a ``deadline`` (a ``time.monotonic()`` v
 or backoff waits past it (:class:`~snapllm.errors.ModelCopyTimeoutError`).
 
 The URL's scheme is the caller's policy (the custom resource accepts https:// only); this reader speaks
-plain http too, so that tests can put the fault proxy of :mod:`snapllm.local.faults` in the path.
+plain http too, so that tests can put the fault proxy of :mod:`snapllm.local.faults` in the path. A URL
+with user information (``https://user:password@host/...``) is refused before any request
+(:class:`~snapllm.errors.ModelCopyInputError`, naming the URL without it): the URL is a stack parameter,
+which CloudFormation shows in plain text, so it is no place for a password.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from snapllm.errors import (
+    ModelCopyInputError,
     ModelCopyTimeoutError,
     ModelSourceDownloadError,
     ModelSourceHTTPError,
@@ -69,9 +73,24 @@ def redact(url: str) -> str:
     """``url`` without credentials or query string (signed CDN redirects carry secrets there)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not a number: the host alone
+        port = None
+    if port is not None:
+        host = f"{host}:{port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries user information (``user:password@`` before its host)."""
+    return "@" in urlsplit(url).netloc
+
+
+CREDENTIALS_REFUSED = (
+    "must not carry a user name or password: CloudFormation shows the URL in plain text. Use a URL "
+    "that needs none (a pre-signed URL expires), or upload the file with `snapllm model push`"
+)
 
 
 class _NoDowngrade(urllib.request.HTTPRedirectHandler):
@@ -99,6 +118,8 @@ class HTTPSource:
         ssl_context: ssl.SSLContext | None = None,
         deadline: float | None = None,
     ) -> None:
+        if has_credentials(url):
+            raise ModelCopyInputError(f"{redact(url)}: the URL {CREDENTIALS_REFUSED}")
         self.url = url
         self.settings = settings or SourceSettings()
         self.deadline = deadline

@@ -8,6 +8,12 @@ A replay runs the events on the local stack (:mod:`snapllm.replay.runner`), mask
 (:mod:`snapllm.replay.masks`) and compares the rest with ``NAME.expected.json``. A difference prints as a
 unified diff of the two JSON documents, and the command exits 1; a missing recording fails the same way.
 Results go to stdout; the functions' logs go to stderr.
+
+How fast the machine is changes no verdict silently. Generation stops at the invoke's deadline and returns
+what it has, so on a machine too slow or too loaded for an event the answer is cut where the time ran out:
+such an answer (``deadline_reached``, a timeout error, a durable run that did not finish) is not compared
+but reported as ``DEADLINE``, naming where it says so, and the command exits 1. Replay it again on a less
+loaded machine. A recording that itself holds a deadline (an event about deadlines) is compared as usual.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, TextIO
 
 from snapllm import sam
 from snapllm.errors import SnapllmError
-from snapllm.replay.events import Manifest, ReplayEvent, ReplaySetupError
+from snapllm.replay.events import Manifest, ReplayDeadlineError, ReplayEvent, ReplaySetupError
 from snapllm.replay.runner import Replayer
 
 
@@ -33,6 +39,7 @@ class Verdict(StrEnum):
     FAILED = "FAILED"
     UNRECORDED = "UNRECORDED"
     UNUSABLE = "UNUSABLE"
+    DEADLINE = "DEADLINE"
     RECORDED = "recorded"
     UNCHANGED = "unchanged"
 
@@ -60,13 +67,45 @@ def diff(expected: str, answered: str, name: str) -> str:
     return "".join(lines)
 
 
+# What in an answer says that a deadline cut it short: the engine's flag, the OpenAI error type of a
+# timeout, and the error types an agent run records for one.
+_DEADLINE_FLAG = "deadline_reached"
+_TIMEOUT_ERROR_TYPES = ("timeout_error", "InferenceTimeoutError", "InferenceDeadlineError")
+
+
+def deadlines(value: Any, path: str = "") -> list[str]:
+    """Where ``value`` (an answer) says a deadline or a timeout cut it: ``["body.deadline_reached"]``."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == _DEADLINE_FLAG and item is True:
+                found.append(where)
+            elif isinstance(item, str) and any(item.endswith(kind) for kind in _TIMEOUT_ERROR_TYPES):
+                found.append(f"{where} = {item}")
+            else:
+                found.extend(deadlines(item, where))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(deadlines(item, f"{path}[{index}]"))
+    return found
+
+
 def check(event: ReplayEvent, answer: Any, *, update: bool) -> tuple[Verdict, str]:
-    """Compare ``answer`` with the event's recording (writing it instead, with ``update``)."""
+    """Compare ``answer`` with the event's recording (writing it instead, with ``update``). An answer a
+    deadline cut, where the recording has none, is neither compared nor recorded: :attr:`Verdict.DEADLINE`."""
     answered = render(answer)
     path = event.expected_path
     recorded = path.read_text() if path.exists() else None
     if recorded is not None and json.loads(recorded) == answer:
         return (Verdict.UNCHANGED if update else Verdict.PASSED), ""
+    cut = [
+        where
+        for where in deadlines(answer)
+        if recorded is None or where not in deadlines(json.loads(recorded))
+    ]
+    if cut:
+        return Verdict.DEADLINE, f"the answer was cut by a deadline on this machine ({', '.join(cut)})\n"
     change = diff(recorded or "", answered, path.name)
     if update:
         path.write_text(answered)
@@ -100,6 +139,8 @@ def _run(
                 verdict, change = check(event, replayer.answer(event), update=args.update)
             except ReplaySetupError as exc:
                 verdict, change = Verdict.UNUSABLE, f"{exc}\n"
+            except ReplayDeadlineError as exc:
+                verdict, change = Verdict.DEADLINE, f"{exc}\n"
             result = Result(event, verdict, time.perf_counter() - started, change)
             print(f"{result.verdict:>10}  {event.name}  ({event.function}, {result.seconds:.2f} s)", file=out)
             if change:
@@ -110,7 +151,11 @@ def _run(
 
 
 def _summarize(results: list[Result], out: TextIO, *, update: bool) -> int:
-    failed = [r for r in results if r.verdict in {Verdict.FAILED, Verdict.UNRECORDED, Verdict.UNUSABLE}]
+    failed = [
+        r
+        for r in results
+        if r.verdict in {Verdict.FAILED, Verdict.UNRECORDED, Verdict.UNUSABLE, Verdict.DEADLINE}
+    ]
     counts = {verdict: sum(r.verdict is verdict for r in results) for verdict in Verdict}
     print(
         f"\n{len(results)} events replayed: "
@@ -121,9 +166,18 @@ def _summarize(results: list[Result], out: TextIO, *, update: bool) -> int:
         if result.verdict is Verdict.UNUSABLE:
             print(f"  {result.event.name} cannot be replayed: {result.diff.strip()}", file=out)
             continue
+        if result.verdict is Verdict.DEADLINE:
+            print(
+                f"  {result.event.name} reached a deadline after {result.seconds:.1f} s, so its answer is "
+                f"not compared: {result.diff.strip()}. This machine was too slow or too loaded for it; "
+                "replay it on a less loaded one",
+                file=out,
+            )
+            continue
         how = "answered differently" if result.verdict is Verdict.FAILED else "has no recording"
         print(
             f"  {result.event.name} {how}: 'snapllm replay --update {result.event.path}' re-records it",
             file=out,
         )
-    return 1 if failed and (not update or any(r.verdict is Verdict.UNUSABLE for r in failed)) else 0
+    kept = {Verdict.UNUSABLE, Verdict.DEADLINE}  # what --update cannot record either
+    return 1 if failed and (not update or any(r.verdict in kept for r in failed)) else 0

@@ -27,6 +27,10 @@ class ReplaySetupError(SnapllmError):
     """The manifest or a named event cannot be used: the message says which and why."""
 
 
+class ReplayDeadlineError(SnapllmError):
+    """The event's function ran out of time on this machine before it answered: the message says where."""
+
+
 class Approval(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"

@@ -30,12 +30,12 @@ from aws_durable_execution_sdk_python.lambda_service import OperationType
 
 from snapllm.edge import decode_json
 from snapllm.errors import RequestError
-from snapllm.local.durable import approve, reject
+from snapllm.local.durable import LocalAgentError, approve, reject
 from snapllm.local.gateway import LocalGateway
 from snapllm.local.kinds import Kind, kind_of
 from snapllm.local.processes import Closing
 from snapllm.local.stack import LocalStack
-from snapllm.replay.events import Approval, ReplayEvent, ReplaySetupError
+from snapllm.replay.events import Approval, ReplayDeadlineError, ReplayEvent, ReplaySetupError
 from snapllm.replay.masks import masks_for, normalize
 from snapllm.sam import Function, Template
 
@@ -104,7 +104,11 @@ class Replayer(Closing):
             raise ReplaySetupError(f"{event.name}: the template has no durable function the router runs")
         payload = _execution_input(event, _event_object(event, text))
         decide = approve("replay") if event.approval is Approval.APPROVE else reject("replay")
-        run = self.stack.agent.run(payload, decide=decide, execution_name=f"replay-{event.path.stem}")
+        try:
+            run = self.stack.agent.run(payload, decide=decide, execution_name=f"replay-{event.path.stem}")
+        except (LocalAgentError, TimeoutError) as exc:
+            # The execution outlasted the local run's time: on a slow machine, not a different answer.
+            raise ReplayDeadlineError(f"the durable run did not finish in time: {exc}") from None
         return {"status": run.status, "result": run.output, "error": run.error}
 
     def close(self) -> None:
