@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from snapllm.deploy.custom_resource import RESPONSE_RESERVE_S, ModelObjectResource, send_response
+from snapllm.deploy.cfn_response import RESPONSE_RESERVE_S, send_response
+from snapllm.deploy.custom_resource import ModelObjectResource
 from snapllm.deploy.source import HTTPSource, SourceSettings
 from snapllm.deploy.upload import MiB, ModelUpload, UploadSettings
 from snapllm.errors import (

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from snapllm.deploy.version_digest import VersionDigestResource, digest, digests, put_response
+from snapllm.deploy.version_digest import VersionDigestResource, digest, digests
 from snapllm.errors import ConfigurationError, CustomResourceResponseError
 
 INFERENCE = {"Architecture": "arm64", "MemorySize": "3008", "Layers": ["arn:...:layer:SnapllmLayerArm64:7"]}
@@ -94,15 +94,15 @@ def test_delete_succeeds_without_data(response_url):
 
 def test_a_5xx_is_retried_and_a_4xx_is_a_clear_error(response_url):
     response_url.statuses = [503]
-    put_response(response_url.url, {"Status": "SUCCESS"})
+    VersionDigestResource().handle(_event("Create", response_url.url, InferenceFunction=INFERENCE))
     assert len(response_url.received) == 2
     response_url.statuses = [403]
     with pytest.raises(CustomResourceResponseError, match="refused the response: 403"):
-        put_response(response_url.url, {"Status": "SUCCESS"})
+        VersionDigestResource().handle(_event("Create", response_url.url, InferenceFunction=INFERENCE))
 
 
 def test_an_event_that_is_not_a_request_names_what_it_lacks():
     with pytest.raises(ConfigurationError, match="no ResponseURL"):
-        VersionDigestResource(send=lambda url, body: None).handle(
+        VersionDigestResource(send=lambda url, body, deadline=None: None).handle(
             {"RequestType": "Create", "StackId": "s", "RequestId": "r", "LogicalResourceId": "V"}
         )

@@ -25,9 +25,10 @@ answers 404, a connection that cannot resume or a copy that would outlast the fu
 operation with the reason, and leaves the bucket as it was. Delete leaves the object (a retained model,
 and a rollback of an update never loses the model the previous version runs on). The response always
 goes to CloudFormation's ``ResponseURL`` before the function's deadline, retries included: the copy stops
-``margin_s`` (30 s) before it, and every attempt to answer (:func:`send_response`: a stalled, slow or
-failing URL is tried again with backoff) ends :data:`RESPONSE_RESERVE_S` before it. An answer that could
-not be delivered in that time is logged and raised, never sent after the function was stopped.
+``margin_s`` (30 s) before it, and every attempt to answer (:mod:`snapllm.deploy.cfn_response`: a
+stalled, slow or failing URL is tried again with backoff) ends ``RESPONSE_RESERVE_S`` before it. An
+answer that could not be delivered in that time is logged and raised, never sent after the function was
+stopped.
 
 Data (``!GetAtt ModelObject.<Name>``): ``Sha256``, ``Size`` (bytes), ``VersionId`` (empty without
 versioning), ``Copied`` (``true``/``false``). The physical ID is ``s3://bucket/key``.
@@ -35,23 +36,26 @@ versioning), ``Copied`` (``true``/``false``). The physical ID is ``s3://bucket/k
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import json
 import logging
 import re
-import socket
 import ssl
-import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from snapllm.deploy.cfn_response import (
+    FAILED,
+    RESPONSE_RESERVE_S,
+    SUCCESS,
+    ResponseSender,
+    deadline_from,
+    send_response,
+)
 from snapllm.deploy.source import CREDENTIALS_REFUSED, HTTPSource, SourceSettings, has_credentials, redact
 from snapllm.deploy.upload import MiB, ModelUpload, ThrottledProgress, UploadSettings
 from snapllm.errors import (
@@ -63,15 +67,9 @@ from snapllm.errors import (
 
 logger = logging.getLogger("snapllm.deploy")
 
-SUCCESS, FAILED = "SUCCESS", "FAILED"
 #: CloudFormation shows the reason in the console; its whole response body must stay under 4 KB.
 MAX_REASON_CHARS = 1000
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-#: Seconds kept between the last attempt to answer CloudFormation and the function's deadline, for the
-#: function to log the outcome and return.
-RESPONSE_RESERVE_S = 2.0
-#: An attempt to answer is not started with less time than this left: it could not complete.
-_MIN_ATTEMPT_S = 0.5
 #: The least margin a copy may leave before the deadline: the reserve and one short attempt to answer.
 MIN_MARGIN_S = RESPONSE_RESERVE_S + 1.0
 # What each property is called where a user sets it (the template's parameters).
@@ -143,97 +141,6 @@ class ModelObjectProperties(BaseModel):
         return f"s3://{self.bucket}/{self.key}"
 
 
-class ResponseSender(Protocol):
-    def __call__(self, url: str, body: Mapping[str, Any], *, deadline: float | None = None) -> None: ...
-
-
-def send_response(
-    url: str,
-    body: Mapping[str, Any],
-    *,
-    deadline: float | None = None,
-    attempts: int = 5,
-    timeout_s: float = 10.0,
-    backoff_s: float = 1.0,
-) -> None:
-    """PUT the response to CloudFormation's pre-signed ``url``, retrying connection failures, stalls and 5xx.
-
-    Each attempt ends after ``timeout_s`` whatever the URL does (a server that accepts and never answers,
-    or trickles its answer, included); with a ``deadline`` (a ``time.monotonic()`` value) no attempt or
-    backoff reaches past it: the schedule is cut to the time there is.
-
-    Raises:
-        CustomResourceResponseError: A 4xx (e.g. an expired URL), or every attempt the time allowed failed.
-    """
-    data = json.dumps(body).encode()
-    last: object = None
-    made = 0
-    for attempt in range(attempts):
-        if attempt:
-            pause = backoff_s * 2 ** (attempt - 1)
-            if deadline is not None and deadline - time.monotonic() - pause < _MIN_ATTEMPT_S:
-                break
-            time.sleep(pause)
-        budget = timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
-        if budget < _MIN_ATTEMPT_S:
-            break
-        made += 1
-        try:
-            status, reason = _put(url, data, budget)
-        except (OSError, http.client.HTTPException) as exc:
-            last = exc
-            continue
-        if status < 300:
-            return
-        if status < 500:
-            raise CustomResourceResponseError(
-                f"CloudFormation's response URL refused the response: {status} {reason}"
-            )
-        last = f"{status} {reason}"
-    within = " before the function's deadline" if made < attempts else ""
-    raise CustomResourceResponseError(
-        f"cannot deliver the response to CloudFormation{within} after {made} attempts: {last}"
-    )
-
-
-def _put(url: str, data: bytes, budget_s: float) -> tuple[int, str]:
-    """One PUT of ``data``, ended after ``budget_s`` whatever the server does; (status, reason)."""
-    parts = urlsplit(url)
-    target = parts.path or "/"
-    if parts.query:
-        target = f"{target}?{parts.query}"
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname or "", parts.port, timeout=budget_s)
-
-    ended = threading.Event()
-
-    def end_attempt() -> None:
-        # The socket's timeout bounds each wait; this bounds the attempt (an answer sent a byte at a time).
-        ended.set()
-        sock = connection.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    timer = threading.Timer(budget_s, end_attempt)
-    timer.daemon = True
-    timer.start()
-    try:
-        # The URL is signed without a content type: send an empty one.
-        connection.request("PUT", target, body=data, headers={"Content-Type": ""})
-        response = connection.getresponse()
-        response.read()
-    except (OSError, http.client.HTTPException):
-        if not ended.is_set():
-            raise
-    finally:
-        timer.cancel()
-        connection.close()
-    if ended.is_set():  # what came before the cut may even parse, but it is not the whole answer
-        raise TimeoutError(f"no complete answer within {budget_s:.1f} s")
-    return response.status, response.reason
-
-
 class ModelObjectResource:
     """Answers CloudFormation's requests for ``ModelObject`` resources; see the module docstring."""
 
@@ -273,9 +180,9 @@ class ModelObjectResource:
             request = CustomResourceRequest.model_validate(event)
         except ValidationError as exc:
             raise ModelCopyInputError(f"not a CloudFormation custom resource request: {exc}") from None
-        deadline = _deadline(context, self.margin_s)
+        deadline = deadline_from(context, self.margin_s)
         # The answer may use the margin the copy left, all but the reserve.
-        answer_by = _deadline(context, RESPONSE_RESERVE_S)
+        answer_by = deadline_from(context, RESPONSE_RESERVE_S)
         body = self._answer(request, deadline)
         logger.info(
             "response",
@@ -364,13 +271,6 @@ def _log_progress(location: str) -> ThrottledProgress:
         )
 
     return ThrottledProgress(report, every_s=10.0)
-
-
-def _deadline(context: Any, margin_s: float) -> float | None:
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is None:
-        return None
-    return time.monotonic() + remaining() / 1000.0 - margin_s
 
 
 def _timeout_reason(source: HTTPSource, started: float, deadline: float | None) -> str:

@@ -21,18 +21,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from snapllm.errors import ConfigurationError, CustomResourceResponseError
+from snapllm.deploy.cfn_response import (
+    FAILED,
+    RESPONSE_RESERVE_S,
+    SUCCESS,
+    ResponseSender,
+    deadline_from,
+    send_response,
+)
+from snapllm.errors import ConfigurationError
 
 logger = logging.getLogger("snapllm.deploy")
 
 PHYSICAL_ID = "version-digests"
-SUCCESS, FAILED = "SUCCESS", "FAILED"
 #: The request fields the response echoes back (CloudFormation's custom resource request).
 _ECHOED = ("StackId", "RequestId", "LogicalResourceId")
 #: Properties CloudFormation itself reads (the function to call, how long to wait), not values to digest.
@@ -50,42 +54,10 @@ def digests(properties: Mapping[str, Any]) -> dict[str, str]:
     return {name: digest(value) for name, value in properties.items() if name not in SERVICE_PROPERTIES}
 
 
-def put_response(url: str, body: Mapping[str, Any], *, attempts: int = 3, timeout_s: float = 10.0) -> None:
-    """PUT ``body`` to CloudFormation's pre-signed response ``url``; retries connection failures and 5xx.
-
-    This function imports nothing but the standard library: ``snapllm deploy-check`` reads a function's
-    imports to list the AWS calls its role must allow, and this one makes none.
-
-    Raises:
-        CustomResourceResponseError: A 4xx (an expired URL), or every attempt failed.
-    """
-    data = json.dumps(body).encode()
-    last: object = None
-    for attempt in range(attempts):
-        if attempt:
-            time.sleep(attempt)
-        # The URL is signed without a content type: send an empty one (urllib would add a form type).
-        request = urllib.request.Request(url, data=data, method="PUT", headers={"Content-Type": ""})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                response.read()
-                return
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if exc.code < 500:
-                raise CustomResourceResponseError(
-                    f"the response URL refused the response: {exc.code}"
-                ) from None
-            last = exc.code
-        except OSError as exc:
-            last = exc
-    raise CustomResourceResponseError(f"cannot deliver the response after {attempts} attempts: {last}")
-
-
 class VersionDigestResource:
     """Answers CloudFormation's requests for the ``VersionDigests`` resource (module docstring)."""
 
-    def __init__(self, send: Callable[[str, Mapping[str, Any]], None] = put_response) -> None:
+    def __init__(self, send: ResponseSender = send_response) -> None:
         self.send = send
 
     def handle(self, event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -114,5 +86,5 @@ class VersionDigestResource:
             "Data": data,
         }
         logger.info("response", extra={"request_type": event["RequestType"], "status": status, "data": data})
-        self.send(str(event["ResponseURL"]), body)
+        self.send(str(event["ResponseURL"]), body, deadline=deadline_from(context, RESPONSE_RESERVE_S))
         return body
