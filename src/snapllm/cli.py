@@ -2,7 +2,7 @@
 
 snapllm local invoke InferenceFunction -e events/inference/chat.json
 snapllm bench coldstart --json
-snapllm settings --write README.md
+snapllm settings --write docs/configuration.md
 """
 
 from __future__ import annotations
