@@ -5,9 +5,11 @@ PY := $(VENV)/bin/python
 TOOLS := .tools
 SAM := $(TOOLS)/bin/sam
 export SAM_CLI_TELEMETRY := 0
+# mkdocs-material prints an end-of-life banner on every build.
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
-	sam-local replay deploy-check deploy-rehearsal
+	sam-local replay deploy-check deploy-rehearsal docs
 
 setup: $(VENV)/.installed
 
@@ -28,7 +30,12 @@ test: setup tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/pytest
+
+# The documentation site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or unlisted page.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -112,4 +119,4 @@ bench-router: setup
 	$(VENV)/bin/snapllm bench router
 
 clean:
-	rm -rf .aws-sam .pytest_cache .ruff_cache
+	rm -rf .aws-sam .pytest_cache .ruff_cache site

@@ -2,7 +2,7 @@
 
 snapllm local invoke InferenceFunction -e events/inference/chat.json
 snapllm bench coldstart --json
-snapllm settings --write README.md
+snapllm settings --write docs/configuration.md
 
 Each subcommand's arguments are declared in a light module (``snapllm.<package>.arguments``) that names
 the module running it (``implementation``); that module is imported only once the arguments parsed, so

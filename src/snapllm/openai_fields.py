@@ -1,7 +1,7 @@
 """One decision for every field of the official ``openai`` package's request types.
 
 Each field a current client may send is supported, accepted and ignored (it cannot change the answer
-here; the README lists these), or refused with ``code: "unsupported_parameter"`` and the reason. A
+here; docs/api.md lists these), or refused with ``code: "unsupported_parameter"`` and the reason. A
 field in no list is unknown: a typo, refused as ``unrecognized request argument``. A unit test walks the
 installed ``openai`` package's TypedDicts and fails on any field without a decision, so a new client
 version shows up as a failing test rather than as broken users::
@@ -147,7 +147,7 @@ def decision(endpoint: Endpoint, field: str) -> Decision | None:
 
 
 def ignored_fields() -> dict[str, Decision]:
-    """Every accepted-and-ignored field of any endpoint (the README lists them)."""
+    """Every accepted-and-ignored field of any endpoint (docs/api.md lists them)."""
     return {
         field: found
         for table in FIELD_DECISIONS.values()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DESCRIPTION = "The README's configuration tables, generated from the functions' settings classes."
+DESCRIPTION = "The configuration page's tables, generated from the functions' settings classes."
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,6 +17,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     help_text = "replace the tables between the markers of this file instead of printing them"
-    parser.add_argument("--write", metavar="README", type=Path, help=help_text)
+    parser.add_argument("--write", metavar="PAGE", type=Path, help=help_text)
     parser.set_defaults(implementation="snapllm.settings_doc")
     return parser

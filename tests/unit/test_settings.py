@@ -1,4 +1,4 @@
-"""The functions' settings classes: variables, validation, error messages and the README's tables."""
+"""The functions' settings classes: variables, validation, error messages and the documented tables."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from snapllm.router.config import RouterEnvironment, RouterSettings
 from snapllm.settings_doc import REGENERATE, generated_block, main, markdown_table, settings_classes
 from snapllm.streaming.settings import StreamingEnvironment
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIGURATION_PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 MODEL = {"SNAPLLM_MODEL_BUCKET": "models", "SNAPLLM_MODEL_KEY": "llm/smollm2.gguf"}
 AGENT = {"SNAPLLM_AGENT_ARTIFACTS_BUCKET": "artifacts"}
 
@@ -160,19 +160,19 @@ def test_the_agent_routes_read_their_settings(monkeypatch):
         routes.configure(None)
 
 
-def test_the_readme_tables_are_the_generated_ones():
-    documented, generated = generated_block(README.read_text(encoding="utf-8")), markdown_table()
+def test_the_documented_tables_are_the_generated_ones():
+    documented, generated = generated_block(CONFIGURATION_PAGE.read_text(encoding="utf-8")), markdown_table()
     if documented != generated:
         diff = "".join(
             difflib.unified_diff(
                 documented.splitlines(keepends=True),
                 generated.splitlines(keepends=True),
-                "README.md",
+                "docs/configuration.md",
                 "generated",
             )
         )
         pytest.fail(
-            f"README.md's configuration tables differ from the settings classes:\n{diff}\n"
+            f"docs/configuration.md's tables differ from the settings classes:\n{diff}\n"
             f"Regenerate them with: {REGENERATE}"
         )
 
@@ -180,8 +180,8 @@ def test_the_readme_tables_are_the_generated_ones():
 def test_the_command_prints_and_writes_the_tables(tmp_path, capsys):
     assert main([]) == 0
     assert capsys.readouterr().out == markdown_table()
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{README.read_text(encoding='utf-8').split('## Configuration')[1]}")
+    readme = tmp_path / "configuration.md"
+    readme.write_text(f"# x\n\n{CONFIGURATION_PAGE.read_text(encoding='utf-8').split('# Configuration')[1]}")
     readme.write_text(readme.read_text().replace("SNAPLLM_N_CTX", "SNAPLLM_STALE"))
     assert main(["--write", str(readme)]) == 0
     assert generated_block(readme.read_text()) == markdown_table()
