@@ -20,10 +20,11 @@ from llama_cpp import Llama
 from snapllm.contract import parse_request
 from snapllm.errors import UnsupportedParameterError
 from snapllm.grammar import chat_grammar
-from snapllm.json_grammar import MAX_CHOICES, MAX_PATTERN_SIZE, schema_grammar
+from snapllm.json_grammar import MAX_PATTERN_SIZE, schema_grammar
 from snapllm.models import default_model_path
 from snapllm.structured import check_schema, parse_tool_calls, tool_call_schema
 from tests.grammar_sampler import GrammarSampler
+from tests.hostile_schemas import HOSTILE, dag
 
 # Checking and building any schema below stays well under this (they take milliseconds on one core; the
 # bound leaves room for a busy machine). Before, some classes took minutes in the request path.
@@ -34,78 +35,6 @@ BUILD_BOUND_S = 2.0
 def sampler() -> GrammarSampler:
     llama = Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
     return GrammarSampler(llama)
-
-
-def _dag(depth: int) -> dict:
-    """$defs where each definition refers to the next one twice: 2**depth paths, depth + 1 definitions."""
-    defs = {
-        f"d{i}": {
-            "type": "object",
-            "properties": {"a": {"$ref": f"#/$defs/d{i + 1}"}, "b": {"$ref": f"#/$defs/d{i + 1}"}},
-        }
-        for i in range(depth)
-    }
-    return {"$ref": "#/$defs/d0", "$defs": {**defs, f"d{depth}": {"type": "string", "maxLength": 4}}}
-
-
-def _nested_arrays(depth: int) -> dict:
-    schema: dict = {"type": "integer"}
-    for _ in range(depth):
-        schema = {"type": "array", "items": schema, "maxItems": 3}
-    return schema
-
-
-def _choice_dag(depth: int) -> dict:
-    """Each level a choice of two objects that both hold the next level: the choices multiply."""
-    defs = {
-        f"d{i}": {
-            "anyOf": [
-                {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}}},
-                {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}, "y": {"type": "null"}}},
-            ]
-        }
-        for i in range(depth)
-    }
-    return {"$ref": "#/$defs/d0", "$defs": {**defs, f"d{depth}": {"type": "null"}}}
-
-
-ALL_TYPES = {"type": ["string", "number", "integer", "boolean", "null", "object", "array"]}
-WIDE = {
-    "type": "object",
-    "properties": {f"p{i}": {"type": "string", "maxLength": 4096} for i in range(400)},
-    "required": [f"p{i}" for i in range(400)],
-    "additionalProperties": False,
-}
-# Each hostile class: served (a grammar llama.cpp accepts) or refused with words naming the construct.
-HOSTILE = {
-    "dag-defs": (_dag(60), None),
-    "pattern-(a?){4096}": (
-        {"type": "string", "pattern": "^(a?){4096}$"},
-        "a repeat of a part that can match nothing",
-    ),
-    "pattern-((a?){64}){64}": ({"type": "string", "pattern": "((a?){64}){64}"}, "can match nothing"),
-    "pattern-(((a?){16}){16}){16}": (
-        {"type": "string", "pattern": "^(((a?){16}){16}){16}$"},
-        "can match nothing",
-    ),
-    "pattern-((ab){64}){64}": (
-        {"type": "string", "pattern": "^((ab){64}){64}$"},
-        "expand to 8192 characters",
-    ),
-    "pattern-(a*)*": ({"type": "string", "pattern": "^(a*)*$"}, "can match nothing"),
-    "pattern-lookahead": ({"type": "string", "pattern": "^(?=a)a$"}, "lookaround"),
-    "pattern-backreference": ({"type": "string", "pattern": "^(a)\\1$"}, "back-references"),
-    "all-types": (ALL_TYPES, None),
-    "400-properties-maxLength-4096": (WIDE, None),
-    "arrays-of-arrays": (_nested_arrays(40), None),
-    "choice-dag": (_choice_dag(30), f"at most {MAX_CHOICES}"),
-    "empty-enum": ({"type": "object", "properties": {"e": {"enum": []}}}, "an empty enum (at properties.e)"),
-    "required-but-forbidden": (
-        {"type": "object", "properties": {}, "required": ["x"], "additionalProperties": False},
-        "required 'x'",
-    ),
-    "recursive-ref": ({"$defs": {"n": {"items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"}, "recursive"),
-}
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
@@ -133,7 +62,7 @@ def test_the_dag_check_is_linear_in_the_depth():
     def cost(depth: int) -> float:
         started = time.perf_counter()
         for _ in range(5):
-            check_schema(_dag(depth), param="p")
+            check_schema(dag(depth), param="p")
         return time.perf_counter() - started
 
     assert cost(60) < 6 * cost(30) + 0.05
