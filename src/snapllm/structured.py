@@ -115,11 +115,17 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             continue
         if keyword == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
             yield "a $ref outside the schema", where
-        elif keyword == "format" and value not in ENFORCED_FORMATS:
+        elif keyword == "format" and (not isinstance(value, str) or value not in ENFORCED_FORMATS):
             yield f"format {value!r}", where
+        elif keyword == "required" and not (
+            isinstance(value, list) and all(isinstance(name, str) for name in value)
+        ):
+            yield "required that is not a list of names", where
+        elif keyword == "enum" and not isinstance(value, list):
+            yield "enum that is not a list", where
         elif keyword == "type":
             types = value if isinstance(value, list) else [value]
-            if not types or any(t not in JSON_TYPES for t in types):
+            if not types or any(not isinstance(t, str) or t not in JSON_TYPES for t in types):
                 yield f"type {value!r}", where
         elif keyword == "pattern" and not isinstance(value, str):
             yield "a pattern that is not a string", where
@@ -171,7 +177,13 @@ def check_schema(schema: Any, *, param: str) -> None:
         )
     # What remains is what only building the grammar shows (a $ref to nothing or to itself, a pattern
     # too costly to enforce, a grammar too large...): it is built here, by the same code as the engine's.
-    schema_grammar(schema, param=param)
+    try:
+        schema_grammar(schema, param=param)
+    except (TypeError, ValueError, KeyError, RecursionError) as exc:
+        # A keyword's value of a shape the checks above do not foresee: still the caller's schema.
+        raise UnsupportedParameterError(
+            f"{param}: the schema could not be read ({type(exc).__name__}: {exc})", param=param
+        ) from None
 
 
 def schema_size(schema: Any) -> int:

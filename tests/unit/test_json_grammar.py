@@ -265,3 +265,50 @@ def test_pattern_size_bound_is_the_documented_one():
     schema_grammar({"type": "string", "pattern": "^(ab){2048}$"}, param="p")
     with pytest.raises(UnsupportedParameterError, match="4098"):
         schema_grammar({"type": "string", "pattern": "^(ab){2049}$"}, param="p")
+
+
+KEYWORDS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "required",
+        "items",
+        "prefixItems",
+        "enum",
+        "const",
+        "anyOf",
+        "allOf",
+        "oneOf",
+        "$ref",
+        "$defs",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "pattern",
+        "format",
+        "additionalProperties",
+    ]
+)
+TYPE_NAMES = st.sampled_from(["string", "integer", "number", "boolean", "null", "object", "array"])
+ANY_JSON = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-3, 5000), st.text(max_size=6), TYPE_NAMES, st.just("#/$defs/a")
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(KEYWORDS, st.text(max_size=3)), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(schema=st.dictionaries(KEYWORDS, ANY_JSON, max_size=5))
+def test_any_json_as_a_schema_is_served_or_refused_by_name_never_a_crash(schema):
+    try:
+        check_schema(schema, param="response_format")
+    except UnsupportedParameterError as refused:
+        assert refused.message.startswith("response_format: ")
+        return
+    assert schema_grammar(schema, param="response_format").startswith("root ::= ")
