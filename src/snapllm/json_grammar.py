@@ -96,8 +96,10 @@ _BASE_RULES = {
     "array": '"[" ( value ( "," value )* )? "]"',
     "string": '"\\"" char* "\\""',
     "char": '[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\/bfnrt] | "u" ' + " ".join([_HEX] * 4) + " )",
-    "integer": '"-"? ( "0" | [1-9] [0-9]* )',
-    "number": 'integer ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?',
+    # Digits are bounded (16 significant, 16 decimals, 3 of exponent): a small model left free to write
+    # digits may write them until max_tokens.
+    "integer": '"-"? ( "0" | [1-9] up-to-15-digits )',
+    "number": 'integer ( "." [0-9] up-to-15-digits )? ( [eE] [-+]? [0-9] up-to-2-digits )?',
     "boolean": '"true" | "false"',
     "null": '"null"',
 }
@@ -175,6 +177,8 @@ class _Grammar:
         full = self.prefix + name
         if full not in self.rules:
             body = _BASE_RULES[name]
+            for count in (15, 2):
+                body = body.replace(f"up-to-{count}-digits", self.repeat("[0-9]", 0, count))
             if self.prefix:
                 body = _TOKEN.sub(
                     lambda m: self.prefix + m.group() if m.group() in _BASE_RULES else m.group(), body

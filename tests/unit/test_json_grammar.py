@@ -196,7 +196,7 @@ def parameters(draw: st.DrawFn) -> dict:
 TOOL_SETS = st.lists(st.tuples(NAMES, parameters()), min_size=1, max_size=3, unique_by=lambda t: t[0])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tools=TOOL_SETS, parallel=st.booleans(), seed=st.integers(0, 2**16))
 @example(
     tools=[
@@ -251,7 +251,7 @@ def test_every_generated_tool_call_validates_against_its_own_parameters(tools, p
             jsonschema.Draft202012Validator(by_name[name]).validate(json.loads(arguments))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=parameters(), seed=st.integers(0, 2**16))
 def test_every_generated_answer_validates_against_its_schema(schema, seed, sampler):
     check_schema(schema, param="response_format")
