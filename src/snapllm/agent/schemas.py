@@ -50,6 +50,12 @@ def _rewrite(node: Any, string_limit: int | None = None) -> Any:
         node["enum"] = list(range(low, high + 1))
     if node.get("format") is not None and node["format"] not in ENFORCED_FORMATS:
         del node["format"]
+    if "pattern" in node or "format" in node:
+        # The grammar keeps a pattern or a format, not one together with a length.
+        node.pop("minLength", None)
+        node.pop("maxLength", None)
+        if "pattern" in node:
+            node.pop("format", None)
     for key in list(node):
         if key not in ENFORCED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
             del node[key]
