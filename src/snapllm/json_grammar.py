@@ -465,7 +465,9 @@ class _Converter:
                     )
                 listed.append((name, {} if extra is True else extra))
         if not listed:
-            if extra is False:
+            # "properties": {} lists none, so only {} (what tools without arguments declare); an object
+            # schema that lists nothing at all ({"type": "object"}) is any object.
+            if extra is False or (extra is True and "properties" in node):
                 return literal("{}"), 1
             if extra is True:
                 return self.g.base("object"), 1
