@@ -7,9 +7,10 @@ anything, with the same message as the inference function::
                  param="response_format")
     # UnsupportedParameterError: response_format: the schema uses minimum (at properties.n) ...
 
-The engine turns a checked schema into a llama.cpp grammar (``llama_cpp.llama_grammar``), so generation
-can only produce text that validates. Constructs the converter would silently drop (``minimum``,
-``not``, ``uniqueItems``...) are refused instead: a schema that is not enforced would be a promise broken.
+A checked schema becomes a llama.cpp grammar (:func:`snapllm.json_grammar.schema_grammar`, which
+:func:`check_schema` runs too, so what it refuses for cost or shape is refused here as well), so
+generation can only produce text that validates. Constructs a grammar cannot keep (``minimum``, ``not``,
+``uniqueItems``...) are refused instead: a schema that is not enforced would be a promise broken.
 
 Tool calls are generated as JSON in one format whatever the model (see :func:`tool_call_schema`)::
 
