@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import re
 import secrets
 import threading
 import time
@@ -28,7 +27,7 @@ import numpy as np
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 from llama_cpp import __version__ as llama_cpp_version
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+from llama_cpp.llama_grammar import LlamaGrammar
 
 from snapllm import __version__ as snapllm_version
 from snapllm.chat_templates import family_template
@@ -39,7 +38,6 @@ from snapllm.contract import (
     FinishReason,
     Generation,
     InferenceRequest,
-    JSONSchemaResponseFormat,
     Timings,
     TokenLogprob,
     ToolCall,
@@ -51,6 +49,7 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
+from snapllm.grammar import chat_grammar
 from snapllm.limits import Limits
 from snapllm.structured import (
     cut_call_error,
@@ -58,7 +57,6 @@ from snapllm.structured import (
     generic_tool_instructions,
     parse_cut_tool_calls,
     parse_tool_calls,
-    tool_call_schema,
 )
 from snapllm.system import available_cpus
 
@@ -91,11 +89,6 @@ WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
         "tool_choice": "auto",
     },
 )
-# The free-text branch of a tool_choice="auto" grammar: anything that does not open a JSON call (and
-# does not start with whitespace, so the first character alone tells a call from an answer).
-_TEXT_RULE = "free-text ::= [^{[ \\t\\r\\n] [^\\x00]*"
-_RULE_NAME = re.compile(r"^([A-Za-z0-9-]+) ::=", re.MULTILINE)
-_GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9-]+|.', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -398,7 +391,9 @@ class Engine:
             tokens, template_stops = self._chat_tokens(request)
             stop += template_stops
             param = "messages"
-            grammar, tool_calls = self._chat_grammar(request)
+            grammar, tool_calls = chat_grammar(request)
+            if grammar is not None:
+                self._check_grammar(grammar, param="tools" if tool_calls else "response_format")
         else:
             tokens = llama.tokenize(request.text.encode(), add_bos=True, special=True)
             param = "prompt"
@@ -481,53 +476,18 @@ class Engine:
             messages.insert(0, {"role": "system", "content": instructions})
         return self._formatter(messages=messages)
 
-    def _chat_grammar(
-        self, request: ChatCompletionRequest
-    ) -> tuple[str | None, Literal["all", "auto"] | None]:
-        """The grammar that constrains the answer, and whether the answer is tool calls."""
-        parallel = request.parallel_calls
-        forced = request.forced_tools
-        if forced:
-            functions = [f.model_dump(exclude_none=True) for f in forced]
-            return self._grammar(tool_call_schema(functions, parallel=parallel), param="tools"), "all"
-        answer: str | None = None
-        form = request.response_format
-        if isinstance(form, JSONSchemaResponseFormat):
-            schema = form.json_schema.json_schema or {"type": "object"}
-            answer = self._grammar(schema, param="response_format")
-        elif form is not None and form.type == "json_object":
-            answer = self._grammar({"type": "object"}, param="response_format")
-        if not request.calls_tools:
-            return answer, None
-        functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []]
-        calls = self._grammar(tool_call_schema(functions, parallel=parallel), param="tools")
-        # One grammar, two branches: the call's rules and the answer's (free text, or the response_format's
-        # JSON), each renamed apart; the first character tells which branch the model took.
-        other = _prefixed_rules(answer, "answer-") if answer is not None else _TEXT_RULE
-        branch = "answer-root" if answer is not None else "free-text"
-        grammar = f"root ::= call-root | {branch}\n{_prefixed_rules(calls, 'call-')}\n{other}"
-        self._check_grammar(grammar, param="tools")
-        return grammar, "auto"
-
-    def _grammar(self, schema: dict[str, Any], *, param: str) -> str:
-        """A llama.cpp grammar that only generates JSON valid against ``schema`` (already checked by
-        :func:`snapllm.structured.check_schema`)."""
-        try:
-            grammar = json_schema_to_gbnf(json.dumps(schema))
-        except Exception as exc:  # the converter asserts on what it cannot read (e.g. a bad pattern)
-            raise UnsupportedParameterError(
-                f"{param}: the schema cannot be turned into a grammar: {exc}", param=param
-            ) from None
-        self._check_grammar(grammar, param=param)
-        return grammar
-
     def _check_grammar(self, grammar: str, *, param: str) -> None:
         """Parse the grammar with llama.cpp once: a grammar it refuses would otherwise reach the sampler
-        chain as a null sampler, which crashes the process."""
+        chain as a null sampler, which crashes the process.
+
+        :mod:`snapllm.json_grammar` refuses, by name, every schema it cannot write a grammar for; a grammar
+        it wrote that llama.cpp still refuses is a fault of that module, reported as such."""
         sampler = low_level.llama_sampler_init_grammar(self._llama._model.vocab, grammar.encode(), b"root")
         if not sampler:
             raise UnsupportedParameterError(
-                f"{param}: llama.cpp could not build a grammar from the schema", param=param
+                f"{param}: llama.cpp refused the grammar snapllm wrote for this schema, which is a fault in "
+                "snapllm (llama.cpp logs its reason when SNAPLLM_LLAMA_VERBOSE=true); please report it",
+                param=param,
             )
         low_level.llama_sampler_free(sampler)
 
@@ -717,15 +677,6 @@ class Engine:
             logits_processor=LogitsProcessorList([progress.logprobs]) if progress.logprobs else None,
             stream=stream,
         )
-
-
-def _prefixed_rules(grammar: str, prefix: str) -> str:
-    """``grammar`` with every rule name prefixed, so two grammars can be joined without clashes.
-
-    Literals (``"..."``) and character classes (``[...]``) are kept as they are; only identifiers that
-    name a rule of this grammar change."""
-    names = set(_RULE_NAME.findall(grammar))
-    return "".join(prefix + token if token in names else token for token in _GBNF_TOKEN.findall(grammar))
 
 
 def _json_or_text(text: str) -> Any:

@@ -7,9 +7,10 @@ anything, with the same message as the inference function::
                  param="response_format")
     # UnsupportedParameterError: response_format: the schema uses minimum (at properties.n) ...
 
-The engine turns a checked schema into a llama.cpp grammar (``llama_cpp.llama_grammar``), so generation
-can only produce text that validates. Constructs the converter would silently drop (``minimum``,
-``not``, ``uniqueItems``...) are refused instead: a schema that is not enforced would be a promise broken.
+A checked schema becomes a llama.cpp grammar (:func:`snapllm.json_grammar.schema_grammar`, which
+:func:`check_schema` runs too, so what it refuses for cost or shape is refused here as well), so
+generation can only produce text that validates. Constructs a grammar cannot keep (``minimum``, ``not``,
+``uniqueItems``...) are refused instead: a schema that is not enforced would be a promise broken.
 
 Tool calls are generated as JSON in one format whatever the model (see :func:`tool_call_schema`)::
 
@@ -23,8 +24,10 @@ import json
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from snapllm.errors import ToolCallCutShortError, UnsupportedParameterError
+from snapllm.json_grammar import FORMATS, schema_grammar
 
 # Keywords the grammar converter enforces.
 ENFORCED_KEYWORDS = frozenset(
@@ -70,9 +73,7 @@ ANNOTATION_KEYWORDS = frozenset(
     }
 )
 # Formats the converter turns into grammar rules; any other format would go unchecked.
-ENFORCED_FORMATS = frozenset(
-    {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
-)
+ENFORCED_FORMATS = frozenset(FORMATS)
 JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
 # Keywords whose value is a map of name -> schema, a list of schemas, or one schema.
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
@@ -115,11 +116,17 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             continue
         if keyword == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
             yield "a $ref outside the schema", where
-        elif keyword == "format" and value not in ENFORCED_FORMATS:
+        elif keyword == "format" and (not isinstance(value, str) or value not in ENFORCED_FORMATS):
             yield f"format {value!r}", where
+        elif keyword == "required" and not (
+            isinstance(value, list) and all(isinstance(name, str) for name in value)
+        ):
+            yield "required that is not a list of names", where
+        elif keyword == "enum" and not isinstance(value, list):
+            yield "enum that is not a list", where
         elif keyword == "type":
             types = value if isinstance(value, list) else [value]
-            if not types or any(t not in JSON_TYPES for t in types):
+            if not types or any(not isinstance(t, str) or t not in JSON_TYPES for t in types):
                 yield f"type {value!r}", where
         elif keyword == "pattern" and not isinstance(value, str):
             yield "a pattern that is not a string", where
@@ -155,58 +162,11 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             yield "items: false", where
 
 
-def _refs(schema: Any) -> Iterator[str]:
-    if isinstance(schema, Mapping):
-        for keyword, value in schema.items():
-            if keyword == "$ref" and isinstance(value, str):
-                yield value
-            else:
-                yield from _refs(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _refs(item)
-
-
-def _resolve(root: Mapping[str, Any], ref: str) -> Any:
-    target: Any = root
-    for part in ref[2:].split("/"):
-        if not isinstance(target, Mapping) or part not in target:
-            return None
-        target = target[part]
-    return target
-
-
-def _recursive_ref(root: Mapping[str, Any]) -> str | None:
-    """A ``$ref`` that reaches itself again, or one that points at nothing: both are refused."""
-
-    def visit(ref: str, seen: tuple[str, ...]) -> str | None:
-        if ref in seen:
-            return ref
-        target = _resolve(root, ref)
-        if target is None:
-            return f"{ref} (which does not exist)"
-        for inner in _refs(target):
-            found = visit(inner, (*seen, ref))
-            if found:
-                return found
-        return None
-
-    for ref in _refs(root):
-        if ref.startswith("#/"):
-            found = visit(ref, ())
-            if found:
-                return found
-    return None
-
-
 def check_schema(schema: Any, *, param: str) -> None:
     """Refuse a JSON schema whose constraints the grammar cannot enforce, naming every such construct."""
     if not isinstance(schema, Mapping):
         raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
     problems = list(dict.fromkeys(f"{keyword} (at {where})" for keyword, where in _walk(schema, "")))
-    recursive = _recursive_ref(schema)
-    if recursive:
-        problems.append(f"the recursive or dangling $ref {recursive}")
     if problems:
         shown = ", ".join(problems[:8]) + (f" and {len(problems) - 8} more" if len(problems) > 8 else "")
         raise UnsupportedParameterError(
@@ -216,6 +176,15 @@ def check_schema(schema: Any, *, param: str) -> None:
             f"formats {', '.join(sorted(ENFORCED_FORMATS))}",
             param=param,
         )
+    # What remains is what only building the grammar shows (a $ref to nothing or to itself, a pattern
+    # too costly to enforce, a grammar too large...): it is built here, by the same code as the engine's.
+    try:
+        schema_grammar(schema, param=param)
+    except (TypeError, ValueError, KeyError, RecursionError) as exc:
+        # A keyword's value of a shape the checks above do not foresee: still the caller's schema.
+        raise UnsupportedParameterError(
+            f"{param}: the schema could not be read ({type(exc).__name__}: {exc})", param=param
+        ) from None
 
 
 def schema_size(schema: Any) -> int:
@@ -232,45 +201,72 @@ def _arguments_schema(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(parameters)
 
 
+def _pointer_token(name: str) -> str:
+    """``name`` as one step of a ``$ref`` (JSON pointer escapes, then URI escapes)."""
+    return quote(name.replace("~", "~0").replace("/", "~1"), safe="")
+
+
+def embed_schema(schema: Any, at: str) -> Any:
+    """``schema`` rewritten to live at the pointer ``at`` (``#/$defs/tool``) inside another schema: every
+    local ``$ref`` (to its ``$defs``, its ``properties`` or itself) then names the same part of it there.
+
+    Only schema positions are rewritten, so an ``enum`` or ``const`` value that looks like a ``$ref``
+    stays as it is."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for keyword, value in schema.items():
+        if keyword == "$ref" and isinstance(value, str) and (value == "#" or value.startswith("#/")):
+            out[keyword] = at + value[1:]
+        elif keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[keyword] = {name: embed_schema(sub, at) for name, sub in value.items()}
+        elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
+            out[keyword] = [embed_schema(sub, at) for sub in value]
+        elif keyword in _SCHEMA_VALUES:
+            out[keyword] = embed_schema(value, at)
+        else:
+            out[keyword] = value
+    return out
+
+
+def embed_schemas(schemas: Mapping[str, Any]) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
+    """Several schemas (by name) made parts of one: a ``$ref`` to each, and the ``$defs`` that hold them.
+
+    Each schema keeps its own ``$defs``, and its ``$ref``s resolve against it, whatever the names of the
+    others (a tool ``a`` with a def ``b-c`` and a tool ``a-b`` with a def ``c`` stay apart)."""
+    refs: dict[str, dict[str, str]] = {}
+    defs: dict[str, Any] = {}
+    for name, schema in schemas.items():
+        at = f"#/$defs/{_pointer_token(name)}"
+        defs[name] = embed_schema(schema, at)
+        refs[name] = {"$ref": at}
+    return refs, defs
+
+
 def tool_call_schema(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict[str, Any]:
     """The JSON schema of what the model generates to call one of ``functions`` (OpenAI ``function``
     objects: ``name`` and ``parameters``): one call, or with ``parallel`` a list of 1 to
-    :data:`MAX_PARALLEL_TOOL_CALLS` calls. Each function's parameters keep their own ``$defs``: they
-    are moved under the call's schema with the function's name as a prefix."""
-    calls: list[dict[str, Any]] = []
-    defs: dict[str, Any] = {}
-    for function in functions:
-        name = str(function["name"])
-        arguments = _arguments_schema(function.get("parameters"))
-        local = {**arguments.pop("$defs", {}), **arguments.pop("definitions", {})}
-        if local:
-            prefix = f"{name}-"
-            text = json.dumps(arguments)
-            for key in ("$defs", "definitions"):
-                text = text.replace(f'"#/{key}/', f'"#/$defs/{prefix}')
-            arguments = json.loads(text)
-            for def_name, definition in local.items():
-                inner = json.dumps(definition)
-                for key in ("$defs", "definitions"):
-                    inner = inner.replace(f'"#/{key}/', f'"#/$defs/{prefix}')
-                defs[prefix + def_name] = json.loads(inner)
-        calls.append(
-            {
-                "type": "object",
-                "properties": {"name": {"const": name}, "arguments": arguments},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-        )
+    :data:`MAX_PARALLEL_TOOL_CALLS` calls. Each function's parameters become a ``$defs`` entry of their
+    own (:func:`embed_schemas`), which the call's ``arguments`` refer to."""
+    refs, defs = embed_schemas(
+        {str(function["name"]): _arguments_schema(function.get("parameters")) for function in functions}
+    )
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": ref},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for name, ref in refs.items()
+    ]
     call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
     schema: dict[str, Any] = (
         {"type": "array", "items": call, "minItems": 1, "maxItems": MAX_PARALLEL_TOOL_CALLS}
         if parallel
         else call
     )
-    if defs:
-        schema = {**schema, "$defs": defs}
-    return schema
+    return {**schema, "$defs": defs}
 
 
 def generic_tool_instructions(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> str:

@@ -35,6 +35,7 @@ from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
 from snapllm.runtime import InferenceRuntime
 from snapllm.streaming.app import create_app
+from tests.hostile_schemas import HOSTILE
 from tests.integration.llama_server import start_llama_cpp_server
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
 
@@ -169,6 +170,27 @@ CASES = [
                 "type": "json_schema",
                 "json_schema": {"name": "n", "schema": {"type": "string", "pattern": "(("}},
             }
+        ),
+    ),
+    *(
+        Case(
+            f"schema-{name}",
+            chat_with(
+                response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+            ),
+        )
+        for name, (schema, refusal) in HOSTILE.items()
+        if refusal is not None
+    ),
+    Case(
+        "tool-schema-nullable-pattern-repeat",
+        chat_with(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {"name": "f", "parameters": {"type": "string", "pattern": "^(a?){4096}$"}},
+                }
+            ]
         ),
     ),
     Case("tool-without-function", chat_with(tools=[{"type": "function"}])),

@@ -3,6 +3,7 @@ real way (local S3 -> memfd -> llama.cpp), and ``Engine.stream`` itself."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -225,3 +226,32 @@ def test_direct_invoke_answers_json_schema_requests(runtime):
         {**body, "response_format": {"type": "json_object"}, "tools": [{"type": "x"}]}, None
     )
     assert refused["statusCode"] == 400 and refused["error"]["param"].startswith("tools")
+
+
+def test_requests_are_decoded_and_checked_off_the_event_loop(runtime, client, monkeypatch):
+    """A request's body (its schemas' grammars included) is checked on a worker thread, so a costly one
+    cannot stall the streams the event loop is serving. The engine's own model check is wrapped to see
+    where it runs: a worker thread has no running event loop."""
+    on_the_loop: list[bool] = []
+    check_model = runtime.engine.check_model
+
+    def spy(requested: str | None) -> None:
+        try:
+            asyncio.get_running_loop()
+            on_the_loop.append(True)
+        except RuntimeError:
+            on_the_loop.append(False)
+        check_model(requested)
+
+    monkeypatch.setattr(runtime.engine, "check_model", spy)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    body = {
+        "messages": [{"role": "user", "content": "Answer in JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
+        assert response.status_code == 200 and _events(response)[-1] == "[DONE]"
+    assert on_the_loop == [False, False]

@@ -172,6 +172,48 @@ def test_required_tool_choice_calls_real_tools_with_valid_arguments(client):
         _check_calls(choice.message.tool_calls)
 
 
+# Tool parameters that broke the old tool-call grammar: defs that collided once renamed ("a" + "b-c" and
+# "a-b" + "c"), a $ref into the tool's own properties, and a required key properties does not list.
+TRICKY_TOOLS = {
+    "a": {
+        "type": "object",
+        "properties": {"v": {"$ref": "#/$defs/b-c"}},
+        "required": ["v"],
+        "$defs": {"b-c": {"const": 7}},
+    },
+    "a-b": {
+        "type": "object",
+        "properties": {"v": {"$ref": "#/$defs/c"}},
+        "required": ["v"],
+        "$defs": {"c": {"type": "string", "maxLength": 4}},
+    },
+    "name": {
+        "type": "object",
+        "properties": {"name": {"type": "integer"}, "copy": {"$ref": "#/properties/name"}},
+        "required": ["name", "copy", "extra"],
+        "additionalProperties": {"type": "boolean"},  # what "extra" must be
+    },
+}
+
+
+@pytest.mark.parametrize("tool", list(TRICKY_TOOLS))
+def test_tricky_tool_parameters_give_arguments_valid_for_that_tool(client, tool):
+    tools = [{"type": "function", "function": {"name": n, "parameters": p}} for n, p in TRICKY_TOOLS.items()]
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Call the tool."}],
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": tool}},
+        max_tokens=48,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    for call in choice.message.tool_calls:
+        assert call.function.name == tool
+        jsonschema.Draft202012Validator(TRICKY_TOOLS[tool]).validate(json.loads(call.function.arguments))
+
+
 def test_named_tool_choice_calls_that_function_once(client):
     completion = client.chat.completions.create(
         model=MODEL,

@@ -126,6 +126,7 @@ def test_enforceable_rewrites_what_the_grammar_cannot_keep():
             "url": {"type": "string", "format": "uri"},
             "when": {"type": "string", "format": "date"},
             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "code": {"type": "string", "pattern": "^[A-Z]{3}$", "maxLength": 3, "format": "date"},
         },
         "$defs": {"x": {"type": "number", "multipleOf": 2}},
     }
@@ -136,6 +137,7 @@ def test_enforceable_rewrites_what_the_grammar_cannot_keep():
     assert out["properties"]["url"] == {"type": "string"}
     assert out["properties"]["when"]["format"] == "date"
     assert "uniqueItems" not in out["properties"]["tags"] and out["$defs"]["x"] == {"type": "number"}
+    assert out["properties"]["code"] == {"type": "string", "pattern": "^[A-Z]{3}$"}  # one of them is kept
     assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
 
 

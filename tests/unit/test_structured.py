@@ -6,9 +6,11 @@ import pytest
 
 from snapllm.contract import parse_request
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.json_grammar import resolve_pointer
 from snapllm.limits import Limits
 from snapllm.structured import (
     check_schema,
+    embed_schema,
     generic_tool_call_text,
     parse_cut_tool_calls,
     parse_tool_calls,
@@ -41,7 +43,7 @@ def test_enforceable_schemas_pass():
         ({"type": "string", "format": "email"}, "format 'email'"),
         ({"$ref": "https://example.test/s.json"}, "a $ref outside the schema"),
         ({"$defs": {"N": {"properties": {"n": {"$ref": "#/$defs/N"}}}}, "$ref": "#/$defs/N"}, "recursive"),
-        ({"$ref": "#/$defs/Missing"}, "does not exist"),
+        ({"$ref": "#/$defs/Missing"}, "points at nothing"),
         ({"type": "array", "uniqueItems": True}, "uniqueItems"),
         ({"type": "thing"}, "type 'thing'"),
         ({"type": "string", "maxLength": 10**9}, "maxLength 1000000000"),
@@ -60,10 +62,45 @@ def test_tool_call_schema_names_each_function_and_keeps_their_defs():
     schema = tool_call_schema(functions, parallel=True)
     assert schema["type"] == "array" and schema["minItems"] == 1
     assert [c["properties"]["name"] for c in schema["items"]["anyOf"]] == [{"const": "a"}, {"const": "b"}]
-    assert schema["$defs"] == {"a-Kind": {"enum": ["a", "b"]}}
-    assert "#/$defs/a-Kind" in json.dumps(schema)
+    arguments = [c["properties"]["arguments"] for c in schema["items"]["anyOf"]]
+    assert arguments == [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]
+    # Each function's parameters are one def, whose own refs now point inside it.
+    assert schema["$defs"]["a"]["$defs"] == {"Kind": {"enum": ["a", "b"]}}
+    assert schema["$defs"]["a"]["properties"]["kind"] == {"$ref": "#/$defs/a/$defs/Kind"}
     check_schema(schema, param="tools")
     assert tool_call_schema([{"name": "b"}], parallel=False)["properties"]["name"] == {"const": "b"}
+
+
+def test_embedded_refs_resolve_against_their_own_schema_whatever_the_names():
+    colliding = tool_call_schema(
+        [
+            {
+                "name": "a",
+                "parameters": {"properties": {"v": {"$ref": "#/$defs/b-c"}}, "$defs": {"b-c": {"const": 7}}},
+            },
+            {
+                "name": "a-b",
+                "parameters": {
+                    "properties": {"v": {"$ref": "#/$defs/c"}},
+                    "$defs": {"c": {"type": "string"}},
+                },
+            },
+            {
+                "name": "p/q~r",
+                "parameters": {"properties": {"n": {"type": "integer"}, "m": {"$ref": "#/properties/n"}}},
+            },
+        ],
+        parallel=False,
+    )
+    calls = {c["properties"]["name"]["const"]: c for c in colliding["anyOf"]}
+    a, ab, pq = (
+        resolve_pointer(colliding, calls[n]["properties"]["arguments"]["$ref"]) for n in ("a", "a-b", "p/q~r")
+    )
+    assert resolve_pointer(colliding, a["properties"]["v"]["$ref"]) == {"const": 7}
+    assert resolve_pointer(colliding, ab["properties"]["v"]["$ref"]) == {"type": "string"}
+    assert resolve_pointer(colliding, pq["properties"]["m"]["$ref"]) == {"type": "integer"}
+    # A value that merely looks like a $ref is data, not a reference.
+    assert embed_schema({"const": {"$ref": "#/x"}}, "#/$defs/t") == {"const": {"$ref": "#/x"}}
 
 
 def test_tool_calls_parse_from_the_generated_format_only():

@@ -18,7 +18,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from snapllm.structured import ANNOTATION_KEYWORDS, ENFORCED_FORMATS, ENFORCED_KEYWORDS
+from snapllm.structured import ANNOTATION_KEYWORDS, ENFORCED_FORMATS, ENFORCED_KEYWORDS, embed_schemas
 
 # An integer range up to this many values is turned into an enum, so the grammar keeps it.
 MAX_ENUM_RANGE = 16
@@ -50,6 +50,12 @@ def _rewrite(node: Any, string_limit: int | None = None) -> Any:
         node["enum"] = list(range(low, high + 1))
     if node.get("format") is not None and node["format"] not in ENFORCED_FORMATS:
         del node["format"]
+    if "pattern" in node or "format" in node:
+        # The grammar keeps a pattern or a format, not one together with a length.
+        node.pop("minLength", None)
+        node.pop("maxLength", None)
+        if "pattern" in node:
+            node.pop("format", None)
     for key in list(node):
         if key not in ENFORCED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
             del node[key]
@@ -86,45 +92,23 @@ def with_documents(parameters: dict[str, Any], documents: Sequence[str]) -> dict
 
 def plan_schema(tools: Sequence[tuple[str, dict[str, Any]]], *, max_steps: int) -> dict[str, Any]:
     """The plan's schema: 1 to ``max_steps`` steps, each naming one of ``tools`` (name, parameters) and
-    arguments valid for it; a tool's ``$defs`` move under the plan's, prefixed with its name."""
-    steps: list[dict[str, Any]] = []
-    defs: dict[str, Any] = {}
-    for name, parameters in tools:
-        arguments = copy.deepcopy(parameters)
-        local = {**arguments.pop("$defs", {}), **arguments.pop("definitions", {})}
-        if local:
-            arguments = _prefix_refs(arguments, f"{name}-")
-            defs.update({f"{name}-{key}": _prefix_refs(value, f"{name}-") for key, value in local.items()})
-        steps.append(
-            {
-                "type": "object",
-                "properties": {"tool": {"const": name}, "arguments": arguments},
-                "required": ["tool", "arguments"],
-                "additionalProperties": False,
-            }
-        )
+    arguments valid for it; each tool's parameters are a ``$defs`` entry of their own
+    (:func:`snapllm.structured.embed_schemas`), so their own ``$defs`` and ``$ref``s stay apart."""
+    refs, defs = embed_schemas(dict(tools))
+    steps = [
+        {
+            "type": "object",
+            "properties": {"tool": {"const": name}, "arguments": ref},
+            "required": ["tool", "arguments"],
+            "additionalProperties": False,
+        }
+        for name, ref in refs.items()
+    ]
     step: dict[str, Any] = steps[0] if len(steps) == 1 else {"anyOf": steps}
-    schema: dict[str, Any] = {
+    return {
         "type": "object",
         "properties": {"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}},
         "required": ["steps"],
         "additionalProperties": False,
+        "$defs": defs,
     }
-    if defs:
-        schema["$defs"] = defs
-    return schema
-
-
-def _prefix_refs(node: Any, prefix: str) -> Any:
-    if isinstance(node, dict):
-        out = {}
-        for key, value in node.items():
-            if key == "$ref" and isinstance(value, str):
-                for kind in ("#/$defs/", "#/definitions/"):
-                    if value.startswith(kind):
-                        value = f"#/$defs/{prefix}{value[len(kind) :]}"
-            out[key] = _prefix_refs(value, prefix)
-        return out
-    if isinstance(node, list):
-        return [_prefix_refs(item, prefix) for item in node]
-    return node

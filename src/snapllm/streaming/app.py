@@ -259,7 +259,13 @@ class StreamingApp:
 
     async def _parse(self, request: Request, required: Required) -> AnyRequest:
         check_content_type(request.headers.get("content-type"))
-        body = decode_json(await request.body(), max_bytes=self.max_body_bytes)
+        raw = await request.body()
+        # Decoding and validating a body (its schemas' grammars included) is CPU work bounded per request,
+        # but not free: it runs on a worker thread, so the event loop keeps serving every other stream.
+        return await anyio.to_thread.run_sync(self._parse_body, raw, required)
+
+    def _parse_body(self, raw: bytes, required: Required) -> AnyRequest:
+        body = decode_json(raw, max_bytes=self.max_body_bytes)
         parsed = (
             parse_responses_request(body) if required == "input" else parse_request(body, required=required)
         )

@@ -1,0 +1,919 @@
+"""JSON schema to grammar: the llama.cpp grammar (GBNF) of compact JSON valid against a schema.
+
+Pure Python (no llama.cpp), so the router refuses what cannot be served before invoking anything, and the
+conversion is testable without a model::
+
+    schema_grammar({"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                    "required": ["city"]}, param="response_format")
+    # 'root ::= "{" root-1 "}"\\n...'   (generates {"city":"Paris"}, never { "city" : "Paris" })
+
+Every request's cost is bounded here, before a grammar reaches llama.cpp:
+
+- the work is linear in the schema: each ``$ref`` target becomes one rule, converted once however many
+  places refer to it, and every step is counted against :data:`MAX_STEPS`;
+- the grammar's size is bounded (:data:`MAX_GRAMMAR_CHARS`): a bounded repeat (``maxLength``,
+  ``maxItems``, ``{m,n}`` in a pattern) becomes a chain of rules shared by every repeat of the same item;
+- what makes llama.cpp's sampler slow is not a grammar's size but how many parses it keeps alive at once
+  (one per alternative still possible). A repeat of a pattern part that can match nothing (``(a?){4096}``
+  keeps 4,097 alive at every character) is refused, a pattern's expanded size is bounded
+  (:data:`MAX_PATTERN_SIZE`), and so is how many alternatives nested ``anyOf``/``oneOf``/``enum``/type
+  lists can keep open at one point (:data:`MAX_CHOICES`).
+
+Each refusal is an :class:`~snapllm.errors.UnsupportedParameterError` that names the construct, where it is,
+and why. The JSON is compact: no whitespace between tokens, so no token is spent on padding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from snapllm.errors import UnsupportedParameterError
+
+# Bounds on the work a schema causes (see the module's docstring).
+MAX_STEPS = 50_000
+MAX_GRAMMAR_CHARS = 1_000_000
+MAX_PATTERN_SIZE = 4096
+MAX_CHOICES = 256
+
+# The formats the grammar spells out (the names pydantic and OpenAI use).
+_HEX = "[0-9a-fA-F]"
+_DATE = '[0-9] [0-9] [0-9] [0-9] "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] )'
+_TIME = (
+    '( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9] [0-9] [0-9] )? '
+    '( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'
+)
+
+
+def _uuid(version: str) -> str:
+    third = f'"{version}" {_HEX} {_HEX} {_HEX}' if version else " ".join([_HEX] * 4)
+    groups = [" ".join([_HEX] * 8), " ".join([_HEX] * 4), third, " ".join([_HEX] * 4), " ".join([_HEX] * 12)]
+    return ' "-" '.join(groups)
+
+
+FORMATS: Mapping[str, str] = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f'{_DATE} "T" {_TIME}',
+    "uuid": _uuid(""),
+    **{f"uuid{n}": _uuid(str(n)) for n in range(1, 6)},
+}
+# Keywords that constrain nothing (ignoring them keeps every promise).
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "strict",
+        "discriminator",
+        "nullable",
+        "$defs",
+        "definitions",
+    }
+)
+_OBJECT_KEYS = ("properties", "required", "additionalProperties")
+_ARRAY_KEYS = ("items", "prefixItems", "minItems", "maxItems")
+_STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
+_TYPE_ORDER = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+# The JSON every schema builds on (names are prefixed per grammar). "char" is one character of a JSON
+# string: anything but a quote, a backslash or a control character, or an escape.
+_BASE_RULES = {
+    "value": "object | array | string | number | boolean | null",
+    "object": '"{" ( member ( "," member )* )? "}"',
+    "member": 'string ":" value',
+    "array": '"[" ( value ( "," value )* )? "]"',
+    "string": '"\\"" char* "\\""',
+    "char": '[^"\\\\\\x00-\\x1F] | "\\\\" ( ["\\\\/bfnrt] | "u" ' + " ".join([_HEX] * 4) + " )",
+    # Digits are bounded (16 significant, 16 decimals, 3 of exponent): a small model left free to write
+    # digits may write them until max_tokens.
+    "integer": '"-"? ( "0" | [1-9] up-to-15-digits )',
+    "number": 'integer ( "." [0-9] up-to-15-digits )? ( [eE] [-+]? [0-9] up-to-2-digits )?',
+    "boolean": '"true" | "false"',
+    "null": '"null"',
+}
+# A GBNF token: a literal, a character class or a rule name (only the last is renamed).
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z][A-Za-z0-9-]*')
+_BASE_REFS = {
+    name: [other for other in _BASE_RULES if other != name and other in _TOKEN.findall(body)]
+    for name, body in _BASE_RULES.items()
+}
+
+
+def literal(text: str) -> str:
+    """``text`` as a GBNF string literal (UTF-8 kept as is; quotes, backslashes and controls escaped)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ch == "\x7f":
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def json_literal(value: Any) -> str:
+    """A JSON value as the GBNF literal of its compact text."""
+    return literal(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _refuse(param: str, what: str, where: str, why: str) -> UnsupportedParameterError:
+    place = where.lstrip(".") or "the root"
+    return UnsupportedParameterError(f"{param}: {what} (at {place}) {why}", param=param)
+
+
+def resolve_pointer(root: Any, ref: str) -> Any:
+    """The part of ``root`` that a local ``$ref`` (``#``, ``#/$defs/a``, ``#/properties/a~1b``) names, or
+    raises KeyError."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        raise KeyError(ref)
+    target = root
+    for raw in ref[2:].split("/"):
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(target, Mapping) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            raise KeyError(ref)
+    return target
+
+
+@dataclass
+class _Grammar:
+    """The rules written so far, with the counters that bound a conversion."""
+
+    param: str
+    prefix: str
+    rules: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # body -> rule name, so equal rules are shared
+    chains: dict[str, list[str]] = field(default_factory=dict)  # item -> rules "up to k more items"
+    chars: int = 0
+    steps: int = 0
+
+    def step(self, where: str) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _refuse(
+                self.param, "the schema", where, f"needs more than {MAX_STEPS} steps to turn into a grammar"
+            )
+
+    def base(self, name: str) -> str:
+        """One of the shared JSON rules (``value``, ``string``...), written with what it refers to."""
+        full = self.prefix + name
+        if full not in self.rules:
+            body = _BASE_RULES[name]
+            for count in (15, 2):
+                body = body.replace(f"up-to-{count}-digits", self.repeat("[0-9]", 0, count))
+            if self.prefix:
+                body = _TOKEN.sub(
+                    lambda m: self.prefix + m.group() if m.group() in _BASE_RULES else m.group(), body
+                )
+            self.define(full, body)
+            for other in _BASE_REFS[name]:
+                self.base(other)
+        return full
+
+    def define(self, name: str, body: str) -> None:
+        self.rules[name] = body
+        self.chars += len(name) + len(body) + 6
+        if self.chars > MAX_GRAMMAR_CHARS:
+            raise UnsupportedParameterError(
+                f"{self.param}: the schema's grammar would be over {MAX_GRAMMAR_CHARS} characters; its "
+                "repeat counts (maxLength, maxItems, pattern repeats) add up to too much",
+                param=self.param,
+            )
+
+    def reserve(self, hint: str) -> str:
+        name = f"{self.prefix}{hint}-{len(self.rules) + 1}"
+        self.rules[name] = ""
+        return name
+
+    def rule(self, body: str, hint: str = "r") -> str:
+        """A rule with ``body`` (an existing one if another rule has the same body)."""
+        if body in self.names:
+            return self.names[body]
+        name = f"{self.prefix}{hint}-{len(self.rules) + 1}"
+        self.define(name, body)
+        self.names[body] = name
+        return name
+
+    def repeat(self, item: str, low: int, high: int | None) -> str:
+        """``item`` (a rule name or a literal) repeated ``low`` to ``high`` (None: no bound) times.
+
+        The optional part is a chain (``up-to-k ::= item up-to-(k-1) | ""``) shared by every repeat of the
+        same item, so llama.cpp keeps two parses alive, not one per count, and the grammar grows with the
+        largest count rather than their sum."""
+        parts = [item] * low
+        if high is None:
+            parts.append(self._star(item))
+        elif high > low:
+            parts.append(self._up_to(item, high - low))
+        if len(parts) > 16:
+            return self.rule(" ".join(parts), "rep")
+        return " ".join(p for p in parts if p) or '""'
+
+    def _star(self, item: str) -> str:
+        key = f"*{item}"
+        if key not in self.names:
+            name = self.reserve("many")
+            self.names[key] = name
+            self.define(name, f'{item} {name} | ""')
+        return self.names[key]
+
+    def _up_to(self, item: str, count: int) -> str:
+        built = self.chains.setdefault(item, [])
+        for k in range(len(built) + 1, count + 1):
+            name = self.reserve(f"upto{k}")
+            self.define(name, f'{item} {built[-1]} | ""' if built else f'{item} | ""')
+            built.append(name)
+        return built[count - 1]
+
+    def text(self, root: str) -> str:
+        lines = [f"{self.prefix}root ::= {root}"]
+        lines += [f"{name} ::= {body}" for name, body in self.rules.items()]
+        return "\n".join(lines) + "\n"
+
+
+class _Converter:
+    def __init__(self, root: Mapping[str, Any], grammar: _Grammar) -> None:
+        self.root = root
+        self.g = grammar
+        self.param = grammar.param
+        self.ref_rules: dict[str, str] = {}
+        self.ref_choices: dict[str, int] = {}
+        self.visiting: set[str] = set()
+
+    # --- schemas ---------------------------------------------------------------------------------------
+
+    def schema(self, node: Any, where: str) -> tuple[str, int]:
+        """The GBNF expression for ``node`` and how many alternatives it can keep open at once."""
+        self.g.step(where)
+        if node is True or node == {}:
+            return self.g.base("value"), 1
+        if not isinstance(node, Mapping):
+            raise _refuse(self.param, "a schema that is not an object", where, "cannot be generated")
+        constraining = {k: v for k, v in node.items() if k not in _ANNOTATIONS}
+        if not constraining:
+            return self.g.base("value"), 1
+        if "$ref" in constraining:
+            rest = {k: v for k, v in constraining.items() if k != "$ref"}
+            target = self._target(constraining["$ref"], where)
+            if not rest:
+                return self.ref(constraining["$ref"], where)
+            return self.schema(self.merge(target, rest, where), where)
+        if "allOf" in constraining:
+            merged: dict[str, Any] = {k: v for k, v in constraining.items() if k != "allOf"}
+            for index, part in enumerate(constraining["allOf"]):
+                merged = self.merge(merged, self._inline(part, f"{where}.allOf[{index}]"), where)
+            return self.schema(merged, where)
+        for key in ("anyOf", "oneOf"):
+            if key in constraining:
+                rest = {k: v for k, v in constraining.items() if k != key}
+                branches = [
+                    self.merge(rest, self._inline(part, f"{where}.{key}[{i}]"), where) if rest else part
+                    for i, part in enumerate(constraining[key])
+                ]
+                return self.choice(
+                    [self.schema(b, f"{where}.{key}[{i}]") for i, b in enumerate(branches)], where
+                )
+        if "const" in constraining:
+            return json_literal(constraining["const"]), 1
+        if "enum" in constraining:
+            return self.enum(constraining, where)
+        return self.typed(constraining, where)
+
+    def ref(self, ref: str, where: str) -> tuple[str, int]:
+        if ref in self.ref_rules:
+            if ref in self.visiting:
+                raise _refuse(
+                    self.param,
+                    f"the recursive $ref {ref}",
+                    where,
+                    "refers back to itself; recursive schemas are not supported",
+                )
+            return self.ref_rules[ref], self.ref_choices[ref]
+        target = self._target(ref, where)
+        name = self.g.reserve("ref")
+        self.ref_rules[ref] = name
+        self.visiting.add(ref)
+        expression, choices = self.schema(target, ref[2:] or "the root")
+        self.visiting.discard(ref)
+        self.g.define(name, expression)
+        self.ref_choices[ref] = choices
+        return name, choices
+
+    def _target(self, ref: Any, where: str) -> Any:
+        if not isinstance(ref, str):
+            raise _refuse(self.param, "a $ref that is not a string", where, "cannot be resolved")
+        try:
+            return resolve_pointer(self.root, ref)
+        except KeyError:
+            raise _refuse(self.param, f"the $ref {ref}", where, "points at nothing in the schema") from None
+
+    def _inline(self, node: Any, where: str) -> Any:
+        """``node`` with a top-level ``$ref`` replaced by its target (for merging)."""
+        seen: set[str] = set()
+        while isinstance(node, Mapping) and "$ref" in node:
+            ref = node["$ref"]
+            if ref in seen or ref in self.visiting:
+                raise _refuse(self.param, f"the recursive $ref {ref}", where, "refers back to itself")
+            seen.add(ref)
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            node = self.merge(self._target(ref, where), rest, where) if rest else self._target(ref, where)
+        return node
+
+    def merge(self, a: Any, b: Any, where: str) -> dict[str, Any]:
+        """Two schemas that must both hold, as one (what ``allOf`` and keywords beside ``$ref`` mean)."""
+        self.g.step(where)
+        a, b = self._inline(a, where), self._inline(b, where)
+        if a is True:
+            a = {}
+        if b is True:
+            b = {}
+        if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+            raise _refuse(self.param, "allOf with a part that is not an object", where, "cannot be merged")
+        out = dict(a)
+        for key, value in b.items():
+            if key not in out or key in _ANNOTATIONS:
+                out[key] = value
+            elif key == "properties":
+                props = dict(out[key])
+                for name, sub in value.items():
+                    props[name] = {"allOf": [props[name], sub]} if name in props else sub
+                out[key] = props
+            elif key == "required":
+                out[key] = list(dict.fromkeys([*out[key], *value]))
+            elif key == "type":
+                left = out[key] if isinstance(out[key], list) else [out[key]]
+                right = value if isinstance(value, list) else [value]
+                both = [t for t in left if t in right or (t == "integer" and "number" in right)]
+                both += [t for t in right if t == "integer" and "number" in left and t not in both]
+                if not both:
+                    raise _refuse(
+                        self.param, "allOf with types that exclude each other", where, "allows no value"
+                    )
+                out[key] = both
+            elif key in ("allOf", "anyOf", "oneOf"):
+                out[key] = (
+                    [{"allOf": [x, y]} for x in out[key] for y in value]
+                    if key != "allOf"
+                    else [
+                        *out[key],
+                        *value,
+                    ]
+                )
+                if key != "allOf" and len(out[key]) > MAX_CHOICES:
+                    raise _refuse(
+                        self.param, f"allOf of several {key}", where, f"makes over {MAX_CHOICES} choices"
+                    )
+            elif out[key] != value:
+                raise _refuse(
+                    self.param,
+                    f"allOf with two different {key} values",
+                    where,
+                    "cannot be merged into one grammar",
+                )
+        return out
+
+    def choice(self, options: list[tuple[str, int]], where: str) -> tuple[str, int]:
+        expressions = list(dict.fromkeys(expression for expression, _ in options))
+        choices = sum(c for _, c in options)
+        if choices > MAX_CHOICES:
+            raise _refuse(
+                self.param,
+                "anyOf/oneOf/enum/type choices",
+                where,
+                f"keep {choices} alternatives open at once (at most {MAX_CHOICES}); nested choices multiply",
+            )
+        if len(expressions) == 1:
+            return expressions[0], choices
+        return self.g.rule(" | ".join(expressions), "choice"), choices
+
+    def enum(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        values = node["enum"]
+        if not isinstance(values, list) or not values:
+            raise _refuse(self.param, "an empty enum", where, "allows no value at all")
+        types = node.get("type")
+        if types is not None:
+            allowed = types if isinstance(types, list) else [types]
+            values = [
+                v
+                for v in values
+                if _json_type(v) in allowed or (_json_type(v) == "integer" and "number" in allowed)
+            ]
+            if not values:
+                raise _refuse(
+                    self.param, "an enum whose values are not of its type", where, "allows no value"
+                )
+        return self.choice([(json_literal(v), 1) for v in values], where)
+
+    def typed(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        types = node.get("type")
+        if types is None:
+            implied = [
+                kind
+                for kind, keys in (("object", _OBJECT_KEYS), ("array", _ARRAY_KEYS), ("string", _STRING_KEYS))
+                if any(k in node for k in keys)
+            ]
+            if not implied:
+                return self.g.base("value"), 1
+            types = implied
+        listed = types if isinstance(types, list) else [types]
+        if not listed:
+            raise _refuse(self.param, "an empty type list", where, "allows no value")
+        kinds = [t for t in _TYPE_ORDER if t in listed and not (t == "integer" and "number" in listed)]
+        options = [self.of_type(kind, node, where) for kind in kinds]
+        return self.choice(options, where)
+
+    def of_type(self, kind: str, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        if kind == "object":
+            return self.object(node, where)
+        if kind == "array":
+            return self.array(node, where)
+        if kind == "string":
+            return self.string(node, where), 1
+        return self.g.base(kind), 1
+
+    def object(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        properties = node.get("properties") or {}
+        required = list(dict.fromkeys(node.get("required") or []))
+        extra = node.get("additionalProperties", True)
+        listed: list[tuple[str, Any]] = list(properties.items())
+        for name in required:
+            if name not in properties:
+                if extra is False:
+                    raise _refuse(
+                        self.param,
+                        f"required {name!r}",
+                        where,
+                        "is not in properties and additionalProperties is false, so no object is valid",
+                    )
+                listed.append((name, {} if extra is True else extra))
+        if not listed:
+            # "properties": {} lists none, so only {} (what tools without arguments declare); an object
+            # schema that lists nothing at all ({"type": "object"}) is any object.
+            if extra is False or (extra is True and "properties" in node):
+                return literal("{}"), 1
+            if extra is True:
+                return self.g.base("object"), 1
+            value, choices = self.schema(extra, f"{where}.additionalProperties")
+            member = self.g.rule(f'{self.g.base("string")} ":" {value}', "member")
+            return self.g.rule(f'"{{" ( {member} ( "," {member} )* )? "}}"', "map"), choices
+        # Members in the order listed; each optional one may be left out. Built from the end: first[i] is
+        # what may follow "{" from member i on, later[i] what may follow a member (with its comma).
+        members = []
+        widest = 1
+        for name, sub in listed:
+            value, choices = self.schema(sub, f"{where}.properties.{name}")
+            widest = max(widest, choices)
+            members.append(
+                (
+                    self.g.rule(f"{literal(json.dumps(name, ensure_ascii=False) + ':')} {value}", "kv"),
+                    name in required,
+                )
+            )
+        first, later = '""', '""'
+        optional_run = 0
+        for member, is_required in reversed(members):
+            if is_required:
+                first = self.g.rule(f"{member} {later}".replace(' ""', ""), "props")
+                later = self.g.rule(f'"," {member} {later}'.replace(' ""', ""), "props")
+                optional_run = 0
+            else:
+                optional_run += 1
+                first = self.g.rule(f"{member} {later} | {first}".replace(' ""', "", 1), "props")
+                later = self.g.rule(f'"," {member} {later} | {later}'.replace(' ""', "", 1), "props")
+        if widest * max(optional_run, 1) > MAX_CHOICES * 4:
+            raise _refuse(self.param, "optional properties", where, "keep too many alternatives open at once")
+        return self.g.rule(f'"{{" {first} "}}"'.replace(' "" ', " "), "obj"), widest
+
+    def array(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        low = int(node.get("minItems", 0))
+        high = node.get("maxItems")
+        items = node.get("items", True)
+        prefix = node.get("prefixItems") or []
+        if isinstance(items, list):  # the older tuple form: its items, then anything
+            prefix, items = items, True
+        if high is not None and low > high:
+            raise _refuse(self.param, "minItems over maxItems", where, "allows no array")
+        if high is not None:
+            prefix = prefix[:high]
+        tail_schema = True if items is None else items
+        if tail_schema is False:
+            tail = None
+        else:
+            tail, _ = self.schema(tail_schema, f"{where}.items")
+        positional = [self.schema(p, f"{where}.prefixItems[{i}]")[0] for i, p in enumerate(prefix)]
+        k = len(positional)
+        if tail is None and low > k:
+            raise _refuse(self.param, "minItems over the items allowed", where, "allows no array")
+        # After the positional items: more of `items`, each after a comma.
+        more_low = max(low - k, 0)
+        more_high = None if high is None else high - k
+        if tail is None or more_high == 0:
+            rest = '""'
+        else:
+            separated = self.g.rule(f'"," {tail}', "next")
+            rest = self.g.repeat(separated, more_low, more_high)
+        if k == 0:
+            if tail is None or high == 0:
+                return literal("[]"), 1
+            first_low = max(low - 1, 0)
+            first_high = None if high is None else high - 1
+            separated = self.g.rule(f'"," {tail}', "next")
+            body = f"{tail} {self.g.repeat(separated, first_low, first_high)}"
+            body = self.g.rule(body if low > 0 else f'{body} | ""', "items")
+            return self.g.rule(f'"[" {body} "]"', "arr"), 1
+        body = rest
+        for index in range(k - 1, -1, -1):
+            comma = '"," ' if index else ""
+            sequence = f"{comma}{positional[index]} {body}"
+            body = self.g.rule(sequence if index < low else f'{sequence} | ""', "tuple")
+        return self.g.rule(f'"[" {body} "]"', "arr"), 1
+
+    def string(self, node: Mapping[str, Any], where: str) -> str:
+        fmt, pattern = node.get("format"), node.get("pattern")
+        low, high = int(node.get("minLength", 0)), node.get("maxLength")
+        if high is not None and low > high:
+            raise _refuse(self.param, "minLength over maxLength", where, "allows no string")
+        if fmt is not None or pattern is not None:
+            if "minLength" in node or "maxLength" in node or (fmt is not None and pattern is not None):
+                raise _refuse(
+                    self.param,
+                    "pattern or format together with minLength/maxLength or each other",
+                    where,
+                    "cannot be enforced together; keep one of them",
+                )
+            if fmt is not None:
+                if fmt not in FORMATS:
+                    raise _refuse(self.param, f"format {fmt!r}", where, "has no grammar")
+                return self.g.rule(f'"\\"" {FORMATS[fmt]} "\\""', f"fmt-{fmt}")
+            inner = pattern_grammar(pattern, self.g, where)
+            return self.g.rule(f'"\\"" {inner} "\\""', "pattern")
+        char = self.g.base("char")
+        if low == 0 and high is None:
+            return self.g.base("string")
+        return self.g.rule(f'"\\"" {self.g.repeat(char, low, high)} "\\""', "str")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def schema_grammar(schema: Any, *, param: str, prefix: str = "") -> str:
+    """The GBNF grammar (root rule ``{prefix}root``) of compact JSON valid against ``schema``; raises
+    :class:`UnsupportedParameterError` naming what cannot be generated or would cost too much."""
+    if not isinstance(schema, Mapping) and not isinstance(schema, bool):
+        raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
+    grammar = _Grammar(param=param, prefix=prefix)
+    root = schema if isinstance(schema, Mapping) else {}
+    if schema is False:
+        raise _refuse(param, "a false schema", "", "allows no value")
+    expression, _ = _Converter(root, grammar).schema(schema, "")
+    return grammar.text(expression)
+
+
+# --- Patterns -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    """A parsed regular expression: its GBNF expression, whether it can match nothing, and its size once
+    every repeat is spelled out."""
+
+    expression: str
+    nullable: bool
+    size: int
+
+
+# What a pattern's character means inside a JSON string: printable characters stand for themselves, a quote
+# or a backslash is written escaped, a control character as its JSON escape.
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+_CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \t\n\r\f\v"}
+# A pattern's "any character": everything a JSON string holds unescaped.
+_ANY = '[^"\\\\\\x00-\\x1F]'
+
+
+def _json_char(ch: str) -> str:
+    encoded = _JSON_ESCAPES.get(ch)
+    if encoded is None and ord(ch) < 0x20:
+        encoded = f"\\u{ord(ch):04x}"
+    return literal(encoded or ch)
+
+
+def _class_char(ch: str) -> str:
+    if ch in "]\\^-[":
+        return "\\" + ch
+    if ord(ch) < 0x20 or ch == "\x7f":
+        return f"\\x{ord(ch):02X}"
+    return ch
+
+
+class _PatternParser:
+    def __init__(self, pattern: str, grammar: _Grammar, where: str) -> None:
+        self.text = pattern
+        self.pos = 0
+        self.g = grammar
+        self.where = where
+
+    def fail(self, what: str, why: str) -> UnsupportedParameterError:
+        return _refuse(self.g.param, f"the pattern {self.text[:60]!r} uses {what}", self.where, why)
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def at(self, chars: str) -> bool:
+        """Whether the next character is one of ``chars`` (never at the end)."""
+        return self.pos < len(self.text) and self.text[self.pos] in chars
+
+    def alternation(self) -> _Node:
+        branches = [self.sequence()]
+        while self.peek() == "|":
+            self.pos += 1
+            branches.append(self.sequence())
+        if len(branches) == 1:
+            return branches[0]
+        expressions = list(dict.fromkeys(b.expression for b in branches))
+        return _Node(
+            self.g.rule(" | ".join(expressions), "alt"),
+            any(b.nullable for b in branches),
+            sum(b.size for b in branches),
+        )
+
+    def sequence(self) -> _Node:
+        parts: list[_Node] = []
+        while self.peek() and self.peek() not in "|)":
+            parts.append(self.quantified(self.atom()))
+        if not parts:
+            return _Node('""', True, 0)
+        if len(parts) == 1:
+            return parts[0]
+        return _Node(
+            self.g.rule(" ".join(p.expression for p in parts), "seq"),
+            all(p.nullable for p in parts),
+            sum(p.size for p in parts),
+        )
+
+    def atom(self) -> _Node:
+        ch = self.peek()
+        self.pos += 1
+        if ch == "(":
+            if self.text.startswith("?:", self.pos):
+                self.pos += 2
+            elif self.text.startswith(("?P<", "?<"), self.pos) and not self.text.startswith(
+                ("?<=", "?<!"), self.pos
+            ):
+                end = self.text.find(">", self.pos)
+                if end < 0:
+                    raise self.fail("an unfinished group name", "is not a regular expression")
+                self.pos = end + 1
+            elif self.peek() == "?":
+                raise self.fail("a lookaround, flag or other (?...) group", "which a grammar cannot express")
+            inner = self.alternation()
+            if self.peek() != ")":
+                raise self.fail("an unbalanced parenthesis", "is not a regular expression")
+            self.pos += 1
+            return _Node(
+                self.g.rule(inner.expression, "group") if " " in inner.expression else inner.expression,
+                inner.nullable,
+                inner.size,
+            )
+        if ch == "[":
+            return self.char_class()
+        if ch == ".":
+            return _Node(_ANY, False, 1)
+        if ch == "\\":
+            return self.escape()
+        if ch in "^$":
+            raise self.fail(f"{ch!r} inside the pattern", "(anchors are supported only at its start and end)")
+        if ch in "*+?":
+            raise self.fail(f"a {ch!r} with nothing to repeat", "is not a regular expression")
+        return _Node(_json_char(ch), False, 1)
+
+    def escape(self) -> _Node:
+        ch = self.peek()
+        if not ch:
+            raise self.fail("a trailing backslash", "is not a regular expression")
+        self.pos += 1
+        if ch in _CLASS_ESCAPES:
+            return self.class_node(
+                list(_CLASS_ESCAPES[ch]) if ch == "s" else _expand(_CLASS_ESCAPES[ch]), False
+            )
+        if ch in "DWS":
+            return self.class_node(_expand(_CLASS_ESCAPES[ch.lower()]), True)
+        if ch.isdigit() or ch in "bBAZzkpP":
+            raise self.fail(
+                f"\\{ch}", "(back-references and word boundaries cannot be expressed in a grammar)"
+            )
+        plain = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v"}
+        if ch in plain:
+            return _Node(_json_char(plain[ch]), False, 1)
+        if ch in "xu":
+            width = 2 if ch == "x" else 4
+            digits = self.text[self.pos : self.pos + width]
+            if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise self.fail(f"\\{ch} without {width} hex digits", "is not a regular expression")
+            self.pos += width
+            return _Node(_json_char(chr(int(digits, 16))), False, 1)
+        return _Node(_json_char(ch), False, 1)
+
+    def char_class(self) -> _Node:
+        negated = self.peek() == "^"
+        if negated:
+            self.pos += 1
+        members: list[tuple[str, str]] = []
+        first = True
+        while True:
+            ch = self.peek()
+            if not ch:
+                raise self.fail("an unfinished [...] class", "is not a regular expression")
+            if ch == "]" and not first:
+                self.pos += 1
+                break
+            first = False
+            self.pos += 1
+            if ch == "\\":
+                esc = self.peek()
+                self.pos += 1
+                if esc in _CLASS_ESCAPES and esc != "s":
+                    members += [(a, b) for a, b in _ranges(_CLASS_ESCAPES[esc])]
+                    continue
+                if esc == "s":
+                    members += [(c, c) for c in _CLASS_ESCAPES["s"]]
+                    continue
+                if not esc or esc in "DWS":
+                    raise self.fail(f"\\{esc} inside [...]", "is not supported")
+                ch = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v"}.get(esc, esc)
+            if self.peek() == "-" and self.text[self.pos + 1 : self.pos + 2] not in ("]", ""):
+                self.pos += 1
+                end = self.peek()
+                self.pos += 1
+                if end == "\\":
+                    end = self.peek()
+                    self.pos += 1
+                if end < ch:
+                    raise self.fail(f"the range {ch}-{end}", "is out of order")
+                members.append((ch, end))
+            else:
+                members.append((ch, ch))
+        return self.class_node_ranges(members, negated)
+
+    def class_node(self, chars: list[str], negated: bool) -> _Node:
+        return self.class_node_ranges([(c, c) for c in chars], negated)
+
+    def class_node_ranges(self, members: list[tuple[str, str]], negated: bool) -> _Node:
+        """A character class of the pattern as JSON text: a negated class never produces a quote, a
+        backslash or a control character (a subset of what it allows, so every answer still matches)."""
+        if negated:
+            listed = "".join(
+                _class_char(a) if a == b else f"{_class_char(a)}-{_class_char(b)}" for a, b in members
+            )
+            return _Node(f'[^{listed}"\\\\\\x00-\\x1F]', False, 1)
+        plain: list[str] = []
+        escaped: list[str] = []
+        for a, b in members:
+            # The characters a JSON string holds raw go in one class; the others are written escaped.
+            for special in sorted(set(_JSON_ESCAPES) | {chr(c) for c in range(0x20)}):
+                if a <= special <= b:
+                    escaped.append(_json_char(special))
+            low, high = max(a, " "), b
+            if low > high:
+                continue
+            segments = _split_range(low, high)
+            plain += [_class_char(x) if x == y else f"{_class_char(x)}-{_class_char(y)}" for x, y in segments]
+        options = ([f"[{''.join(plain)}]"] if plain else []) + list(dict.fromkeys(escaped))
+        if not options:
+            raise self.fail("an empty character class", "matches nothing")
+        expression = options[0] if len(options) == 1 else self.g.rule(" | ".join(options), "class")
+        return _Node(expression, False, 1)
+
+    def quantified(self, node: _Node) -> _Node:
+        ch = self.peek()
+        bounds: tuple[int, int | None] | None = None
+        if self.at("*+?"):
+            self.pos += 1
+            bounds = {"*": (0, None), "+": (1, None), "?": (0, 1)}[ch]
+        elif ch == "{":
+            close = self.text.find("}", self.pos)
+            inside = self.text[self.pos + 1 : close] if close > 0 else ""
+            low_text, comma, high_text = inside.partition(",")
+            if low_text.strip().isdigit() and (not high_text.strip() or high_text.strip().isdigit()):
+                self.pos = close + 1
+                low = int(low_text)
+                high = (None if not high_text.strip() else int(high_text)) if comma else low
+                if high is not None and high < low:
+                    raise self.fail(f"{{{inside}}}", "has its bounds out of order")
+                bounds = (low, high)
+        if bounds is None:
+            return node
+        if self.at("?+"):
+            self.pos += 1  # lazy or possessive: the same strings match
+        low, high = bounds
+        if node.nullable and (high is None or high > 1):
+            shown = self.text[:60]
+            raise self.fail(
+                "a repeat of a part that can match nothing",
+                f"makes llama.cpp track every way to split the text at each step ({shown!r}); "
+                "write the optional part's repeat directly, for example a{0,4096} for (a?){4096}",
+            )
+        size = node.size * max(low, high if high is not None else low + 1, 1)
+        if size > MAX_PATTERN_SIZE:
+            raise self.fail(
+                f"repeats that expand to {size} characters",
+                f"(at most {MAX_PATTERN_SIZE}); nested repeats multiply",
+            )
+        return _Node(self.g.repeat(_wrap(node.expression, self.g), low, high), low == 0, size)
+
+
+def _wrap(expression: str, grammar: _Grammar) -> str:
+    return grammar.rule(expression, "item") if " " in expression else expression
+
+
+def _expand(spec: str) -> list[str]:
+    out: list[str] = []
+    index = 0
+    while index < len(spec):
+        if index + 2 < len(spec) and spec[index + 1] == "-":
+            out += [chr(c) for c in range(ord(spec[index]), ord(spec[index + 2]) + 1)]
+            index += 3
+        else:
+            out.append(spec[index])
+            index += 1
+    return out
+
+
+def _ranges(spec: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    index = 0
+    while index < len(spec):
+        if index + 2 < len(spec) and spec[index + 1] == "-":
+            out.append((spec[index], spec[index + 2]))
+            index += 3
+        else:
+            out.append((spec[index], spec[index]))
+            index += 1
+    return out
+
+
+def _split_range(low: str, high: str) -> list[tuple[str, str]]:
+    """``low``-``high`` without the quote and the backslash (written escaped instead)."""
+    out: list[tuple[str, str]] = []
+    start = ord(low)
+    for cut in (ord('"'), ord("\\")):
+        if start <= cut <= ord(high):
+            if start < cut:
+                out.append((chr(start), chr(cut - 1)))
+            start = cut + 1
+    if start <= ord(high):
+        out.append((chr(start), high))
+    return out
+
+
+def pattern_grammar(pattern: str, grammar: Any, where: str) -> str:
+    """The GBNF expression for the JSON-string content of strings that match ``pattern`` (an ECMA-style
+    regular expression; unanchored ends match anything, as JSON Schema's ``pattern`` does)."""
+    text = pattern
+    anchored_start = text.startswith("^")
+    anchored_end = text.endswith("$") and not text.endswith("\\$")
+    body = text[1 if anchored_start else 0 : len(text) - 1 if anchored_end else len(text)]
+    parser = _PatternParser(body, grammar, where)
+    parser.text = body
+    node = parser.alternation()
+    if parser.pos != len(body):
+        raise parser.fail("an unbalanced parenthesis", "is not a regular expression")
+    if node.size > MAX_PATTERN_SIZE:
+        raise parser.fail(f"parts that expand to {node.size} characters", f"(at most {MAX_PATTERN_SIZE})")
+    anything = grammar.base("char")
+    parts = [grammar.repeat(anything, 0, None)] if not anchored_start else []
+    parts.append(_wrap(node.expression, grammar))
+    if not anchored_end:
+        parts.append(grammar.repeat(anything, 0, None))
+    return " ".join(parts)
+
+
+__all__ = ["FORMATS", "json_literal", "literal", "pattern_grammar", "resolve_pointer", "schema_grammar"]

@@ -1,0 +1,314 @@
+"""Schemas to grammars: what is refused and why, what it costs, and that what a grammar generates validates.
+
+Texts are drawn from each grammar by llama.cpp's own grammar sampler over the real model's vocabulary
+(:mod:`tests.grammar_sampler`; no weights are evaluated, only the vocabulary is loaded), so these tests
+check the grammars llama.cpp would enforce, not a model of them. ``jsonschema`` is the judge of validity.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import quote
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from llama_cpp import Llama
+
+from snapllm.contract import parse_request
+from snapllm.errors import UnsupportedParameterError
+from snapllm.grammar import chat_grammar
+from snapllm.json_grammar import MAX_PATTERN_SIZE, schema_grammar
+from snapllm.models import default_model_path
+from snapllm.structured import check_schema, parse_tool_calls, tool_call_schema
+from tests.grammar_sampler import GrammarSampler
+from tests.hostile_schemas import HOSTILE, dag
+
+# Checking and building any schema below stays well under this (they take milliseconds on one core; the
+# bound leaves room for a busy machine). Before, some classes took minutes in the request path.
+BUILD_BOUND_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def sampler() -> GrammarSampler:
+    llama = Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+    return GrammarSampler(llama)
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_each_hostile_class_is_served_or_refused_by_name_within_its_bound(name, sampler):
+    schema, refusal = HOSTILE[name]
+    started = time.perf_counter()
+    if refusal is None:
+        check_schema(schema, param="response_format")
+        grammar = schema_grammar(schema, param="response_format")
+    else:
+        with pytest.raises(UnsupportedParameterError) as caught:
+            check_schema(schema, param="response_format")
+        assert refusal in caught.value.message and caught.value.param == "response_format"
+    elapsed = time.perf_counter() - started
+    assert elapsed < BUILD_BOUND_S, f"{name}: {elapsed:.2f} s"
+    if refusal is None:
+        assert sampler.accepts(grammar)
+        for text in sampler.texts(grammar, count=2, seed=3, max_tokens=120):
+            jsonschema.validate(json.loads(text), schema)
+
+
+def test_the_dag_check_is_linear_in_the_depth():
+    """Twice the depth costs about twice the time, not 2**depth times (with room for a noisy machine)."""
+
+    def cost(depth: int) -> float:
+        started = time.perf_counter()
+        for _ in range(5):
+            check_schema(dag(depth), param="p")
+        return time.perf_counter() - started
+
+    assert cost(60) < 6 * cost(30) + 0.05
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "object",
+            "properties": {"héllo wörld": {"type": "string", "maxLength": 4}},
+            "required": ["héllo wörld"],
+        },
+        {
+            "type": "object",
+            "properties": {
+                'a"b\\c': {"type": "integer"},
+                "x ::= y | [z]": {"type": "boolean"},
+                "#{}": {"const": 1},
+            },
+            "required": ['a"b\\c', "x ::= y | [z]", "#{}"],
+            "additionalProperties": False,
+        },
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        {"type": "object", "properties": {}},
+        {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "array", "items": {"type": "boolean"}}},
+        },
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": '^[A-Z][a-z"\\\\]{1,3}-\\d+$'},
+        {
+            "type": "array",
+            "prefixItems": [{"type": "string", "maxLength": 2}, {"type": "null"}],
+            "minItems": 1,
+        },
+        {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 3}]},
+    ],
+)
+def test_valid_schemas_of_strict_mode_are_served_as_compact_json(schema, sampler):
+    grammar = schema_grammar(schema, param="response_format")
+    assert sampler.accepts(grammar)
+    texts = list(sampler.texts(grammar, count=4, seed=0, max_tokens=120))
+    assert texts
+    for text in texts:
+        value = json.loads(text)
+        jsonschema.validate(value, schema)
+        # Compact: exactly what json.dumps writes with no padding (no space or newline between tokens).
+        assert text == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_the_tool_call_grammar_has_no_padding(sampler):
+    request = parse_request(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "tool_choice": "required",
+        }
+    )
+    grammar, kind = chat_grammar(request)
+    assert kind == "all" and grammar is not None
+    for text in sampler.texts(grammar, count=4, seed=1, max_tokens=80):
+        assert " " not in text.replace('" ', "").split('"arguments"')[0]
+        assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+
+
+# --- Property: every generated tool call validates against its own tool's parameters ------------------------
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-50, 50), st.text(alphabet='ab é"\\', max_size=3))
+# Names that collide once joined with "-" (tool "a" + def "b-c", tool "a-b" + def "c"), and names with
+# characters that mean something in a grammar or a JSON pointer.
+NAMES = st.text(alphabet="ab-c", min_size=1, max_size=3)
+PROPERTY_NAMES = st.one_of(NAMES, st.sampled_from(["é", 'q"', "x y", "::=", "[|]", "a/b", "t~0"]))
+LEAVES = st.one_of(
+    st.sampled_from(
+        [
+            {"type": "integer"},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "string", "maxLength": 3},
+            {"type": "string", "minLength": 1, "maxLength": 2},
+            {"type": "string", "format": "date"},
+            {"type": "string", "pattern": "^[a-c]{1,2}-\\d$"},
+            {"type": ["integer", "null"]},
+            {},
+        ]
+    ),
+    st.lists(SCALARS, min_size=1, max_size=3, unique_by=json.dumps).map(lambda v: {"enum": v}),
+    SCALARS.map(lambda v: {"const": v}),
+)
+
+
+def _pointer(name: str) -> str:
+    return quote(name.replace("~", "~0").replace("/", "~1"), safe="")
+
+
+@st.composite
+def parameters(draw: st.DrawFn) -> dict:
+    """A tool's parameters: properties (some $refs to its own $defs or to a sibling property), required keys
+    (some not listed in properties), nested arrays and objects."""
+    defs = draw(st.dictionaries(NAMES, LEAVES, max_size=2))
+    refs = [{"$ref": f"#/$defs/{_pointer(name)}"} for name in defs]
+    values = st.one_of(LEAVES, st.sampled_from(refs)) if refs else LEAVES
+    values = st.recursive(
+        values,
+        lambda inner: st.one_of(
+            st.builds(lambda i, n: {"type": "array", "items": i, "maxItems": n}, inner, st.integers(0, 2)),
+            st.dictionaries(PROPERTY_NAMES, inner, max_size=2).map(
+                lambda p: {"type": "object", "properties": p, "required": sorted(p)[:1]}
+            ),
+            st.lists(inner, min_size=1, max_size=2).map(lambda b: {"anyOf": b}),
+        ),
+        max_leaves=4,
+    )
+    properties = draw(st.dictionaries(PROPERTY_NAMES, values, max_size=3))
+    plain = [name for name, sub in properties.items() if "$ref" not in sub]
+    if plain and draw(st.booleans()):
+        properties["same"] = {"$ref": f"#/properties/{_pointer(draw(st.sampled_from(plain)))}"}
+    listed = list(properties)
+    required = draw(st.lists(st.sampled_from(listed), unique=True)) if listed else []
+    outside = draw(st.lists(st.sampled_from(["zz", "y-z"]), unique=True, max_size=1))
+    schema: dict = {"type": "object", "properties": properties, "required": required + outside}
+    if defs:
+        schema["$defs"] = defs
+    if not outside and draw(st.booleans()):
+        schema["additionalProperties"] = False
+    return schema
+
+
+TOOL_SETS = st.lists(st.tuples(NAMES, parameters()), min_size=1, max_size=3, unique_by=lambda t: t[0])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tools=TOOL_SETS, parallel=st.booleans(), seed=st.integers(0, 2**16))
+@example(
+    tools=[
+        (
+            "a",
+            {
+                "type": "object",
+                "properties": {"v": {"$ref": "#/$defs/b-c"}},
+                "required": ["v"],
+                "$defs": {"b-c": {"const": 7}},
+            },
+        ),
+        (
+            "a-b",
+            {
+                "type": "object",
+                "properties": {"v": {"$ref": "#/$defs/c"}},
+                "required": ["v"],
+                "$defs": {"c": {"type": "string"}},
+            },
+        ),
+    ],
+    parallel=False,
+    seed=0,
+)
+@example(
+    tools=[
+        (
+            "name",
+            {
+                "type": "object",
+                "properties": {"name": {"type": "integer"}, "other": {"$ref": "#/properties/name"}},
+                "required": ["name", "other", "missing"],
+            },
+        )
+    ],
+    parallel=True,
+    seed=0,
+)
+def test_every_generated_tool_call_validates_against_its_own_parameters(tools, parallel, seed, sampler):
+    functions = [{"name": name, "parameters": schema} for name, schema in tools]
+    for function in functions:
+        check_schema(function["parameters"], param="tools")
+    grammar = schema_grammar(tool_call_schema(functions, parallel=parallel), param="tools")
+    assert sampler.accepts(grammar)
+    by_name = dict(tools)
+    texts = list(sampler.texts(grammar, count=3, seed=seed, max_tokens=160))
+    for text in texts:
+        calls = parse_tool_calls(text, by_name)
+        assert calls, text
+        for name, arguments in calls:
+            jsonschema.Draft202012Validator(by_name[name]).validate(json.loads(arguments))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=parameters(), seed=st.integers(0, 2**16))
+def test_every_generated_answer_validates_against_its_schema(schema, seed, sampler):
+    check_schema(schema, param="response_format")
+    grammar = schema_grammar(schema, param="response_format")
+    for text in sampler.texts(grammar, count=2, seed=seed, max_tokens=160):
+        jsonschema.Draft202012Validator(schema).validate(json.loads(text))
+
+
+def test_pattern_size_bound_is_the_documented_one():
+    assert MAX_PATTERN_SIZE == 4096
+    schema_grammar({"type": "string", "pattern": "^(ab){2048}$"}, param="p")
+    with pytest.raises(UnsupportedParameterError, match="4098"):
+        schema_grammar({"type": "string", "pattern": "^(ab){2049}$"}, param="p")
+
+
+KEYWORDS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "required",
+        "items",
+        "prefixItems",
+        "enum",
+        "const",
+        "anyOf",
+        "allOf",
+        "oneOf",
+        "$ref",
+        "$defs",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "pattern",
+        "format",
+        "additionalProperties",
+    ]
+)
+TYPE_NAMES = st.sampled_from(["string", "integer", "number", "boolean", "null", "object", "array"])
+ANY_JSON = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-3, 5000), st.text(max_size=6), TYPE_NAMES, st.just("#/$defs/a")
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(KEYWORDS, st.text(max_size=3)), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(schema=st.dictionaries(KEYWORDS, ANY_JSON, max_size=5))
+def test_any_json_as_a_schema_is_served_or_refused_by_name_never_a_crash(schema):
+    try:
+        check_schema(schema, param="response_format")
+    except UnsupportedParameterError as refused:
+        assert refused.message.startswith("response_format: ")
+        return
+    assert schema_grammar(schema, param="response_format").startswith("root ::= ")
