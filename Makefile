@@ -7,7 +7,7 @@ SAM := $(TOOLS)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
 .PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
-	sam-local replay deploy-check
+	sam-local replay deploy-check llama-server
 
 setup: $(VENV)/.installed
 
@@ -107,3 +107,8 @@ bench-router: setup
 
 clean:
 	rm -rf .aws-sam .pytest_cache .ruff_cache
+
+# llama.cpp's own server, compiled once from the llama.cpp that llama-cpp-python vendors (cached under
+# ~/.cache/snapllm): the peer of `snapllm bench grammar --peer llama-server`.
+llama-server:
+	scripts/build-llama-server.sh
