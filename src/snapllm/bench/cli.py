@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from snapllm.bench import aws, coldstart, grammar, router
+from snapllm.bench import aws, coldstart, decode, grammar, router
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -14,3 +14,4 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     router.add_parser(kinds)
     aws.add_parser(kinds)
     grammar.add_parser(kinds)
+    decode.add_parser(kinds)
