@@ -166,18 +166,25 @@ def test_an_answer_continues_from_the_cached_prefix(engine):
     assert again.cached_tokens == again.prompt_tokens - 1 and again.text == first.text
 
 
-def test_prompt_lookup_drafting_gives_the_tokens_of_plain_decoding(model_path):
+def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_cache(model_path):
+    # Not asserted: that drafting gives plain decoding's tokens. A batch of tokens evaluates with other
+    # kernels than one token at a time (logits differ by up to about 0.6 here), so a near tie can break
+    # the other way; docs/decoding.md says so, and `snapllm bench decode` reports whether answers matched.
     drafting = Engine.load(
         str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2", draft=PromptLookup()
     )
-    plain = Engine.load(str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2")
     document = (Path(REPO) / "events/agent/documents/snapstart.md").read_text()[:1200]
-    for body in (
-        {"messages": [{"role": "user", "content": f"{document}\n\nQuote the first sentence above."}]},
-        {"messages": [{"role": "user", "content": "Write a poem about rivers."}]},
-        {"messages": QUESTION, "tools": TOOLS, "tool_choice": "required"},
-    ):
-        request = {**body, "temperature": 0, "max_tokens": 64}
-        drafted = drafting.generate(parse_request(request))
-        assert drafted.text == plain.generate(parse_request(request)).text
+    question = [{"role": "user", "content": f"{document}\n\nQuote the first sentence above."}]
+    request = {"messages": question, "temperature": 0, "max_tokens": 48, "seed": 5}
+    first = drafting.generate(parse_request(request))
     assert drafting._decoder.drafted_accepted > 0
+    # The cache holds the prompt and every answer token but the last (never evaluated): the guesses the
+    # sampler did not confirm are gone.
+    evaluated = first.completion_tokens - (1 if first.finish_reason == "length" else 0)
+    assert len(drafting.cached_tokens) == first.prompt_tokens + evaluated
+    again = drafting.generate(parse_request(request))
+    assert again.text == first.text
+    streamed = "".join(
+        item.text for item in drafting.stream(parse_request(request)) if isinstance(item, TokenDelta)
+    )
+    assert streamed == first.text
