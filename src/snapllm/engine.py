@@ -601,7 +601,20 @@ class Engine:
         ``grammar_check="eager"`` applies a grammar to every token of the vocabulary at every step (what
         llama-cpp-python does): the same tokens, slower; it exists to show that they are the same.
         """
-        prepared = self.prepare(request)
+        return self.generate_prepared(
+            request, self.prepare(request), deadline=deadline, grammar_check=grammar_check
+        )
+
+    def generate_prepared(
+        self,
+        request: InferenceRequest,
+        prepared: PreparedPrompt,
+        *,
+        deadline: Deadline | None = None,
+        grammar_check: GrammarCheck = "lazy",
+    ) -> Generation:
+        """:meth:`generate` for a request :meth:`prepare` has already turned into tokens (and that a caller
+        may have adjusted: a benchmark gives a text completion the grammar a chat would get)."""
         with self._lock:
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request, prepared)
@@ -617,6 +630,10 @@ class Engine:
             cached_tokens=cached,
             fingerprint=self.fingerprint,
         )
+
+    def prepare_grammar(self, request: ChatCompletionRequest) -> str | None:
+        """The grammar that constrains a chat request's answer (None: the answer is free)."""
+        return self._chat_grammar(request)[0]
 
     def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
         """Generate token by token: :class:`TokenDelta` items, then one final :class:`Generation`.

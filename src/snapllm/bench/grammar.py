@@ -18,6 +18,7 @@ vendors, same CPU flags) on the same model file with the same threads, sends it 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -30,9 +31,9 @@ from typing import Any
 import httpx
 
 from snapllm.config import EngineSettings
-from snapllm.contract import parse_request
+from snapllm.contract import ChatCompletionRequest, InferenceRequest, parse_request
 from snapllm.decode import GrammarCheck
-from snapllm.engine import Engine
+from snapllm.engine import Engine, PreparedPrompt
 from snapllm.local.processes import stop_process
 from snapllm.local.report import table
 from snapllm.local.s3 import free_port
@@ -112,10 +113,27 @@ Sample = tuple[float, int]
 
 def engine_side(engine: Engine, grammar_check: GrammarCheck = "lazy") -> Callable[[dict[str, Any]], Sample]:
     def send(request: dict[str, Any]) -> Sample:
-        generation = engine.generate(parse_request(request), grammar_check=grammar_check)
+        if engine.supports_chat:
+            generation = engine.generate(parse_request(request), grammar_check=grammar_check)
+        else:
+            text, prepared = _as_text_completion(engine, request)
+            generation = engine.generate_prepared(text, prepared, grammar_check=grammar_check)
         return generation.timings.tokens_per_second, generation.completion_tokens
 
     return send
+
+
+def _as_text_completion(engine: Engine, body: dict[str, Any]) -> tuple[InferenceRequest, PreparedPrompt]:
+    """A chat for a model whose GGUF carries no chat template (the packaged Gemma 3): the message in
+    Gemma's turn format as a text completion, constrained by the grammar the chat would get."""
+    chat = parse_request(body)
+    assert isinstance(chat, ChatCompletionRequest)
+    grammar = engine.prepare_grammar(chat)
+    message = chat.messages[-1].text()
+    prompt = f"<start_of_turn>user\n{message}<end_of_turn>\n<start_of_turn>model\n"
+    fields = {key: body[key] for key in ("max_tokens", "temperature", "seed")}
+    text = parse_request({"prompt": prompt, **fields, "stop": ["<end_of_turn>"]})
+    return text, dataclasses.replace(engine.prepare(text), grammar=grammar)
 
 
 def peer_side(base_url: str) -> Callable[[dict[str, Any]], Sample]:
