@@ -34,9 +34,10 @@ from llama_cpp import Llama
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
-#: How many of the best candidates the grammar checks before it checks the whole vocabulary: enough that a
-#: position where most tokens break the grammar (after ``{`` or ``:``) still finds a few allowed ones.
-_CHECKED_CANDIDATES = 256
+#: How many of the best candidates the grammar checks, in turn, before it checks the whole vocabulary: a few
+#: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
+#: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
+_CHECKED_CANDIDATES = (32, 256)
 #: llama-cpp-python's fixed settings for what its ``create_completion`` does not expose to a request.
 _TOP_K = 40
 _MIN_P = 0.05
@@ -101,7 +102,9 @@ class _Samplers:
             low_level.llama_sampler_chain_add(self.chain, step)
         # How many candidates the chain can choose among: all its choices lie in that many best tokens.
         self.kept = 1 if self.greedy else _TOP_K
-        self.shortlist = low_level.llama_sampler_init_top_k(max(_CHECKED_CANDIDATES, self.kept))
+        self.shortlists = [
+            low_level.llama_sampler_init_top_k(size) for size in _CHECKED_CANDIDATES if size >= 4 * self.kept
+        ]
         self.grammar = None
         if grammar is not None:
             self.grammar = low_level.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
@@ -116,10 +119,11 @@ class _Samplers:
             low_level.llama_sampler_accept(self.grammar, token)
 
     def close(self) -> None:
-        for sampler in (self.penalties, self.chain, self.shortlist, self.grammar):
+        for sampler in (self.penalties, self.chain, *self.shortlists, self.grammar):
             if sampler:
                 low_level.llama_sampler_free(sampler)
-        self.penalties = self.chain = self.shortlist = self.grammar = None
+        self.penalties = self.chain = self.grammar = None
+        self.shortlists = []
 
 
 class Decoder:
@@ -343,16 +347,19 @@ class Decoder:
                 self.grammar_rejections += 1
                 self._fill(logits, samplers)
             # The chain keeps only its ``kept`` best candidates: when the grammar allows that many among
-            # the best few hundred, those are exactly the ones it would keep from the whole vocabulary.
-            self._apply(samplers.shortlist)
-            self._apply(samplers.grammar)
-            self._array.sorted = False  # the grammar's -inf breaks the order: the chain's top-k sorts again
-            allowed = int(np.count_nonzero(self._candidates["logit"][: self._array.size] != -np.inf))
-            if not samplers.greedy and allowed < self._array.size:
-                self.grammar_rejections += 1
-            if allowed >= samplers.kept:
-                self._apply(samplers.chain)
-                return self._selected()
+            # the best few, those are exactly the ones it would keep from the whole vocabulary.
+            for number, shortlist in enumerate(samplers.shortlists):
+                if number:
+                    self._fill(logits, samplers)
+                self._apply(shortlist)
+                self._apply(samplers.grammar)
+                self._array.sorted = False  # -inf breaks the order: the chain's top-k sorts again
+                allowed = int(np.count_nonzero(self._candidates["logit"][: self._array.size] != -np.inf))
+                if not samplers.greedy and not number and allowed < self._array.size:
+                    self.grammar_rejections += 1
+                if allowed >= samplers.kept:
+                    self._apply(samplers.chain)
+                    return self._selected()
             self.grammar_fallbacks += 1
             self._fill(logits, samplers)
         self._apply(samplers.grammar)
