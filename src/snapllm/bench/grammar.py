@@ -233,34 +233,35 @@ def run(args: argparse.Namespace) -> int:
         with _peer(args.peer, path, threads=threads, n_ctx=settings.n_ctx) as peer_url:
             if peer_url is not None:
                 sides["llama-server"] = peer_side(peer_url)
-            results["models"][model_name] = measure(
-                sides, cases=cases, rounds=args.rounds, tokens=args.tokens
-            )
+            measured = measure(sides, cases=cases, rounds=args.rounds, tokens=args.tokens)
+        results["models"][model_name] = measured
+        if not args.json:  # each model's table as soon as it is measured
+            print(_table(model_name, measured, rounds=args.rounds, threads=threads), flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
-    for model_name, by_case in results["models"].items():
-        rows = []
-        for case, by_side in by_case.items():
-            for name, side in by_side.items():
-                rows.append(
-                    (
-                        f"{case}, {name}",
-                        f"constrained/free x{side['ratio']:.2f} ({side['constrained_tps']:.0f} / "
-                        f"{side['free_tps']:.0f} tokens/s), "
-                        f"{side['tokens_per_answer']:.0f} tokens per answer",
-                    )
-                )
-            if "llama-server" in by_side:
-                ours, peer = by_side["snapllm"], by_side["llama-server"]
-                speed = ours["constrained_tps"] / peer["constrained_tps"]
-                rows.append((f"{case}, snapllm/llama-server", f"constrained tokens/s x{speed:.2f}"))
-        title = (
-            f"{model_name}: decode rate under a grammar (median of {args.rounds} rounds x "
-            f"{len(CITIES)} prompts, {threads} threads, temperature 0)"
-        )
-        print(table(rows, title=title))
     return 0
+
+
+def _table(model_name: str, by_case: dict[str, dict[str, Any]], *, rounds: int, threads: int) -> str:
+    rows = []
+    for case, by_side in by_case.items():
+        for name, side in by_side.items():
+            rows.append(
+                (
+                    f"{case}, {name}",
+                    f"constrained/free x{side['ratio']:.2f} ({side['constrained_tps']:.0f} / "
+                    f"{side['free_tps']:.0f} tokens/s), {side['tokens_per_answer']:.0f} tokens per answer",
+                )
+            )
+        if "llama-server" in by_side:
+            ours, peer = by_side["snapllm"], by_side["llama-server"]
+            speed = ours["constrained_tps"] / peer["constrained_tps"]
+            rows.append((f"{case}, snapllm/llama-server", f"constrained tokens/s x{speed:.2f}"))
+    title = (
+        f"{model_name}: decode rate under a grammar (median of {rounds} rounds x {len(CITIES)} prompts, "
+        f"{threads} threads, temperature 0)"
+    )
+    return table(rows, title=title)
 
 
 @contextmanager
