@@ -37,7 +37,7 @@ _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]
 #: How many of the best candidates the grammar checks, in turn, before it checks the whole vocabulary: a few
 #: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
 #: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
-_CHECKED_CANDIDATES = (32, 256)
+_CHECKED_CANDIDATES = (32, 256, 4096)
 #: llama-cpp-python's fixed settings for what its ``create_completion`` does not expose to a request.
 _TOP_K = 40
 _MIN_P = 0.05
@@ -345,7 +345,7 @@ class Decoder:
                 if self._allowed(samplers, token):
                     return token
                 self.grammar_rejections += 1
-                self._fill(logits, samplers)
+                self._array.selected = -1  # greedy only chose: the candidates are as the penalties left them
             # The chain keeps only its ``kept`` best candidates: when the grammar allows that many among
             # the best few, those are exactly the ones it would keep from the whole vocabulary.
             for number, shortlist in enumerate(samplers.shortlists):

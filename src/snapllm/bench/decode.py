@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [
         (
             name,
-            f"x{side['speed_ratio']:.2f} faster with drafting ({side['plain_ms_per_token']:.1f} -> "
+            f"speed x{side['speed_ratio']:.2f} with drafting ({side['plain_ms_per_token']:.1f} -> "
             f"{side['drafting_ms_per_token']:.1f} ms/token, {side['tokens']:.0f} tokens), "
             f"{side['guesses_accepted']:.0%} of guesses kept, "
             f"{'same answers' if side['identical'] else 'ANSWERS DIFFER'}",
