@@ -9,7 +9,7 @@ export SAM_CLI_TELEMETRY := 0
 export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
-	sam-local replay deploy-check deploy-rehearsal docs
+	sam-local replay deploy-check deploy-rehearsal docs llama-server
 
 setup: $(VENV)/.installed
 
@@ -120,3 +120,8 @@ bench-router: setup
 
 clean:
 	rm -rf .aws-sam .pytest_cache .ruff_cache site
+
+# llama.cpp's own server, compiled once from the llama.cpp that llama-cpp-python vendors (cached under
+# ~/.cache/snapllm): the peer of `snapllm bench grammar --peer llama-server`.
+llama-server:
+	scripts/build-llama-server.sh

@@ -12,6 +12,7 @@ deadline with what it has instead of letting the invoke time out.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -23,11 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import llama_cpp.llama_cpp as low_level
-import numpy as np
-from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
+from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from llama_cpp.llama_grammar import LlamaGrammar
 
 from snapllm import __version__ as snapllm_version
 from snapllm.chat_templates import family_template
@@ -42,6 +41,7 @@ from snapllm.contract import (
     TokenLogprob,
     ToolCall,
 )
+from snapllm.decode import Decoder, GrammarCheck, PromptLookup, Sampled, Sampling
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
@@ -150,66 +150,126 @@ class TokenDelta:
 
 
 class _LogprobRecorder:
-    """Records each sampled token's log probability and its ``top`` alternatives.
-
-    It runs as a llama-cpp-python logits processor (first in the sampler chain, so it sees the model's
-    raw logits, before temperature or a grammar) and keeps the distribution; the next step's input, or
-    :meth:`finish`, tells which token was sampled from it."""
+    """Turns the decoder's log probabilities of each sampled token (the model's raw distribution, before
+    sampling settings or a grammar narrow it) into :class:`TokenLogprob` records with the tokens' text."""
 
     def __init__(self, llama: Llama, top: int) -> None:
         self._llama = llama
-        self._top = top
-        self._pending: np.ndarray | None = None
+        self.top = top
         self.tokens: list[TokenLogprob] = []
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        if self._pending is not None:
-            self._record(int(input_ids[-1]))
-        shifted = scores.astype(np.float64) - float(np.max(scores))
-        self._pending = shifted - np.log(np.exp(shifted).sum())
-        return scores
+    def record(self, sampled: Sampled) -> TokenLogprob:
+        assert sampled.logprob is not None
+        top = tuple((*self._piece(token), logprob) for token, logprob in sampled.top)
+        text, data = self._piece(sampled.token)
+        return TokenLogprob(text, data, sampled.logprob, top)
 
     def finish(self, text: str, finish_reason: str) -> tuple[TokenLogprob, ...]:
-        """Every recorded token, the last one included.
-
-        No later step reveals the last sampled token: an end-of-turn token is not part of the answer and
-        is dropped; a token cut off by ``max_tokens`` is what remains of ``text`` after the others."""
-        if self._pending is not None and finish_reason == "length":
-            before = b"".join(bytes(t.token_bytes) for t in self.tokens).decode("utf-8", errors="replace")
-            rest = text[len(before) :] if text.startswith(before) else ""
-            ids = self._llama.tokenize(rest.encode(), add_bos=False, special=False) if rest else []
-            if len(ids) == 1:
-                self._record(ids[0])
-        self._pending = None
+        """The log probabilities of the tokens that make up the answer's text."""
         return tuple(self.tokens)
 
     def _piece(self, token: int) -> tuple[str, tuple[int, ...]]:
         data = self._llama.detokenize([token])
         return data.decode("utf-8", errors="replace"), tuple(data)
 
-    def _record(self, token: int) -> None:
-        logprobs = self._pending
-        assert logprobs is not None
-        self._pending = None
-        top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
-        if self._top:
-            best = np.argpartition(-logprobs, self._top)[: self._top]
-            best = best[np.argsort(-logprobs[best])]
-            top = tuple((*self._piece(int(i)), float(logprobs[i])) for i in best)
-        text, data = self._piece(token)
-        self.tokens.append(TokenLogprob(text, data, float(logprobs[token]), top))
-
 
 StreamItem = TokenDelta | Generation
 
 
-class _GenerationProgress:
-    """A llama-cpp-python stopping criterion that times the first token and enforces the deadline.
+class _Completion:
+    """One request's tokens turned into text: iterating yields the text as it becomes final (no stop
+    sequence can still begin in it, and no UTF-8 character is split), with its tokens' log probabilities;
+    afterwards ``text``, ``finish`` and ``completion_tokens`` describe the whole answer.
 
-    llama-cpp-python calls a criterion once per sampled token (with ``input_ids`` one longer each time)
-    and once more after the loop with the same length as the last call; counting distinct lengths
-    counts sampled tokens.
+    The decoder's generator is closed as soon as the answer ends (a stop sequence, ``max_tokens``, the
+    deadline), so the token that ended it is never evaluated.
     """
+
+    def __init__(
+        self,
+        tokens: Iterator[Sampled],
+        piece: Any,
+        *,
+        stop: list[str],
+        max_tokens: int,
+        progress: _GenerationProgress,
+    ) -> None:
+        self._tokens = tokens
+        self._piece = piece
+        self._stop = [s for s in stop if s]
+        self._max_tokens = max_tokens
+        self._progress = progress
+        self.text = ""
+        self.finish: FinishReason = "length"
+        self.completion_tokens = 0
+
+    def _held(self, text: str, released: int) -> int:
+        """How many characters at the end of ``text`` could be the start of a stop sequence."""
+        longest = 0
+        for stop in self._stop:
+            for size in range(min(len(stop) - 1, len(text) - released), longest, -1):
+                if text.endswith(stop[:size]):
+                    longest = size
+                    break
+        return longest
+
+    def __iter__(self) -> Iterator[TokenDelta]:
+        recorder = self._progress.logprobs
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="ignore")
+        text = ""
+        released = 0
+        # Each token's log probabilities, with where its text starts: a token goes out with the delta
+        # that releases its first character.
+        pending: list[tuple[int, TokenLogprob]] = []
+        cut: int | None = None
+        try:
+            for sampled in self._tokens:
+                self._progress.token_sampled()
+                if sampled.end_of_generation:
+                    self.finish = "stop"
+                    break
+                self.completion_tokens += 1
+                start = len(text)
+                text += utf8.decode(self._piece(sampled.token))
+                if recorder is not None:
+                    pending.append((start, recorder.record(sampled)))
+                hits = [i for i in (text.find(stop, released) for stop in self._stop) if i >= 0]
+                if hits:
+                    cut = min(hits)
+                    self.finish = "stop"
+                    break
+                if self.completion_tokens >= self._max_tokens or self._progress.expired():
+                    break
+                end = len(text) - self._held(text, released)
+                if end > released:
+                    yield self._delta(text[released:end], pending, end)
+                    released = end
+        finally:
+            self._tokens.close()
+        # Without a stop sequence every token belongs to the answer, even one with no text of its own (an
+        # unfinished character, a special token).
+        if cut is None:
+            text += utf8.decode(b"", final=True)
+            cut = len(text)
+            ending = None
+        else:
+            ending = cut
+        self.text = text[:cut]
+        if cut > released or pending:
+            yield self._delta(text[released:cut], pending, ending)
+
+    def _delta(self, text: str, pending: list[tuple[int, TokenLogprob]], end: int | None) -> TokenDelta:
+        recorder = self._progress.logprobs
+        if recorder is None:
+            return TokenDelta(text)
+        going = [token for start, token in pending if end is None or start < end]
+        del pending[: len(going)]
+        recorder.tokens.extend(going)
+        return TokenDelta(text, tuple(going))
+
+
+class _GenerationProgress:
+    """Times the first token and tells when the deadline has passed (checked between tokens)."""
 
     def __init__(self, deadline: Deadline | None, logprobs: _LogprobRecorder | None = None) -> None:
         self.deadline = deadline
@@ -218,19 +278,16 @@ class _GenerationProgress:
         self.first_token_at: float | None = None
         self.sampled = 0
         self.deadline_reached = False
-        self._last_length = -1
 
-    def __call__(self, input_ids: Any, logits: Any) -> bool:
-        length = len(input_ids)
-        if length != self._last_length:
-            self._last_length = length
-            self.sampled += 1
-            if self.first_token_at is None:
-                self.first_token_at = time.perf_counter()
+    def token_sampled(self) -> None:
+        self.sampled += 1
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+
+    def expired(self) -> bool:
         if self.deadline is not None and self.deadline.expired():
             self.deadline_reached = True
-            return True
-        return False
+        return self.deadline_reached
 
     def timings(self, completion_tokens: int) -> Timings:
         finished = time.perf_counter()
@@ -278,9 +335,17 @@ class Engine:
     """A loaded model that generates for one request at a time (llama.cpp contexts are not thread-safe)."""
 
     def __init__(
-        self, llama: Llama, settings: EngineSettings, *, model_name: str, model_digest: str | None = None
+        self,
+        llama: Llama,
+        settings: EngineSettings,
+        *,
+        model_name: str,
+        model_digest: str | None = None,
+        draft: PromptLookup | None = None,
     ) -> None:
         self._llama = llama
+        self._decoder = Decoder(llama)
+        self._draft = draft
         # OpenAI's system_fingerprint: changes when the model's bytes or the software that runs it change.
         build = f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
         self.fingerprint = "fp_" + hashlib.sha256(build.encode()).hexdigest()[:12]
@@ -301,6 +366,7 @@ class Engine:
         model_name: str,
         source: str | None = None,
         model_digest: str | None = None,
+        draft: PromptLookup | None = None,
     ) -> Engine:
         """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped.
 
@@ -325,11 +391,16 @@ class Engine:
                 f"llama.cpp could not load the model {model_name!r} from {source or model_path}: {exc} "
                 "(set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
             ) from exc
-        return cls(llama, settings, model_name=model_name, model_digest=model_digest)
+        return cls(llama, settings, model_name=model_name, model_digest=model_digest, draft=draft)
 
     @property
     def llama(self) -> Llama:
         return self._llama
+
+    @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
+        return tuple(self._decoder.cached)
 
     def check_model(self, requested: str | None) -> None:
         """Refuse a request that names a model other than the loaded one (no name means this one)."""
@@ -491,23 +562,51 @@ class Engine:
             )
         low_level.llama_sampler_free(sampler)
 
-    def generate(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Generation:
-        """Run one request to completion (or to the deadline) and return the text with usage and timings."""
-        prepared = self.prepare(request)
+    def generate(
+        self,
+        request: InferenceRequest,
+        *,
+        deadline: Deadline | None = None,
+        grammar_check: GrammarCheck = "lazy",
+    ) -> Generation:
+        """Run one request to completion (or to the deadline) and return the text with usage and timings.
+
+        ``grammar_check="eager"`` applies a grammar to every token of the vocabulary at every step (what
+        llama-cpp-python does): the same tokens, slower; it exists to show that they are the same.
+        """
+        return self.generate_prepared(
+            request, self.prepare(request), deadline=deadline, grammar_check=grammar_check
+        )
+
+    def generate_prepared(
+        self,
+        request: InferenceRequest,
+        prepared: PreparedPrompt,
+        *,
+        deadline: Deadline | None = None,
+        grammar_check: GrammarCheck = "lazy",
+    ) -> Generation:
+        """:meth:`generate` for a request :meth:`prepare` has already turned into tokens (and that a caller
+        may have adjusted: a benchmark gives a text completion the grammar a chat would get)."""
         with self._lock:
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request, prepared)
-            result = self._completion(request, prepared, progress, stream=False)
-        usage = result["usage"]
+            completion = self._completion(request, prepared, progress, grammar_check=grammar_check)
+            for _ in completion:
+                pass
         return _generation(
             prepared,
             progress,
-            text=result["choices"][0]["text"],
-            finish=result["choices"][0]["finish_reason"],
-            completion_tokens=usage["completion_tokens"],
+            text=completion.text,
+            finish=completion.finish,
+            completion_tokens=completion.completion_tokens,
             cached_tokens=cached,
             fingerprint=self.fingerprint,
         )
+
+    def prepare_grammar(self, request: ChatCompletionRequest) -> str | None:
+        """The grammar that constrains a chat request's answer (None: the answer is free)."""
+        return chat_grammar(request)[0]
 
     def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
         """Generate token by token: :class:`TokenDelta` items, then one final :class:`Generation`.
@@ -531,8 +630,6 @@ class Engine:
         self, request: InferenceRequest, prepared: PreparedPrompt, deadline: Deadline | None
     ) -> Iterator[StreamItem]:
         pieces: list[str] = []
-        completion_tokens = 0
-        finish: FinishReason = "stop"
         # Tool calls are sent whole at the end (as OpenAI-shaped deltas), so their text is held back: all
         # of it when the answer must call, and under "auto" until the first character shows a call.
         holding = prepared.tool_calls is not None
@@ -540,17 +637,11 @@ class Engine:
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             recorded = 0
             cached = self._cached_prefix(request, prepared)
-            chunks = self._completion(request, prepared, progress, stream=True)
+            completion = self._completion(request, prepared, progress)
+            deltas = iter(completion)
             try:
-                for chunk in chunks:
-                    choice = chunk["choices"][0]
-                    if choice["finish_reason"] is not None:
-                        finish = choice["finish_reason"]
-                        continue
-                    # llama-cpp-python yields one chunk per returned token in stream mode and reports no
-                    # usage, so the chunks are the completion-token count.
-                    completion_tokens += 1
-                    pieces.append(choice["text"])
+                for delta in deltas:
+                    pieces.append(delta.text)
                     if holding:
                         started = "".join(pieces)
                         if prepared.tool_calls == "all" or not started or started[0] in "{[":
@@ -558,23 +649,19 @@ class Engine:
                         holding = False
                         yield TokenDelta(started)
                         continue
-                    logprobs = None
-                    if progress.logprobs is not None:
-                        # A token's probabilities are known one step later: each delta carries those
-                        # recorded since the last one, and the final delta the rest.
-                        logprobs = tuple(progress.logprobs.tokens[recorded:])
-                        recorded += len(logprobs)
-                    yield TokenDelta(choice["text"], logprobs)
+                    if delta.logprobs is not None:
+                        recorded += len(delta.logprobs)
+                    yield delta
             finally:
-                # Closing the inner generator here, under the lock, stops llama.cpp before another
+                # Closing the decoder's generator here, under the lock, stops llama.cpp before another
                 # request may use the context.
-                chunks.close()
+                deltas.close()
         generation = _generation(
             prepared,
             progress,
-            text="".join(pieces),
-            finish=finish,
-            completion_tokens=completion_tokens,
+            text=completion.text,
+            finish=completion.finish,
+            completion_tokens=completion.completion_tokens,
             cached_tokens=cached,
             fingerprint=self.fingerprint,
         )
@@ -599,10 +686,8 @@ class Engine:
             for _ in self.stream(request):
                 pass
         with self._lock:
-            self._llama.reset()
-            prefix = self._chat_prefix()
-            if prefix:
-                self._llama.eval(prefix)
+            self._decoder.reset()
+            self._decoder.evaluate(self._chat_prefix())
 
     def _chat_tokens(self, request: ChatCompletionRequest) -> tuple[list[int], list[str]]:
         """The chat formatted by the model's template (:meth:`_format_chat`) and tokenized, and the
@@ -641,14 +726,7 @@ class Engine:
         request, less the one token it evaluates again); none when a seed makes it start afresh."""
         if request.seed is not None:
             return 0
-        llama = self._llama
-        previous = llama._input_ids[: llama.n_tokens].tolist()
-        common = 0
-        for old, new in zip(previous, prepared.tokens, strict=False):
-            if old != new:
-                break
-            common += 1
-        return max(0, common - 1) if common == len(prepared.tokens) else common
+        return self._decoder.reused(prepared.tokens)
 
     def _completion(
         self,
@@ -656,26 +734,36 @@ class Engine:
         prepared: PreparedPrompt,
         progress: _GenerationProgress,
         *,
-        stream: bool,
-    ) -> Any:
-        """Start llama.cpp on a prepared request; the caller holds the lock."""
+        grammar_check: GrammarCheck = "lazy",
+    ) -> _Completion:
+        """The request's answer, generated as it is iterated; the caller holds the lock."""
         if request.seed is not None:
             # A cached prompt prefix leaves the last prompt token to be evaluated alone, which can round
             # differently from evaluating it with the whole prompt; a caller-chosen seed must reproduce.
-            self._llama.reset()
-        return self._llama.create_completion(
-            prompt=prepared.tokens,
-            grammar=LlamaGrammar.from_string(prepared.grammar) if prepared.grammar else None,
-            max_tokens=prepared.max_tokens,
+            self._decoder.reset()
+        sampling = Sampling(
             temperature=request.temperature,
             top_p=request.top_p,
+            seed=prepared.seed,
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
+        )
+        recorder = progress.logprobs
+        tokens = self._decoder.tokens(
+            prepared.tokens,
+            sampling,
+            grammar=prepared.grammar,
+            grammar_check=grammar_check,
+            logprobs=None if recorder is None else recorder.top,
+            limit=prepared.max_tokens,
+            draft=self._draft,
+        )
+        return _Completion(
+            tokens,
+            self._decoder.piece,
             stop=prepared.stop,
-            seed=prepared.seed,
-            stopping_criteria=StoppingCriteriaList([progress]),
-            logits_processor=LogitsProcessorList([progress.logprobs]) if progress.logprobs else None,
-            stream=stream,
+            max_tokens=prepared.max_tokens,
+            progress=progress,
         )
 
 

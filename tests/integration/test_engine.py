@@ -143,7 +143,7 @@ def test_repacking_can_be_chosen(model_path):
 def test_warm_up_leaves_only_the_chat_templates_common_prefix_behind(engine):
     requests = [parse_request({**body, "max_tokens": 2}) for body in WARMUP_REQUESTS]
     engine.warm_up(requests)
-    cached = list(engine.llama.input_ids[: engine.llama.n_tokens])
+    cached = list(engine.cached_tokens)
     first = engine.prepare(parse_request({"messages": [{"role": "user", "content": "Why is the sky blue?"}]}))
     second = engine.prepare(parse_request({"messages": [{"role": "user", "content": "Name a river."}]}))
     # SmolLM2's template starts every chat without a system message with its default system prompt: that

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from snapllm.bench.arguments import PREFAULT_CHOICES
+from snapllm.bench import decode, grammar
+from snapllm.bench.arguments import DRAFTS, GRAMMAR_CASES, GRAMMAR_MODELS, PREFAULT_CHOICES
 from snapllm.cli import build_parser
 from snapllm.prefault import PREFAULT_MODES
 
@@ -91,3 +92,9 @@ def test_every_subcommand_names_a_module_that_runs_it():
 
 def test_the_bench_prefault_choices_are_the_engine_modes():
     assert PREFAULT_CHOICES == PREFAULT_MODES
+
+
+def test_the_bench_choices_are_the_benchmarks_own_tables():
+    assert sorted(GRAMMAR_MODELS) == sorted(grammar.MODELS)
+    assert sorted(GRAMMAR_CASES) == sorted(grammar.CASES)
+    assert sorted(DRAFTS) == sorted(decode.DRAFTS)

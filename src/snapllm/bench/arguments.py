@@ -17,6 +17,12 @@ DEFAULT_BUDGET_MS = 10.0
 MAX_REPEATS = 100_000
 #: The most tokens a benchmark request generates.
 MAX_BENCH_TOKENS = 4096
+#: The grammar benchmark's models and cases, and the drafting methods (the benchmarks' own tables,
+#: :data:`snapllm.bench.grammar.MODELS` / ``CASES`` and :data:`snapllm.bench.decode.DRAFTS`, import
+#: llama_cpp; a unit test keeps them equal).
+GRAMMAR_MODELS = ("gemma3-270m", "smollm2-135m")
+GRAMMAR_CASES = ("json_object", "json_schema", "tools auto", "tools required")
+DRAFTS = ("prompt-lookup",)
 
 
 def model_or_gguf(text: str) -> str:
@@ -108,16 +114,40 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     aws.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     aws.set_defaults(implementation="snapllm.bench.aws")
 
-    grammar = kinds.add_parser("grammar", help="tokens/s with and without a json_schema grammar, as a ratio")
-    grammar.add_argument("--model", type=gguf_file, help="GGUF file (default: the packaged SmolLM2)")
+    grammar = kinds.add_parser("grammar", help="decode rate constrained/free on both models, as ratios")
     grammar.add_argument(
-        "--rounds", type=repeats, default=5, help="measured rounds per side (after one warm-up)"
+        "--model", choices=GRAMMAR_MODELS, action="append", help="only this packaged model (repeatable)"
+    )
+    grammar.add_argument("--case", choices=GRAMMAR_CASES, action="append", help="only this case (repeatable)")
+    grammar.add_argument(
+        "--rounds", type=repeats, default=3, help="measured rounds per prompt (after one warm-up)"
     )
     grammar.add_argument(
-        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=64, help="tokens generated per run"
+        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=96, help="max_tokens of every request"
     )
     grammar.add_argument(
         "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
     )
+    grammar.add_argument(
+        "--peer", choices=["llama-server"], help="measure llama.cpp's server in the same run"
+    )
+    grammar.add_argument("--eager", action="store_true", help="also measure the grammar applied eagerly")
     grammar.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     grammar.set_defaults(implementation="snapllm.bench.grammar")
+
+    decode = kinds.add_parser("decode", help="decoding speed with and without drafting, as ratios")
+    decode.add_argument("--draft", choices=DRAFTS, default="prompt-lookup", help="the drafting method")
+    decode.add_argument(
+        "--model", type=model_or_gguf, default="smollm2-135m", help="a packaged model's name or a GGUF file"
+    )
+    decode.add_argument(
+        "--rounds", type=repeats, default=2, help="measured rounds per prompt (after one warm-up)"
+    )
+    decode.add_argument(
+        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=96, help="max_tokens of every request"
+    )
+    decode.add_argument(
+        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
+    )
+    decode.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    decode.set_defaults(implementation="snapllm.bench.decode")

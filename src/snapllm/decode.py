@@ -1,0 +1,395 @@
+"""Token by token decoding over llama.cpp's C API: the KV cache, the sampler chain and the grammar.
+
+    decoder = Decoder(llama)
+    for token in decoder.tokens(prompt, Sampling(temperature=0.0, top_p=1.0, seed=1), grammar=gbnf):
+        ...  # stop iterating to stop: the last token yielded is never evaluated
+
+It knows tokens, samplers and grammars, and nothing of the requests that ask for them. The chain is the one
+llama-cpp-python builds for ``create_completion`` (penalties; then greedy, or top-k 40, typical 1.0, top-p,
+min-p 0.05, temperature and a seeded draw), so a seeded answer is the one that path gives.
+
+**The grammar is checked lazily.** Applying a grammar to every token of the vocabulary at every step (what
+llama-cpp-python does) costs as much as the model's forward pass of a small model. As llama.cpp's own sampler
+(``common/sampling.cpp``) does, the chain picks first and only the pick is checked. When the grammar rejects
+it, the grammar is applied to the best candidates the chain can keep (its top-k: one at temperature 0, 40
+when sampling), and to the whole vocabulary only when too few of those are allowed. Every choice is then made
+among the same candidates, in the same order, as with the grammar applied to everything first: at
+temperature 0 and for a seeded draw alike, the tokens are the ones the full check gives.
+
+**Prompt-lookup drafting** (``draft=PromptLookup()``): when the last tokens generated also occur in the
+prompt, the tokens that followed them there are guessed as the continuation and evaluated in one batch with
+the sampled token; each guess the sampler confirms saves a forward pass. The sampler still picks every token.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import llama_cpp.llama_cpp as low_level
+import numpy as np
+from llama_cpp import Llama
+
+#: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
+_TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+#: How many of the best candidates the grammar checks, in turn, before it checks the whole vocabulary: a few
+#: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
+#: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
+_CHECKED_CANDIDATES = (32, 256, 4096)
+#: llama-cpp-python's fixed settings for what its ``create_completion`` does not expose to a request.
+_TOP_K = 40
+_MIN_P = 0.05
+_PENALTY_LAST_N = 64
+
+GrammarCheck = Literal["lazy", "eager"]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a token is picked from the model's distribution (temperature 0: the most likely one)."""
+
+    temperature: float
+    top_p: float
+    seed: int
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Prompt-lookup drafting: the last ``ngram`` tokens are looked up in the prompt and up to ``tokens``
+    of what followed them there are evaluated as guesses."""
+
+    ngram: int = 3
+    tokens: int = 8
+    min_ngram: int = 2
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One token the sampler picked, with the model's own log probability of it and of the ``top`` most
+    likely tokens (``(token, logprob)``, best first) when they were asked for."""
+
+    token: int
+    end_of_generation: bool
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+class _Samplers:
+    """One request's samplers: the penalties, the rest of the chain and the grammar (each freed on close)."""
+
+    def __init__(self, vocab: Any, n_vocab: int, sampling: Sampling, grammar: str | None) -> None:
+        self.penalties = low_level.llama_sampler_init_penalties(
+            n_vocab, _PENALTY_LAST_N, 1.0, sampling.frequency_penalty, sampling.presence_penalty
+        )
+        self.greedy = sampling.temperature == 0.0
+        self.chain = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
+        if self.greedy:
+            steps = [low_level.llama_sampler_init_greedy()]
+        else:
+            steps = [
+                low_level.llama_sampler_init_top_k(_TOP_K),
+                low_level.llama_sampler_init_typical(1.0, 1),
+                low_level.llama_sampler_init_top_p(sampling.top_p, 1),
+                low_level.llama_sampler_init_min_p(_MIN_P, 1),
+                low_level.llama_sampler_init_temp(sampling.temperature),
+                low_level.llama_sampler_init_dist(sampling.seed),
+            ]
+        for step in steps:
+            low_level.llama_sampler_chain_add(self.chain, step)
+        # How many candidates the chain can choose among: all its choices lie in that many best tokens.
+        self.kept = 1 if self.greedy else _TOP_K
+        self.shortlists = [
+            low_level.llama_sampler_init_top_k(size) for size in _CHECKED_CANDIDATES if size >= 4 * self.kept
+        ]
+        self.grammar = None
+        if grammar is not None:
+            self.grammar = low_level.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+            if not self.grammar:
+                self.close()
+                raise ValueError("llama.cpp could not parse the grammar")
+
+    def accept(self, token: int) -> None:
+        low_level.llama_sampler_accept(self.penalties, token)
+        low_level.llama_sampler_accept(self.chain, token)
+        if self.grammar is not None:
+            low_level.llama_sampler_accept(self.grammar, token)
+
+    def close(self) -> None:
+        for sampler in (self.penalties, self.chain, *self.shortlists, self.grammar):
+            if sampler:
+                low_level.llama_sampler_free(sampler)
+        self.penalties = self.chain = self.grammar = None
+        self.shortlists = []
+
+
+class Decoder:
+    """Generation over one llama.cpp context, which it owns: it remembers which tokens the KV cache holds,
+    so a prompt that starts like the last one evaluates only what differs. Not thread-safe."""
+
+    def __init__(self, llama: Llama) -> None:
+        self._llama = llama
+        self._ctx = llama.ctx
+        self._vocab = llama._model.vocab
+        self._memory = low_level.llama_get_memory(self._ctx)
+        self.n_vocab = int(llama.n_vocab())
+        self._n_batch = int(llama.n_batch)
+        self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
+        self._ids = np.arange(self.n_vocab, dtype=np.intc)
+        self._buffer = (low_level.llama_token_data * self.n_vocab)()
+        self._candidates = np.frombuffer(self._buffer, dtype=_TOKEN_DATA)
+        self._array = low_level.llama_token_data_array(
+            data=ctypes.cast(self._buffer, low_level.llama_token_data_p),
+            size=self.n_vocab,
+            selected=-1,
+            sorted=False,
+        )
+        self._one = low_level.llama_token_data(0, 1.0, 0.0)
+        self._one_array = low_level.llama_token_data_array(
+            data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False
+        )
+        #: The tokens whose keys and values the context holds, in order.
+        self.cached: list[int] = []
+        # Whether the context's last logits are those after ``cached[-1]`` (a prompt equal to ``cached`` can
+        # then be sampled from without evaluating anything).
+        self._logits_current = False
+        # Counters for tests and benchmarks: picks the grammar refused, steps that needed the grammar on
+        # the whole vocabulary, and guesses drafted and confirmed.
+        self.grammar_rejections = 0
+        self.grammar_fallbacks = 0
+        self.drafted = 0
+        self.drafted_accepted = 0
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buffer = ctypes.create_string_buffer(256)
+
+    def __del__(self) -> None:
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            low_level.llama_batch_free(batch)
+            self._batch = None
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for in generated text (special tokens stand for nothing)."""
+        data = self._pieces.get(token)
+        if data is None:
+            size = low_level.llama_token_to_piece(self._vocab, token, self._piece_buffer, 256, 0, False)
+            data = self._pieces[token] = self._piece_buffer.raw[: max(0, size)]
+        return data
+
+    # --- The KV cache ---------------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every cached token."""
+        low_level.llama_memory_clear(self._memory, True)
+        self.cached = []
+        self._logits_current = False
+
+    def reused(self, prompt: Sequence[int]) -> int:
+        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating
+        (the common prefix, less the last prompt token, which is evaluated again for its logits)."""
+        common = _common_prefix(self.cached, prompt)
+        return max(0, common - 1) if common == len(prompt) else common
+
+    def evaluate(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` (the logits of the last)."""
+        for start in range(0, len(tokens), self._n_batch):
+            self._decode(tokens[start : start + self._n_batch], outputs=1)
+
+    def _truncate(self, length: int) -> None:
+        if length < len(self.cached):
+            if not low_level.llama_memory_seq_rm(self._memory, 0, length, -1):
+                self.reset()
+                return
+            del self.cached[length:]
+            self._logits_current = False
+
+    def _load(self, prompt: Sequence[int]) -> None:
+        if self._logits_current and self.cached == list(prompt):
+            return
+        self._truncate(self.reused(prompt))
+        self.evaluate(prompt[len(self.cached) :])
+
+    def _decode(self, tokens: Sequence[int], *, outputs: int) -> None:
+        """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``."""
+        batch = self._batch
+        n = len(tokens)
+        past = len(self.cached)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= n - outputs
+        batch.n_tokens = n
+        code = low_level.llama_decode(self._ctx, batch)
+        if code != 0:
+            self._logits_current = False
+            raise RuntimeError(f"llama_decode returned {code}")
+        self.cached.extend(tokens)
+        self._logits_current = True
+
+    # --- Generation -------------------------------------------------------------------------------------
+
+    def tokens(
+        self,
+        prompt: Sequence[int],
+        sampling: Sampling,
+        *,
+        grammar: str | None = None,
+        grammar_check: GrammarCheck = "lazy",
+        logprobs: int | None = None,
+        limit: int | None = None,
+        draft: PromptLookup | None = None,
+    ) -> Iterator[Sampled]:
+        """Sample after ``prompt`` until the caller stops iterating, ``limit`` tokens are out, or an
+        end-of-generation token (yielded, flagged, and never evaluated) comes.
+
+        A token is evaluated only when the next one is asked for, so the context never holds a token past
+        the last one the caller took. ``logprobs``: how many of the most likely alternatives each token
+        reports (0: only its own log probability; None: nothing).
+        """
+        self._load(prompt)
+        samplers = _Samplers(self._vocab, self.n_vocab, sampling, grammar)
+        history = list(prompt)
+        produced = 0
+        accepted_length = len(self.cached)
+        try:
+            # Each round: the logits at output indices ``rows`` of the last decode, then the guesses they
+            # are checked against (row i predicts guess i).
+            rows: list[int] = [-1]
+            guesses: list[int] = []
+            while True:
+                for i, row in enumerate(rows):
+                    picked = self._sample(samplers, row, grammar_check, logprobs)
+                    samplers.accept(picked.token)
+                    yield picked
+                    if picked.end_of_generation:
+                        return
+                    produced += 1
+                    history.append(picked.token)
+                    if limit is not None and produced >= limit:
+                        return
+                    if i < len(guesses) and guesses[i] == picked.token:
+                        # The guess is in the cache already, and the next row holds the logits after it.
+                        accepted_length += 1
+                        self.drafted_accepted += 1
+                        continue
+                    break
+                # The cache holds the accepted tokens; anything after them was a wrong guess.
+                self._truncate(accepted_length)
+                last = history[-1]
+                room = self._n_batch - 1
+                if limit is not None:
+                    room = min(room, limit - produced - 1)
+                guesses = _lookup(history, len(prompt), draft, room) if draft is not None else []
+                self.drafted += len(guesses)
+                self._decode([last, *guesses], outputs=1 + len(guesses))
+                accepted_length = len(self.cached) - len(guesses)
+                rows = list(range(len(guesses) + 1))
+        finally:
+            samplers.close()
+            self._truncate(accepted_length)
+
+    def _sample(
+        self, samplers: _Samplers, row: int, grammar_check: GrammarCheck, logprobs: int | None
+    ) -> Sampled:
+        logits = np.ctypeslib.as_array(low_level.llama_get_logits_ith(self._ctx, row), shape=(self.n_vocab,))
+        token = self._pick(samplers, logits, grammar_check)
+        eog = bool(low_level.llama_vocab_is_eog(self._vocab, token))
+        if logprobs is None:
+            return Sampled(token, eog)
+        # The model's own distribution: before penalties, temperature or the grammar narrow it.
+        shifted = logits.astype(np.float64) - float(np.max(logits))
+        distribution = shifted - np.log(np.exp(shifted).sum())
+        top: tuple[tuple[int, float], ...] = ()
+        if logprobs:
+            best = np.argpartition(-distribution, logprobs)[:logprobs]
+            best = best[np.argsort(-distribution[best], kind="stable")]
+            top = tuple((int(i), float(distribution[i])) for i in best)
+        return Sampled(token, eog, float(distribution[token]), top)
+
+    def _fill(self, logits: np.ndarray, samplers: _Samplers) -> None:
+        self._candidates["id"] = self._ids
+        self._candidates["logit"] = logits
+        self._candidates["p"] = 0.0
+        self._array.size = self.n_vocab
+        self._array.selected = -1
+        self._array.sorted = False
+        low_level.llama_sampler_apply(samplers.penalties, ctypes.byref(self._array))
+
+    def _apply(self, sampler: Any) -> None:
+        low_level.llama_sampler_apply(sampler, ctypes.byref(self._array))
+
+    def _selected(self) -> int:
+        return int(self._candidates["id"][self._array.selected])
+
+    def _allowed(self, samplers: _Samplers, token: int) -> bool:
+        self._one.id, self._one.logit, self._one.p = token, 1.0, 0.0
+        self._one_array.size, self._one_array.selected, self._one_array.sorted = 1, -1, False
+        low_level.llama_sampler_apply(samplers.grammar, ctypes.byref(self._one_array))
+        return self._one.logit != -np.inf
+
+    def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
+        self._fill(logits, samplers)
+        if samplers.grammar is None:
+            self._apply(samplers.chain)
+            return self._selected()
+        if grammar_check == "lazy":
+            if samplers.greedy:
+                # llama.cpp's check: the chain's pick, and the grammar asked about that one token.
+                self._apply(samplers.chain)
+                token = self._selected()
+                if self._allowed(samplers, token):
+                    return token
+                self.grammar_rejections += 1
+                self._array.selected = -1  # greedy only chose: the candidates are as the penalties left them
+            # The chain keeps only its ``kept`` best candidates: when the grammar allows that many among
+            # the best few, those are exactly the ones it would keep from the whole vocabulary.
+            for number, shortlist in enumerate(samplers.shortlists):
+                if number:
+                    self._fill(logits, samplers)
+                self._apply(shortlist)
+                self._apply(samplers.grammar)
+                self._array.sorted = False  # -inf breaks the order: the chain's top-k sorts again
+                allowed = int(np.count_nonzero(self._candidates["logit"][: self._array.size] != -np.inf))
+                if not samplers.greedy and not number and allowed < self._array.size:
+                    self.grammar_rejections += 1
+                if allowed >= samplers.kept:
+                    self._apply(samplers.chain)
+                    return self._selected()
+            self.grammar_fallbacks += 1
+            self._fill(logits, samplers)
+        self._apply(samplers.grammar)
+        self._apply(samplers.chain)
+        return self._selected()
+
+
+def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
+    common = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        common += 1
+    return common
+
+
+def _lookup(history: list[int], prompt_length: int, draft: PromptLookup, room: int) -> list[int]:
+    """The tokens that followed the latest earlier occurrence, in the prompt, of the last n-gram of
+    ``history`` (the longest n-gram that occurs, from ``draft.ngram`` down to ``draft.min_ngram``)."""
+    count = min(draft.tokens, room)
+    if count <= 0:
+        return []
+    for n in range(draft.ngram, draft.min_ngram - 1, -1):
+        if len(history) <= n:
+            continue
+        tail = history[-n:]
+        # Latest occurrence first: the most recent context is the likeliest to continue the same way.
+        for start in range(prompt_length - n, -1, -1):
+            if history[start : start + n] == tail:
+                follow = history[start + n : min(start + n + count, prompt_length)]
+                if follow:
+                    return follow
+    return []
