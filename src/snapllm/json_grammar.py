@@ -62,8 +62,8 @@ FORMATS: Mapping[str, str] = {
     "uuid": _uuid(""),
     **{f"uuid{n}": _uuid(str(n)) for n in range(1, 6)},
 }
-# Keywords that constrain nothing (ignoring them keeps every promise).
-_ANNOTATIONS = frozenset(
+# Keywords that only annotate: they constrain nothing, so ignoring them keeps every promise.
+ANNOTATION_KEYWORDS = frozenset(
     {
         "title",
         "description",
@@ -78,10 +78,10 @@ _ANNOTATIONS = frozenset(
         "strict",
         "discriminator",
         "nullable",
-        "$defs",
-        "definitions",
     }
 )
+# What a node's grammar ignores: the annotations, and the definitions its $refs reach.
+_ANNOTATIONS = ANNOTATION_KEYWORDS | {"$defs", "definitions"}
 _OBJECT_KEYS = ("properties", "required", "additionalProperties")
 _ARRAY_KEYS = ("items", "prefixItems", "minItems", "maxItems")
 _STRING_KEYS = ("minLength", "maxLength", "pattern", "format")

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from snapllm.errors import ToolCallCutShortError, UnsupportedParameterError
-from snapllm.json_grammar import FORMATS, schema_grammar
+from snapllm.json_grammar import ANNOTATION_KEYWORDS, FORMATS, schema_grammar
 
 # Keywords the grammar converter enforces.
 ENFORCED_KEYWORDS = frozenset(
@@ -52,24 +52,6 @@ ENFORCED_KEYWORDS = frozenset(
         "maxLength",
         "pattern",
         "format",
-    }
-)
-# Keywords that only annotate: they constrain nothing, so ignoring them keeps every promise.
-ANNOTATION_KEYWORDS = frozenset(
-    {
-        "title",
-        "description",
-        "default",
-        "examples",
-        "$schema",
-        "$id",
-        "$comment",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "strict",
-        "discriminator",
-        "nullable",
     }
 )
 # Formats the converter turns into grammar rules; any other format would go unchecked.
@@ -243,24 +225,34 @@ def embed_schemas(schemas: Mapping[str, Any]) -> tuple[dict[str, dict[str, str]]
     return refs, defs
 
 
-def tool_call_schema(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict[str, Any]:
-    """The JSON schema of what the model generates to call one of ``functions`` (OpenAI ``function``
-    objects: ``name`` and ``parameters``): one call, or with ``parallel`` a list of 1 to
-    :data:`MAX_PARALLEL_TOOL_CALLS` calls. Each function's parameters become a ``$defs`` entry of their
-    own (:func:`embed_schemas`), which the call's ``arguments`` refer to."""
-    refs, defs = embed_schemas(
-        {str(function["name"]): _arguments_schema(function.get("parameters")) for function in functions}
-    )
-    calls = [
+def named_arguments_schema(
+    parameters: Mapping[str, Any], *, name_key: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One object naming one of ``parameters``' keys (``{name_key: <name>, "arguments": ...}``) with
+    arguments valid against that name's schema, and the ``$defs`` it needs: each schema is an entry of its
+    own (:func:`embed_schemas`), which the ``arguments`` refer to. A tool call and an agent's plan step
+    are both this shape."""
+    refs, defs = embed_schemas(parameters)
+    choices = [
         {
             "type": "object",
-            "properties": {"name": {"const": name}, "arguments": ref},
-            "required": ["name", "arguments"],
+            "properties": {name_key: {"const": name}, "arguments": ref},
+            "required": [name_key, "arguments"],
             "additionalProperties": False,
         }
         for name, ref in refs.items()
     ]
-    call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return (choices[0] if len(choices) == 1 else {"anyOf": choices}), defs
+
+
+def tool_call_schema(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict[str, Any]:
+    """The JSON schema of what the model generates to call one of ``functions`` (OpenAI ``function``
+    objects: ``name`` and ``parameters``): one call, or with ``parallel`` a list of 1 to
+    :data:`MAX_PARALLEL_TOOL_CALLS` calls (:func:`named_arguments_schema`)."""
+    call, defs = named_arguments_schema(
+        {str(function["name"]): _arguments_schema(function.get("parameters")) for function in functions},
+        name_key="name",
+    )
     schema: dict[str, Any] = (
         {"type": "array", "items": call, "minItems": 1, "maxItems": MAX_PARALLEL_TOOL_CALLS}
         if parallel

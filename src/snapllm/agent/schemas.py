@@ -18,7 +18,12 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from snapllm.structured import ANNOTATION_KEYWORDS, ENFORCED_FORMATS, ENFORCED_KEYWORDS, embed_schemas
+from snapllm.structured import (
+    ANNOTATION_KEYWORDS,
+    ENFORCED_FORMATS,
+    ENFORCED_KEYWORDS,
+    named_arguments_schema,
+)
 
 # An integer range up to this many values is turned into an enum, so the grammar keeps it.
 MAX_ENUM_RANGE = 16
@@ -92,19 +97,9 @@ def with_documents(parameters: dict[str, Any], documents: Sequence[str]) -> dict
 
 def plan_schema(tools: Sequence[tuple[str, dict[str, Any]]], *, max_steps: int) -> dict[str, Any]:
     """The plan's schema: 1 to ``max_steps`` steps, each naming one of ``tools`` (name, parameters) and
-    arguments valid for it; each tool's parameters are a ``$defs`` entry of their own
-    (:func:`snapllm.structured.embed_schemas`), so their own ``$defs`` and ``$ref``s stay apart."""
-    refs, defs = embed_schemas(dict(tools))
-    steps = [
-        {
-            "type": "object",
-            "properties": {"tool": {"const": name}, "arguments": ref},
-            "required": ["tool", "arguments"],
-            "additionalProperties": False,
-        }
-        for name, ref in refs.items()
-    ]
-    step: dict[str, Any] = steps[0] if len(steps) == 1 else {"anyOf": steps}
+    arguments valid for it (:func:`snapllm.structured.named_arguments_schema`: each tool's parameters are
+    a ``$defs`` entry of their own, so their own ``$defs`` and ``$ref``s stay apart)."""
+    step, defs = named_arguments_schema(dict(tools), name_key="tool")
     return {
         "type": "object",
         "properties": {"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}},
