@@ -32,6 +32,22 @@ def model_or_gguf(text: str) -> str:
     return text
 
 
+def _decoding_run(parser: argparse.ArgumentParser, *, rounds: int) -> None:
+    """The arguments of a benchmark that decodes the same prompts on one loaded model per side."""
+    parser.add_argument(
+        "--rounds",
+        type=integer(1, MAX_REPEATS),
+        default=rounds,
+        help="measured rounds per prompt (after one warm-up)",
+    )
+    parser.add_argument(
+        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=96, help="max_tokens of every request"
+    )
+    parser.add_argument(
+        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
+    )
+
+
 def add_parser(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="benchmarks that report side-by-side ratios")
     kinds = bench.add_subparsers(dest="bench", required=True)
@@ -119,15 +135,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--model", choices=GRAMMAR_MODELS, action="append", help="only this packaged model (repeatable)"
     )
     grammar.add_argument("--case", choices=GRAMMAR_CASES, action="append", help="only this case (repeatable)")
-    grammar.add_argument(
-        "--rounds", type=repeats, default=3, help="measured rounds per prompt (after one warm-up)"
-    )
-    grammar.add_argument(
-        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=96, help="max_tokens of every request"
-    )
-    grammar.add_argument(
-        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
-    )
+    _decoding_run(grammar, rounds=3)
     grammar.add_argument(
         "--peer", choices=["llama-server"], help="measure llama.cpp's server in the same run"
     )
@@ -140,14 +148,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     decode.add_argument(
         "--model", type=model_or_gguf, default="smollm2-135m", help="a packaged model's name or a GGUF file"
     )
-    decode.add_argument(
-        "--rounds", type=repeats, default=2, help="measured rounds per prompt (after one warm-up)"
-    )
-    decode.add_argument(
-        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=96, help="max_tokens of every request"
-    )
-    decode.add_argument(
-        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
-    )
+    _decoding_run(decode, rounds=2)
     decode.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     decode.set_defaults(implementation="snapllm.bench.decode")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snapllm.argtypes import parameter, readable_file
+from snapllm.argtypes import readable_file
+from snapllm.preflight.arguments import add_deploy_target
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -14,15 +15,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "deploy-check", help="check the transformed template: SnapStart after the model, roles, variables"
     )
     parser.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
-    parser.add_argument(
-        "--parameter-overrides",
-        nargs="*",
-        default=[],
-        type=parameter,
-        metavar="NAME=VALUE",
-        help="as for sam deploy",
-    )
-    parser.add_argument(
-        "--region", help="the region to deploy to (default: samconfig.toml's); refused if it lacks a feature"
-    )
+    add_deploy_target(parser)
     parser.set_defaults(implementation="snapllm.deploycheck.cli")

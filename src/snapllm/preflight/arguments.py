@@ -19,22 +19,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument(
-        "build_dir", nargs="?", default=".aws-sam/build", help="what sam build wrote (default .aws-sam/build)"
-    )
+def add_deploy_target(parser: argparse.ArgumentParser) -> None:
+    """What a deploy would be given: the template's parameter values and the region (``preflight`` and
+    ``deploy-check`` check the same deploy)."""
     parser.add_argument(
         "--parameter-overrides",
         nargs="*",
         default=[],
         type=parameter,
-        metavar="KEY=VALUE",
-        help="template parameter values the build used, e.g. Architecture=x86_64",
+        metavar="NAME=VALUE",
+        help="template parameter values, as for sam build and sam deploy (e.g. Architecture=x86_64)",
     )
-    parser.add_argument("--no-zip", action="store_true", help="skip measuring zip sizes (faster)")
     parser.add_argument(
         "--region", help="the region to deploy to (default: samconfig.toml's); refused if it lacks a feature"
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "build_dir", nargs="?", default=".aws-sam/build", help="what sam build wrote (default .aws-sam/build)"
+    )
+    add_deploy_target(parser)
+    parser.add_argument("--no-zip", action="store_true", help="skip measuring zip sizes (faster)")
     parser.add_argument("--config-file", default="samconfig.toml", help="where --region defaults from")
     parser.add_argument("--config-env", default="default", help="samconfig.toml environment (default)")
     parser.add_argument(
