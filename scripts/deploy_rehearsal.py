@@ -46,9 +46,9 @@ from moto.cloudformation.custom_model import CustomModel
 from moto.cloudformation.parsing import resource_class_from_type
 from moto.server import ThreadedMotoServer
 
-from snapllm import sam
 from snapllm.deploy.version_digest import VersionDigestResource
-from snapllm.deploycheck.transform import Stack, transformed, translate_document
+from snapllm_dev import sam
+from snapllm_dev.deploycheck.transform import Stack, transformed, translate_document
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The stack's templates as the SAM transform made them, one per change set `sam deploy` created.

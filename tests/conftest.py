@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from snapllm import sam
-from snapllm.local.s3 import LocalS3
-from snapllm.local.session import LocalDeployment
-from snapllm.models import default_model_path
+from snapllm_dev import sam
+from snapllm_dev.local.s3 import LocalS3
+from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.packaged_models import default_model_path
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = REPO / "template.yaml"

@@ -6,7 +6,7 @@ within its bound), else words the 400's message must contain (naming the constru
 
 from __future__ import annotations
 
-from snapllm.json_grammar import MAX_CHOICES
+from snapllm.protocol.json_grammar import MAX_CHOICES
 
 
 def dag(depth: int) -> dict:

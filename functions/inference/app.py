@@ -1,10 +1,10 @@
 """InferenceFunction: generates with a GGUF model that SnapStart holds loaded and warm.
 
 Module init streams the model from S3 into memory and loads it; the before-snapshot hook warms it up,
-so a restored environment only generates tokens. The logic lives in ``snapllm.runtime``.
+so a restored environment only generates tokens. The logic lives in ``snapllm.inference.runtime``.
 """
 
-from snapllm.runtime import InferenceRuntime
+from snapllm.inference.runtime import InferenceRuntime
 
 runtime = InferenceRuntime.initialize()
 runtime.register_snapstart_hooks()

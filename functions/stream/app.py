@@ -5,7 +5,7 @@ Module init loads the model as InferenceFunction does; LWA's SnapStart hooks (HT
 do the warm-up before the snapshot and the re-seed after restore. The logic lives in ``snapllm.streaming``.
 """
 
-from snapllm.runtime import InferenceRuntime
+from snapllm.inference.runtime import InferenceRuntime
 from snapllm.streaming.app import create_app
 
 runtime = InferenceRuntime.initialize()

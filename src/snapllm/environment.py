@@ -2,7 +2,7 @@
 
 A subclass declares one field per variable, named after it less ``SNAPLLM_`` (or aliased, as
 ``POWERTOOLS_SERVICE_NAME``), with its default and range; the docstring under the field is its
-``description``, which is also the docs' configuration table's (:mod:`snapllm.settings_doc`)::
+``description``, which is also the docs' configuration table's (:mod:`snapllm_dev.settings_doc`)::
 
     StreamingEnvironment.from_env()                                 # os.environ
     StreamingEnvironment.from_env({"SNAPLLM_MAX_BODY_BYTES": "0"})  # ConfigurationError naming it

@@ -10,8 +10,8 @@ import time
 
 import httpx
 
-from snapllm.local.processes import stop_process
-from snapllm.local.s3 import free_port
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.s3 import free_port
 from tests.conftest import TEST_THREADS
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from snapllm.local.lwa import LocalServeError
-from snapllm.local.processes import stop_process
-from snapllm.local.s3 import free_port
+from snapllm_dev.local.lwa import LocalServeError
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.s3 import free_port
 from tests.conftest import TEMPLATE, TEST_THREADS
 
 SERVE_ENV = {
@@ -66,7 +66,7 @@ class ServeProcess:
         command = [
             sys.executable,
             "-m",
-            "snapllm.cli",
+            "snapllm_dev.cli",
             "local",
             "serve",
             "--port",

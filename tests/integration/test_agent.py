@@ -18,9 +18,9 @@ import pytest
 from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.tools import BuiltinTools, ReadExcerpt
 from snapllm.errors import InferenceThrottledError
-from snapllm.local.durable import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
-from snapllm.local.inference import LocalInferenceClient
-from snapllm.local.session import LocalDeployment
+from snapllm_dev.local.durable import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
+from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.session import LocalDeployment
 
 pytestmark = pytest.mark.slow
 

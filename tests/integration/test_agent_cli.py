@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def _invoke(*flags: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "snapllm.cli", "local", "invoke", "AgentFunction"]
+    command = [sys.executable, "-m", "snapllm_dev.cli", "local", "invoke", "AgentFunction"]
     return subprocess.run(
         [*command, "-e", "events/agent/review.json", *flags],
         cwd=REPO,
@@ -59,7 +59,7 @@ def test_mcp_adds_a_real_mcp_servers_tools_and_the_table_shows_each_call():
     with ToolServer.start() as server:
         done = subprocess.run(
             [
-                *[sys.executable, "-m", "snapllm.cli", "local", "invoke", "AgentFunction", "-e", "-"],
+                *[sys.executable, "-m", "snapllm_dev.cli", "local", "invoke", "AgentFunction", "-e", "-"],
                 *["--mcp", f"ops={server.url}", "--env", "SNAPLLM_AGENT_MAX_TOOL_CALLS=2", "--approve"],
             ],
             cwd=REPO,

@@ -5,7 +5,7 @@ S3 endpoint, and the SDK's testing runner playing the durable service.
 Each test offers the model one or two of the server's tools (``tools`` in the server's configuration) and
 names no document, so the built-in tools are not offered: whatever the small model plans, it calls the tool
 under test. Calls are counted on the server's side. Faults are real HTTP faults: the project's fault proxy
-(:mod:`snapllm.local.faults`) sits between the agent and the server and answers one ``tools/call`` with a
+(:mod:`snapllm_dev.local.faults`) sits between the agent and the server and answers one ``tools/call`` with a
 5xx, or resets the connection after the server has answered it.
 """
 
@@ -22,10 +22,10 @@ from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.errors import MAX_ERROR_TEXT_BYTES
 from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
-from snapllm.local.durable import LocalAgent, LocalRun, agent_settings, approve
-from snapllm.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
-from snapllm.local.inference import LocalInferenceClient
-from snapllm.local.session import LocalDeployment
+from snapllm_dev.local.durable import LocalAgent, LocalRun, agent_settings, approve
+from snapllm_dev.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
+from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.session import LocalDeployment
 from tests.integration.mcp_server import (
     INVALID_PATHS,
     LONG_ERROR_BYTES,

@@ -16,14 +16,14 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from snapllm.agent import routes
 from snapllm.agent.runs import AgentRuns
-from snapllm.local.context import LocalContext
-from snapllm.local.durable import LocalAgent, agent_settings
-from snapllm.local.durable_service import LocalDurableLambda
-from snapllm.local.inference import LocalInferenceClient
-from snapllm.local.session import LocalDeployment
 from snapllm.router.app import RouterApp
-from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
+from snapllm.router.settings import RouterSettings
+from snapllm_dev.local.context import LocalContext
+from snapllm_dev.local.durable import LocalAgent, agent_settings
+from snapllm_dev.local.durable_service import LocalDurableLambda
+from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.session import LocalDeployment
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from snapllm.local.processes import stop_process
+from snapllm_dev.local.processes import stop_process
 from tests.conftest import TEMPLATE
 from tests.integration.llama_server import start_llama_cpp_server
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess

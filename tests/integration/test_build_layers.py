@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from snapllm import sam
-from snapllm.preflight.package import scan_package
-from snapllm.preflight.rules import (
+from snapllm_dev import sam
+from snapllm_dev.preflight.package import scan_package
+from snapllm_dev.preflight.rules import (
     LAYER_PLACEHOLDER,
     Target,
     check_elf,
@@ -27,7 +27,7 @@ from snapllm.preflight.rules import (
     check_weights,
     check_wheels,
 )
-from snapllm.preflight.template import Function, Layer
+from snapllm_dev.preflight.template import Function, Layer
 
 ROOT = Path(__file__).resolve().parents[2]
 # The user's environment as SAM passes it on, without what `make build` adds.

@@ -14,7 +14,7 @@ ENV = {**os.environ, "SNAPLLM_THREADS": TEST_THREADS}
 
 def snapllm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "snapllm.cli", *args],
+        [sys.executable, "-m", "snapllm_dev.cli", *args],
         cwd=REPO,
         env=ENV,
         capture_output=True,

@@ -364,7 +364,7 @@ def _run(case: Case, files: Mapping[str, str], root: Path) -> Outcome:
     argv = [arg.format(**files) for arg in case.argv]
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "snapllm.cli", *argv],
+        [sys.executable, "-m", "snapllm_dev.cli", *argv],
         cwd=REPO,
         env=_environment(root, case.env, marker),
         stdin=subprocess.DEVNULL,

@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from snapllm import errors, sam
-from snapllm.local.s3 import free_port
-from snapllm.metrics import status_class
+from snapllm import errors
+from snapllm.protocol.metrics import status_class
+from snapllm_dev import sam
+from snapllm_dev.local.s3 import free_port
 from tests.conftest import TEMPLATE
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
 

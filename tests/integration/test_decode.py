@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from snapllm.agent.schemas import plan_schema
-from snapllm.config import EngineSettings
-from snapllm.contract import parse_request
-from snapllm.decode import PromptLookup
-from snapllm.engine import Engine, TokenDelta
-from snapllm.responses_contract import engine_request, parse_invoke
+from snapllm.engine.decode import PromptLookup
+from snapllm.engine.model import Engine, TokenDelta
+from snapllm.engine.settings import EngineSettings
+from snapllm.protocol.requests import parse_request
+from snapllm.protocol.responses_api import engine_request, parse_invoke
 from tests.conftest import REPO
 
 

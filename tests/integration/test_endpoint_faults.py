@@ -2,7 +2,7 @@
 and the router's fallback order over it.
 
 The endpoint is llama-cpp-python's own server on the packaged model; the faults are done to the real TCP
-stream by :class:`~snapllm.local.faults.FaultProxy` in front of it.
+stream by :class:`~snapllm_dev.local.faults.FaultProxy` in front of it.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from snapllm.errors import (
     InferenceThrottledError,
     InferenceTimeoutError,
 )
-from snapllm.inference_client import HttpInferenceClient
-from snapllm.local.context import LocalContext
-from snapllm.local.faults import Fault, FaultProxy, StreamFault
-from snapllm.local.processes import stop_process
-from snapllm.local.s3 import free_port
+from snapllm.inference.client import HttpInferenceClient
 from snapllm.router.app import RouterApp
-from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
+from snapllm.router.settings import RouterSettings
+from snapllm_dev.local.context import LocalContext
+from snapllm_dev.local.faults import Fault, FaultProxy, StreamFault
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.s3 import free_port
 from tests.integration.llama_server import start_llama_cpp_server
 
 CHAT = {"model": "always-on", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}

@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from snapllm.config import EngineSettings, InferenceSettings, ModelSource
-from snapllm.contract import CALLER_DEADLINE_KEY, parse_request
-from snapllm.engine import WARMUP_REQUESTS, Deadline, Engine
+from snapllm.engine.loader import DownloadStats
+from snapllm.engine.model import WARMUP_REQUESTS, Deadline, Engine
+from snapllm.engine.settings import EngineSettings, ModelSource
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ToolCallCutShortError
-from snapllm.loader import DownloadStats
-from snapllm.responses import render_response
-from snapllm.responses_contract import engine_request, parse_invoke
-from snapllm.runtime import InferenceRuntime
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.objects import render_response
+from snapllm.protocol.requests import CALLER_DEADLINE_KEY, parse_request
+from snapllm.protocol.responses_api import engine_request, parse_invoke
 from tests.conftest import LONG_GENERATION
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}

@@ -24,17 +24,17 @@ from typing import Any
 import pytest
 import uvicorn
 
-from snapllm.config import InferenceSettings
-from snapllm.inference_client import HttpInferenceClient
-from snapllm.local.context import LocalContext
-from snapllm.local.inference import LocalInferenceClient
-from snapllm.local.processes import stop_process
-from snapllm.local.s3 import free_port
+from snapllm.inference.client import HttpInferenceClient
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
 from snapllm.router.app import RouterApp
-from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
-from snapllm.runtime import InferenceRuntime
+from snapllm.router.settings import RouterSettings
 from snapllm.streaming.app import create_app
+from snapllm_dev.local.context import LocalContext
+from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.s3 import free_port
 from tests.hostile_schemas import HOSTILE
 from tests.integration.llama_server import start_llama_cpp_server
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from snapllm import sam
-from snapllm.contract import CALLER_DEADLINE_KEY
-from snapllm.local.lifecycle import LocalFunctionError
-from snapllm.local.session import LocalDeployment
+from snapllm.protocol.requests import CALLER_DEADLINE_KEY
+from snapllm_dev import sam
+from snapllm_dev.local.lifecycle import LocalFunctionError
+from snapllm_dev.local.session import LocalDeployment
 from tests.conftest import LONG_GENERATION, TEMPLATE, TEST_THREADS
 
 CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12}
@@ -133,7 +133,7 @@ def test_generation_stops_before_the_invoke_deadline(snapshotted):
 def test_a_restored_environment_never_downloads(local_s3, model_path):
     # A deployment of its own whose S3 endpoint is stopped after the snapshot: restore and invoke must
     # still work, because the model is in the snapshotted memory.
-    from snapllm.local.s3 import LocalS3
+    from snapllm_dev.local.s3 import LocalS3
 
     own_s3 = LocalS3.start()
     deployment = LocalDeployment.start(sam.load(TEMPLATE), model_path=model_path, s3=own_s3)

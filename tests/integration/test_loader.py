@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from snapllm.config import EngineSettings, InferenceSettings, LoaderSettings, MiB, ModelSource
+from snapllm.engine.loader import S3ModelLoader
+from snapllm.engine.settings import EngineSettings, LoaderSettings, MiB, ModelSource
 from snapllm.errors import (
     ChecksumMismatchError,
     ModelAccessDeniedError,
@@ -19,9 +20,9 @@ from snapllm.errors import (
     ModelSizeMismatchError,
     NotAGGUFError,
 )
-from snapllm.loader import S3ModelLoader
-from snapllm.local.faults import Fault, FaultProxy, StreamFault
-from snapllm.runtime import InferenceRuntime
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
+from snapllm_dev.local.faults import Fault, FaultProxy, StreamFault
 
 BUCKET = "snapllm-loader-tests"
 KEY = "models/smollm2.gguf"

@@ -16,10 +16,10 @@ import time
 import pytest
 from botocore.exceptions import BotoCoreError
 
-from snapllm.config import LoaderSettings, MiB, ModelSource
+from snapllm.engine.loader import S3ModelLoader
+from snapllm.engine.settings import LoaderSettings, MiB, ModelSource
 from snapllm.errors import ModelDownloadError, ModelSizeMismatchError
-from snapllm.loader import S3ModelLoader
-from snapllm.local.faults import FaultProxy, FaultProxyError, FaultSpecError, parse_fault
+from snapllm_dev.local.faults import FaultProxy, FaultProxyError, FaultSpecError, parse_fault
 
 BUCKET = "snapllm-fault-tests"
 KEY = "models/smollm2.gguf"

@@ -19,10 +19,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from snapllm.deploy.push import CAPABILITIES, DeployedStack, push_model, update_model_digest
 from snapllm.deploy.upload import MiB, UploadSettings
 from snapllm.errors import StackError
-from snapllm.local.s3 import LOCAL_CREDENTIALS
+from snapllm_dev.local.s3 import LOCAL_CREDENTIALS
+from snapllm_dev.model_push.push import CAPABILITIES, DeployedStack, push_model, update_model_digest
 from tests.conftest import REPO
 
 KEY = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -149,7 +149,7 @@ def test_the_command_uploads_and_reports_without_a_traceback(cloudformation, loc
     env = {**os.environ, **local_s3.client_environment(), "AWS_ENDPOINT_URL": local_s3.endpoint_url}
 
     def push(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "snapllm.cli", "model", "push", *args]
+        command = [sys.executable, "-m", "snapllm_dev.cli", "model", "push", *args]
         return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
     run = push(str(model_path), "--stack", "snapllm-push", "--key", "models/pushed.gguf", "--no-update")

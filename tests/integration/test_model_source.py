@@ -27,8 +27,8 @@ from snapllm.errors import (
     ModelSourceDownloadError,
     ModelUploadError,
 )
-from snapllm.local.faults import Fault, FaultProxy, parse_fault
-from snapllm.local.s3 import free_port
+from snapllm_dev.local.faults import Fault, FaultProxy, parse_fault
+from snapllm_dev.local.s3 import free_port
 
 from .model_source_servers import FileServer, ResponseRecorder, self_signed_certificate
 

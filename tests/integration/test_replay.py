@@ -80,7 +80,7 @@ def test_a_replay_slowed_past_its_deadlines_reports_them_by_name(tmp_path):
     names = ("inference/completion.json", "router/chat.json", "agent/quick.json", "router/models.json")
     root = _copy_events(tmp_path, *names)
     run = subprocess.run(
-        [sys.executable, "-m", "snapllm.cli", "replay", "--events", str(root)],
+        [sys.executable, "-m", "snapllm_dev.cli", "replay", "--events", str(root)],
         cwd=REPO,
         env={**ENV, "SNAPLLM_DEADLINE_MARGIN_MS": "119980"},
         capture_output=True,

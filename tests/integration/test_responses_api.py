@@ -19,11 +19,11 @@ import pytest
 from openai.types.responses import Response
 from pydantic import BaseModel, Field
 
-from snapllm.local.context import LocalContext
-from snapllm.local.inference import LocalInferenceClient
 from snapllm.router.app import RouterApp
-from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
+from snapllm.router.settings import RouterSettings
+from snapllm_dev.local.context import LocalContext
+from snapllm_dev.local.inference import LocalInferenceClient
 from tests.conftest import TEMPLATE
 from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
 

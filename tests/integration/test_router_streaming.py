@@ -9,10 +9,10 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from snapllm.config import InferenceSettings
-from snapllm.contract import parse_request
-from snapllm.engine import TokenDelta
-from snapllm.runtime import InferenceRuntime
+from snapllm.engine.model import TokenDelta
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.requests import parse_request
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, create_app
 from tests.conftest import LONG_GENERATION
 

@@ -65,7 +65,7 @@ def test_bench_router_reports_overhead_percentiles_as_json():
         [
             sys.executable,
             "-m",
-            "snapllm.cli",
+            "snapllm_dev.cli",
             "bench",
             "router",
             "-t",

@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
-from snapllm import sam
-from snapllm.sam import read as load_template
+from snapllm_dev import sam
+from snapllm_dev.sam import read as load_template
 from tests.conftest import REPO, TEMPLATE
 
 SAM = REPO / ".tools" / "bin" / "sam"

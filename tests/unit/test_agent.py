@@ -46,9 +46,9 @@ from snapllm.errors import (
     InferenceThrottledError,
     InferenceTimeoutError,
 )
-from snapllm.local.durable import with_mcp_servers
-from snapllm.local.s3 import LocalS3
-from snapllm.structured import check_schema
+from snapllm.protocol.structured import check_schema
+from snapllm_dev.local.durable import with_mcp_servers
+from snapllm_dev.local.s3 import LocalS3
 
 BUCKET = "snapllm-agent-unit"
 

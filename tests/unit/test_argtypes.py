@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
-from snapllm.argtypes import gguf_file, http_url, integer, named_url, number, pair, parameter, port
 from snapllm.errors import ConfigurationError
-from snapllm.local.environment import check_strict_variables
-from snapllm.local.serve_cli import DEFAULT_PORT, listening_port
+from snapllm_dev.argtypes import gguf_file, http_url, integer, named_url, number, pair, parameter, port
+from snapllm_dev.local.environment import check_strict_variables
+from snapllm_dev.local.serve_cli import DEFAULT_PORT, listening_port
 
 
 @pytest.mark.parametrize("text", ["0", "65536", "99999", "-1", "abc", "", "3.5"])

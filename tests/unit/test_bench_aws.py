@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from snapllm.bench import aws, stats
-from snapllm.bench.aws import BenchAwsError, Spending, speed_of, worst_case_usd
-from snapllm.bench.lambda_reports import ReportFormatError, parse_line, parse_log, summarize
-from snapllm.cost.prices import load
+from snapllm_dev.bench import aws, stats
+from snapllm_dev.bench.aws import BenchAwsError, Spending, speed_of, worst_case_usd
+from snapllm_dev.bench.lambda_reports import ReportFormatError, parse_line, parse_log, summarize
+from snapllm_dev.cost.prices import load
 
 ON_DEMAND_COLD = (
     "REPORT RequestId: 8f507cfc-xmpl-4697-b07a-ac58fc914c95\tDuration: 15.74 ms\tBilled Duration: 147 ms\t"
@@ -211,7 +211,7 @@ def test_without_credentials_it_stops_at_once(tmp_path):
     }
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "snapllm.cli", "bench", "aws", "--stack", "snapllm-dev"],
+        [sys.executable, "-m", "snapllm_dev.cli", "bench", "aws", "--stack", "snapllm-dev"],
         env=env,
         capture_output=True,
         text=True,

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from snapllm.bench import decode, grammar
-from snapllm.bench.arguments import DRAFTS, GRAMMAR_CASES, GRAMMAR_MODELS, PREFAULT_CHOICES
-from snapllm.cli import build_parser
-from snapllm.prefault import PREFAULT_MODES
+from snapllm.engine.prefault import PREFAULT_MODES
+from snapllm_dev.bench import decode, grammar
+from snapllm_dev.bench.arguments import DRAFTS, GRAMMAR_CASES, GRAMMAR_MODELS, PREFAULT_CHOICES
+from snapllm_dev.cli import build_parser
 
 #: Modules whose import costs tenths of a second to seconds (llama.cpp, AWS SDKs, numpy, pydantic, YAML,
 #: plotting, HTTP servers and clients, MCP): none may load before a subcommand runs.
@@ -38,7 +38,7 @@ HEAVY = (
 
 PROBE = """
 import contextlib, io, json, sys
-from snapllm.cli import main
+from snapllm_dev.cli import main
 for argv in ARGVS:
     with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()), \\
             contextlib.redirect_stderr(io.StringIO()):

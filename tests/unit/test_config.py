@@ -1,7 +1,8 @@
 import pytest
 
-from snapllm.config import EngineSettings, InferenceSettings, LoaderSettings, MiB, ModelSource
+from snapllm.engine.settings import EngineSettings, LoaderSettings, MiB, ModelSource
 from snapllm.errors import ConfigurationError
+from snapllm.inference.settings import InferenceEnvironment, InferenceSettings
 
 BASE = {"SNAPLLM_MODEL_BUCKET": "models", "SNAPLLM_MODEL_KEY": "llm/smollm2.Q4_1.gguf"}
 
@@ -70,6 +71,6 @@ def test_loader_timeouts_and_the_failure_bound_they_give():
     assert defaults.part_failure_bound_s == pytest.approx(5 * (5 + 30) + 0.2 * 30)
     assert defaults.failure_bound_s == pytest.approx(181 + 35)
     with pytest.raises(ConfigurationError, match="SNAPLLM_S3_READ_TIMEOUT_S must be a number"):
-        LoaderSettings.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "soon"})
+        InferenceEnvironment.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "soon"}).loader_settings()
     with pytest.raises(ConfigurationError, match="at least"):
-        LoaderSettings.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "0"})
+        InferenceEnvironment.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "0"}).loader_settings()

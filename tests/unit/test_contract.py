@@ -2,15 +2,15 @@
 
 import pytest
 
-from snapllm.contract import (
+from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
+from snapllm.protocol.objects import render_response
+from snapllm.protocol.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     Generation,
     Timings,
     parse_request,
 )
-from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
-from snapllm.responses import render_response
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 

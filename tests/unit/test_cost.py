@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from snapllm.cli import main
-from snapllm.cost import measured, prices
-from snapllm.cost.model import (
+from snapllm_dev.cli import main
+from snapllm_dev.cost import measured, prices
+from snapllm_dev.cost.model import (
     Speed,
     Workload,
     always_on_monthly,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from snapllm import sam
-from snapllm.deploycheck.calls import AwsCall, aws_calls
-from snapllm.deploycheck.cli import check
-from snapllm.deploycheck.redeploy import check_redeploys
-from snapllm.deploycheck.transform import transformed
+from snapllm_dev import sam
+from snapllm_dev.deploycheck.calls import AwsCall, aws_calls
+from snapllm_dev.deploycheck.cli import check
+from snapllm_dev.deploycheck.redeploy import check_redeploys
+from snapllm_dev.deploycheck.transform import transformed
 from tests.conftest import REPO, TEMPLATE
 
 MODEL_DIGEST_FROM_THE_COPY = (

@@ -2,7 +2,7 @@ import struct
 
 import pytest
 
-from snapllm import gguf
+from snapllm.engine import gguf
 from snapllm.errors import NotAGGUFError
 
 

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from llama_cpp import Llama
 
-from snapllm.contract import parse_request
 from snapllm.errors import UnsupportedParameterError
-from snapllm.grammar import chat_grammar
-from snapllm.json_grammar import MAX_PATTERN_SIZE, schema_grammar
-from snapllm.models import default_model_path
-from snapllm.structured import check_schema, parse_tool_calls, tool_call_schema
+from snapllm.protocol.constraints import chat_grammar
+from snapllm.protocol.json_grammar import MAX_PATTERN_SIZE, schema_grammar
+from snapllm.protocol.requests import parse_request
+from snapllm.protocol.structured import check_schema, parse_tool_calls, tool_call_schema
+from snapllm_dev.packaged_models import default_model_path
 from tests.grammar_sampler import GrammarSampler
 from tests.hostile_schemas import HOSTILE, dag
 

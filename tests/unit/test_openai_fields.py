@@ -7,10 +7,10 @@ from openai.types import completion_create_params as completion_params
 from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import response_create_params as responses_params
 
-from snapllm.contract import parse_request
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.openai_fields import FIELD_DECISIONS, ignored_fields
-from snapllm.responses_contract import parse_responses_request
+from snapllm.protocol.fields import FIELD_DECISIONS, ignored_fields
+from snapllm.protocol.requests import parse_request
+from snapllm.protocol.responses_api import parse_responses_request
 
 API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}

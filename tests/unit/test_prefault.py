@@ -1,4 +1,4 @@
-"""The after-restore prefault (snapllm.prefault) on real mappings of this process."""
+"""The after-restore prefault (snapllm.engine.prefault) on real mappings of this process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import resource
 
 import pytest
 
-from snapllm.prefault import PAGE_SIZE, _touch, memory_ranges, prefault, present_runs, ranges_for
+from snapllm.engine.prefault import PAGE_SIZE, _touch, memory_ranges, prefault, present_runs, ranges_for
 
 SIZE = 16 * 1024 * 1024
 

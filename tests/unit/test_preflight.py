@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from snapllm import sam
-from snapllm.preflight.cli import main, run
-from snapllm.preflight.elf import is_elf, read_elf
-from snapllm.preflight.package import scan_package
-from snapllm.preflight.regions import region_of, region_problems
-from snapllm.preflight.rules import LWA_SNAPSTART_MIN_LAYER
+from snapllm_dev import sam
+from snapllm_dev.preflight.cli import main, run
+from snapllm_dev.preflight.elf import is_elf, read_elf
+from snapllm_dev.preflight.package import scan_package
+from snapllm_dev.preflight.regions import region_of, region_problems
+from snapllm_dev.preflight.rules import LWA_SNAPSTART_MIN_LAYER
 from tests.conftest import TEMPLATE as REPO_TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -425,12 +425,12 @@ def test_unreadable_template_fails_with_one_line(tmp_path, capsys):
 def test_registers_as_a_snapllm_subcommand(tmp_path, capsys):
     import argparse
 
-    from snapllm.preflight.arguments import add_parser
+    from snapllm_dev.preflight.arguments import add_parser
 
     parser = argparse.ArgumentParser(prog="snapllm")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["preflight", str(make_build(tmp_path, runtime="python3.11")), "--no-zip"])
-    assert args.implementation == "snapllm.preflight.cli"
+    assert args.implementation == "snapllm_dev.preflight.cli"
     assert run(args) == 1
     assert "ERROR Fn: SnapStart needs python3.12 or later" in capsys.readouterr().out
 

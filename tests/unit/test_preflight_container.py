@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from snapllm.preflight.container import (
+from snapllm_dev.preflight.container import (
     ContainerTarget,
     ContainerView,
     check_environment,
@@ -21,8 +21,8 @@ from snapllm.preflight.container import (
     check_shadowing,
     run_container_rules,
 )
-from snapllm.preflight.errors import ProbeError
-from snapllm.settings_doc import declared_variables
+from snapllm_dev.preflight.errors import ProbeError
+from snapllm_dev.settings_doc import declared_variables
 
 SYS_PATH = [
     "/var/task",

@@ -10,7 +10,11 @@ from openai._models import construct_type
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from snapllm.contract import (
+from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
+from snapllm.protocol.limits import Limits
+from snapllm.protocol.metrics import request_features
+from snapllm.protocol.objects import render_response
+from snapllm.protocol.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     Generation,
@@ -18,18 +22,14 @@ from snapllm.contract import (
     TokenLogprob,
     ToolCall,
 )
-from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
-from snapllm.limits import Limits
-from snapllm.metrics import request_features
-from snapllm.responses import render_response
-from snapllm.responses_contract import (
+from snapllm.protocol.responses_api import (
     ResponsesRequest,
     engine_request,
     parse_invoke,
     parse_responses_request,
     responses_fields,
 )
-from snapllm.streaming.sse import ResponseEventEncoder, encoder_for
+from snapllm.protocol.sse import ResponseEventEncoder, encoder_for
 
 TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 SCHEMA = {

@@ -30,14 +30,14 @@ from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventV2
 from botocore.config import Config
 
 from snapllm.aws_auth import SigV4
-from snapllm.contract import CALLER_DEADLINE_KEY
 from snapllm.errors import ConfigurationError
-from snapllm.inference_client import LambdaInferenceClient
-from snapllm.local.context import LocalContext
-from snapllm.replay.events import Manifest
+from snapllm.inference.client import LambdaInferenceClient
+from snapllm.protocol.requests import CALLER_DEADLINE_KEY
 from snapllm.router.app import RouterApp
-from snapllm.router.config import RouterSettings
 from snapllm.router.events import http_api_event
+from snapllm.router.settings import RouterSettings
+from snapllm_dev.local.context import LocalContext
+from snapllm_dev.replay.events import Manifest
 
 EVENTS = Path(__file__).resolve().parents[2] / "events" / "router"
 MODEL = "smollm2-135m-instruct"

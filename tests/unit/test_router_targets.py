@@ -10,9 +10,9 @@ from moto import mock_aws
 
 from snapllm.aws_auth import secret_api_key
 from snapllm.errors import ConfigurationError
-from snapllm.inference_client import HttpInferenceClient, LambdaInferenceClient, is_endpoint
+from snapllm.inference.client import HttpInferenceClient, LambdaInferenceClient, is_endpoint
 from snapllm.router.app import RouterApp
-from snapllm.router.config import RouterSettings
+from snapllm.router.settings import RouterSettings
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Inference:live"
 ROUTES = {"smollm2": ARN, "smollm2-always-on": "https://llm.internal.example/v1"}

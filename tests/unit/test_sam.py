@@ -1,5 +1,5 @@
-"""snapllm.sam: one read of a template, resolved as the SAM transform and CloudFormation would resolve it;
-snapllm.local.kinds: how each function runs locally, from what the template says about it."""
+"""snapllm_dev.sam: one read of a template, resolved as the SAM transform and CloudFormation would resolve it;
+snapllm_dev.local.kinds: how each function runs locally, from what the template says about it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from snapllm import sam
 from snapllm.errors import ConfigurationError
-from snapllm.local.environment import function_environment
-from snapllm.local.kinds import Kind, kind_of, model_function
+from snapllm_dev import sam
+from snapllm_dev.local.environment import function_environment
+from snapllm_dev.local.kinds import Kind, kind_of, model_function
 from tests.conftest import TEMPLATE
 
 SMALL = """\

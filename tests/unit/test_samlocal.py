@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from snapllm import sam
-from snapllm.samlocal import docker
-from snapllm.samlocal.cli import web_adapter_problems
-from snapllm.samlocal.samcli import _EXECUTION_ARN, Report, SamCli, _response, remove_orphaned_build_locks
-from snapllm.samlocal.scenario import (
+from snapllm_dev import sam
+from snapllm_dev.samlocal import docker
+from snapllm_dev.samlocal.cli import web_adapter_problems
+from snapllm_dev.samlocal.samcli import _EXECUTION_ARN, Report, SamCli, _response, remove_orphaned_build_locks
+from snapllm_dev.samlocal.scenario import (
     STEPS,
     _callback_ids,
     completion,
@@ -27,7 +27,7 @@ from snapllm.samlocal.scenario import (
     refused,
     run_finished,
 )
-from snapllm.samlocal.stage import OVERLAY_NAME, _write_overlay
+from snapllm_dev.samlocal.stage import OVERLAY_NAME, _write_overlay
 from tests.conftest import REPO, TEMPLATE
 
 # stderr of `sam local invoke InferenceFunction` (SAM 1.170, the stand-in image), less the function's logs.

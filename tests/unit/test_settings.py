@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from snapllm.agent.settings import AgentEnvironment, AgentSettings
-from snapllm.config import InferenceEnvironment, InferenceSettings
 from snapllm.errors import ConfigurationError
-from snapllm.router.config import RouterEnvironment, RouterSettings
-from snapllm.settings_doc import REGENERATE, generated_block, main, markdown_table, settings_classes
+from snapllm.inference.settings import InferenceEnvironment, InferenceSettings
+from snapllm.router.settings import RouterEnvironment, RouterSettings
 from snapllm.streaming.settings import StreamingEnvironment
+from snapllm_dev.settings_doc import REGENERATE, generated_block, main, markdown_table, settings_classes
 
 CONFIGURATION_PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 MODEL = {"SNAPLLM_MODEL_BUCKET": "models", "SNAPLLM_MODEL_KEY": "llm/smollm2.gguf"}

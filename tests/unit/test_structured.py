@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from snapllm.contract import parse_request
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.json_grammar import resolve_pointer
-from snapllm.limits import Limits
-from snapllm.structured import (
+from snapllm.protocol.json_grammar import resolve_pointer
+from snapllm.protocol.limits import Limits
+from snapllm.protocol.requests import parse_request
+from snapllm.protocol.structured import (
     check_schema,
     embed_schema,
     generic_tool_call_text,

@@ -66,7 +66,7 @@ from snapllm.agent.tools import (
     ToolSpec,
     require_unique_names,
 )
-from snapllm.inference_client import InferenceClient
+from snapllm.inference.client import InferenceClient
 
 JSON = JsonSerDes()
 BATCH_JSON = BatchJsonSerDes()

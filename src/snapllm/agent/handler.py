@@ -26,7 +26,7 @@ from snapllm.agent.mcp import McpToolSource
 from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import BuiltinTools, ToolSource
 from snapllm.errors import ConfigurationError
-from snapllm.inference_client import LambdaInferenceClient
+from snapllm.inference.client import LambdaInferenceClient
 
 
 def tool_sources(settings: AgentSettings) -> tuple[ToolSource, ...]:

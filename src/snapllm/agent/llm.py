@@ -1,4 +1,4 @@
-"""Chat completions through the :class:`~snapllm.inference_client.InferenceClient` protocol.
+"""Chat completions through the :class:`~snapllm.inference.client.InferenceClient` protocol.
 
 The agent never loads a model: it invokes the inference alias (or, locally, a restored environment)::
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from snapllm.agent.errors import InferenceDeadlineError, InferenceRejectedError, ModelAnswerIncompleteError
 from snapllm.errors import InferenceInvokeError, RequestError
-from snapllm.inference_client import InferenceClient
+from snapllm.inference.client import InferenceClient
 
 
 @dataclass(frozen=True)

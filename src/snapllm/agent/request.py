@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, ValidationError, WithJsonSchema, field_validator
 
 from snapllm.agent.errors import AgentInputError
-from snapllm.contract import STRICT, RequestBody
+from snapllm.protocol.requests import STRICT, RequestBody
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

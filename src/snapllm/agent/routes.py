@@ -31,9 +31,9 @@ from pydantic import BaseModel, Field
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns, RunRecords
 from snapllm.agent.settings import AgentRoutesEnvironment
-from snapllm.contract import RequestBody
 from snapllm.errors import ConfigurationError
-from snapllm.openapi import BODY_ERRORS, error_doc
+from snapllm.protocol.openapi import BODY_ERRORS, error_doc
+from snapllm.protocol.requests import RequestBody
 
 router = APIGatewayHttpRouter()
 _service: AgentRuns | None = None

@@ -1,7 +1,7 @@
 """Start, inspect and approve agent runs through Lambda's durable execution API.
 
 The HTTP routes (:mod:`snapllm.agent.routes`) call this service; it needs a boto3 Lambda client (or
-anything with the same methods, such as :class:`~snapllm.local.durable_service.LocalDurableLambda`)::
+anything with the same methods, such as :class:`~snapllm_dev.local.durable_service.LocalDurableLambda`)::
 
     records = RunRecords(boto3.client("s3"), bucket="snapllm-models-...", prefix="agent/")
     alias = "arn:aws:lambda:...:function:snapllm-Agent:live"

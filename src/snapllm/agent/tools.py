@@ -26,7 +26,7 @@ from snapllm.agent.errors import ToolNameCollisionError, UnknownToolError
 from snapllm.agent.llm import chat
 from snapllm.agent.schemas import enforceable
 from snapllm.agent.settings import MAX_CHUNKS_PER_DOCUMENT, AgentSettings
-from snapllm.inference_client import InferenceClient
+from snapllm.inference.client import InferenceClient
 
 RetryClass = Literal["storage", "inference", "tool"]
 BUILTIN = "builtin"

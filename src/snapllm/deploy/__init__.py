@@ -8,6 +8,7 @@
   the ``ModelSource`` URL into the model bucket during ``sam deploy``;
 - :mod:`snapllm.deploy.version_digest` is the custom resource (``VersionDigests``) whose digests name each
   function's published version, so a change in a layer or a parameter value publishes a new one;
-- :mod:`snapllm.deploy.push` is ``snapllm model push``: a model on disk into the bucket, then a stack update
+- :mod:`snapllm_dev.model_push.push` is ``snapllm model push``: a model on disk into the bucket, then a
+  stack update
   that publishes new versions.
 """

@@ -18,7 +18,7 @@ https to anything else is refused. With a ``deadline`` (a ``time.monotonic()`` v
 or backoff waits past it (:class:`~snapllm.errors.ModelCopyTimeoutError`).
 
 The URL's scheme is the caller's policy (the custom resource accepts https:// only); this reader speaks
-plain http too, so that tests can put the fault proxy of :mod:`snapllm.local.faults` in the path. A URL
+plain http too, so that tests can put the fault proxy of :mod:`snapllm_dev.local.faults` in the path. A URL
 with user information (``https://user:password@host/...``) is refused before any request
 (:class:`~snapllm.errors.ModelCopyInputError`, naming the URL without it): the URL is a stack parameter,
 which CloudFormation shows in plain text, so it is no place for a password.

@@ -27,7 +27,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from snapllm import gguf
+from snapllm.engine import gguf
 from snapllm.errors import (
     ModelCopySizeError,
     ModelCopyTimeoutError,

@@ -34,17 +34,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
-from snapllm import openapi
 from snapllm.aws_auth import secret_api_key
-from snapllm.contract import ChatCompletionRequest, CompletionRequest, require_object, validation_error
-from snapllm.edge import (
-    RouteTable,
-    check_body_size,
-    check_content_type,
-    check_headers,
-    check_path,
-    decode_json,
-)
 from snapllm.errors import (
     REQUEST_ID_HEADER,
     InferenceNotReadyError,
@@ -57,15 +47,24 @@ from snapllm.errors import (
     UnsupportedParameterError,
     request_id_or_new,
 )
-from snapllm.inference_client import (
+from snapllm.inference.client import (
     HttpInferenceClient,
     InferenceClient,
     LambdaInferenceClient,
     is_endpoint,
 )
-from snapllm.limits import Limits
-from snapllm.metrics import add_completion_metrics, record_error, request_features
-from snapllm.responses import (
+from snapllm.protocol import openapi
+from snapllm.protocol.edge import (
+    RouteTable,
+    check_body_size,
+    check_content_type,
+    check_headers,
+    check_path,
+    decode_json,
+)
+from snapllm.protocol.limits import Limits
+from snapllm.protocol.metrics import add_completion_metrics, record_error, request_features
+from snapllm.protocol.objects import (
     ChatCompletion,
     Completion,
     Health,
@@ -73,8 +72,14 @@ from snapllm.responses import (
     ModelList,
     ResponseObject,
 )
-from snapllm.responses_contract import AnyRequest, ResponsesRequest, engine_request, responses_fields
-from snapllm.router.config import RouterSettings
+from snapllm.protocol.requests import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    require_object,
+    validation_error,
+)
+from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest, engine_request, responses_fields
+from snapllm.router.settings import RouterSettings
 
 JSON = "application/json"
 # Requests that invoke nothing (health, models, OpenAPI) publish no metric; Powertools would warn each time.

@@ -17,7 +17,7 @@ and itself refuses outside requests to the configured hook paths).
 With ``stream: true`` the completion routes answer with server-sent events in OpenAI's chunk format,
 ending with ``data: [DONE]``, and ``/v1/responses`` with the Responses API's typed events; without it,
 with the same JSON body as the router. Each completion request
-publishes the router's EMF metrics (:mod:`snapllm.metrics`) when its response ends.
+publishes the router's EMF metrics (:mod:`snapllm.protocol.metrics`) when its response ends.
 """
 
 from __future__ import annotations
@@ -33,19 +33,20 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from snapllm.contract import parse_request
-from snapllm.edge import RouteTable, check_content_type, check_headers, decode_json
-from snapllm.engine import Deadline, StreamItem, TokenDelta
+from snapllm.engine.model import Deadline, StreamItem, TokenDelta
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
-from snapllm.metrics import CompletionMetrics, request_features
-from snapllm.responses import Health, ModelList, render_response
-from snapllm.responses_contract import (
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
+from snapllm.protocol.metrics import CompletionMetrics, request_features
+from snapllm.protocol.objects import Health, ModelList, render_response
+from snapllm.protocol.requests import parse_request
+from snapllm.protocol.responses_api import (
     AnyRequest,
     engine_request,
     parse_responses_request,
     responses_fields,
 )
-from snapllm.runtime import InferenceRuntime
+from snapllm.protocol.sse import StreamEncoder, encoder_for
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_METRICS_NAMESPACE,
@@ -53,7 +54,6 @@ from snapllm.streaming.settings import (
     DEFAULT_TIMEOUT_S,
     StreamingEnvironment,
 )
-from snapllm.streaming.sse import StreamEncoder, encoder_for
 
 logger = logging.getLogger("snapllm.stream")
 
@@ -135,7 +135,7 @@ Required = Literal["messages", "prompt", "input"]
 class StreamingApp:
     """The streaming function's ASGI app around one :class:`InferenceRuntime`.
 
-    Requests are dispatched through a :class:`~snapllm.edge.RouteTable` rather than framework route
+    Requests are dispatched through a :class:`~snapllm.protocol.edge.RouteTable` rather than framework route
     patterns, so unknown paths and methods get the same 404 / 405 error bodies as the router's.
     """
 

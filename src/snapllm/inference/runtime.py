@@ -1,0 +1,186 @@
+"""The inference function's lifecycle: init, SnapStart hooks, invoke.
+
+``functions/inference/app.py`` is three lines of wiring around this module::
+
+    runtime = InferenceRuntime.initialize()      # S3 -> memfd -> llama.cpp, at module init
+    runtime.register_snapstart_hooks()           # warm-up before the snapshot, re-seed after restore
+    def handler(event, context):
+        return runtime.handle(event, context)    # only generates tokens
+
+Init downloads and loads; a request never does. Every error a caller causes comes back as a structured
+error with a 4xx ``statusCode``; anything unexpected as a 500 whose message holds no stack trace, and the
+environment keeps serving.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import random
+import sys
+import time
+import uuid
+from typing import Any
+
+from snapshot_restore_py import register_after_restore, register_before_snapshot
+
+from snapllm.engine.loader import DownloadStats, S3ModelLoader
+from snapllm.engine.model import WARMUP_REQUESTS, Deadline, Engine
+from snapllm.engine.prefault import PrefaultStats, prefault
+from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
+from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.objects import render_response
+from snapllm.protocol.requests import require_object
+from snapllm.protocol.responses_api import engine_request, parse_invoke, responses_fields
+from snapllm.system import peak_rss_bytes, rss_bytes
+from snapllm.timing import phases
+
+logger = logging.getLogger("snapllm.inference")
+# The Responses path of the handler (its parsing and rendering) warms up too; the engine serves it as a chat.
+RESPONSES_WARMUP = {"input": "Say hello.", "instructions": "Be brief.", "temperature": 0.0}
+
+
+class InferenceRuntime:
+    """One loaded model and the hooks and handler around it."""
+
+    def __init__(self, engine: Engine, settings: InferenceSettings, *, download: DownloadStats) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.download = download
+        self.environment_id = uuid.uuid4().hex
+        self.restores = 0
+        self._first_invoke_pending = True
+        self.last_prefault: PrefaultStats | None = None
+
+    @classmethod
+    def initialize(
+        cls, settings: InferenceSettings | None = None, loader: S3ModelLoader | None = None
+    ) -> InferenceRuntime:
+        """Stream the configured model from S3 into memory and load it. Runs once, at module init."""
+        with phases.measure("init"):
+            settings = settings or InferenceSettings.from_env()
+            loader = loader or S3ModelLoader.from_env(settings.loader)
+            with phases.measure("s3_to_memfd"):
+                model = loader.load(settings.model)
+            with model, phases.measure("model_load"):
+                # llama.cpp maps the memfd; the mapping outlives the fd, so the weights stay resident once.
+                engine = Engine.load(
+                    model.path,
+                    settings.engine,
+                    model_name=settings.model.name,
+                    source=settings.model.uri,
+                    model_digest=model.sha256,
+                )
+        runtime = cls(engine, settings, download=model.stats)
+        logger.info(
+            "model ready",
+            extra={
+                "model": settings.model.name,
+                "source": settings.model.uri,
+                "download": model.stats.as_dict(),
+                "threads": engine.threads,
+                "n_ctx": engine.n_ctx,
+                "phases": phases.as_dict(),
+                "rss_bytes": rss_bytes(),
+            },
+        )
+        return runtime
+
+    # --- SnapStart ----------------------------------------------------------------------------------------
+
+    def before_snapshot(self) -> None:
+        """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
+        tokens = max(1, self.settings.engine.warmup_tokens)
+        bodies = [
+            {
+                **body,
+                "model": self.engine.model_name,
+                "max_output_tokens" if "input" in body else "max_tokens": tokens,
+            }
+            for body in (*WARMUP_REQUESTS, RESPONSES_WARMUP)
+            if self.engine.supports_chat or "prompt" in body  # a base model serves text only
+        ]
+        with phases.measure("warm_up"):
+            # Through the handler first, so decoding, validation, rendering and logging have run once too.
+            for body in bodies:
+                answer = self.handle(dict(body), None)
+                if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
+                    raise ServerError(f"warm-up request {body} failed: {answer}")
+            self.engine.warm_up([engine_request(parse_invoke(body)) for body in bodies])
+        self._first_invoke_pending = True
+        gc.collect()
+        logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
+
+    def after_restore(self) -> None:
+        """Make this environment distinct from every other one restored from the same snapshot, then fault
+        in the memory the first request would otherwise wait for (``SNAPLLM_PREFAULT``)."""
+        random.seed()
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed()
+        self.environment_id = uuid.uuid4().hex
+        self.restores += 1
+        self._first_invoke_pending = True
+        engine = self.settings.engine
+        with phases.measure("prefault"):
+            self.last_prefault = prefault(engine.prefault, threads=engine.prefault_threads)
+
+    def register_snapstart_hooks(self) -> None:
+        """Register the hooks with the Lambda runtime (``snapshot-restore-py``)."""
+        register_before_snapshot(self.before_snapshot)
+        register_after_restore(self.after_restore)
+
+    # --- Invoke -------------------------------------------------------------------------------------------
+
+    def handle(self, event: Any, context: Any) -> dict[str, Any]:
+        """Answer one direct invoke: an OpenAI chat or text completion request, or a Responses request."""
+        started = time.perf_counter()
+        cold = self._first_invoke_pending
+        self._first_invoke_pending = False
+        request_id = getattr(context, "aws_request_id", None)
+        try:
+            # Lambda's runtime has decoded the payload already: an event that is not an object (a JSON
+            # array, string or number) is a bad body, never JSON text to decode a second time.
+            request = parse_invoke(require_object(event))
+            if request.stream:
+                raise UnsupportedParameterError(
+                    "stream=true needs the streaming endpoint (the function URL); a direct invoke returns "
+                    "the whole completion",
+                    param="stream",
+                )
+            self.engine.check_model(request.model)
+            deadline = Deadline.from_lambda_context(
+                context, margin_ms=self.settings.engine.deadline_margin_ms
+            )
+            with responses_fields(request):
+                generation = self.engine.generate(engine_request(request), deadline=deadline)
+        except RequestError as exc:
+            return self._reject(exc, request_id)
+        except Exception:
+            logger.exception("generation failed", extra={"request_id": request_id})
+            return ServerError(
+                f"generation failed (request id {request_id}); see the function's logs"
+            ).to_response()
+
+        response = render_response(request, generation, model=self.engine.model_name)
+        logger.info(
+            "completion",
+            extra={
+                "request_id": request_id,
+                "cold_start": cold,
+                "environment_id": self.environment_id,
+                "usage": response["usage"],
+                "timings": response["timings"],
+                "finish_reason": generation.finish_reason,
+                "handler_ms": round((time.perf_counter() - started) * 1000, 2),
+            },
+        )
+        return response
+
+    @staticmethod
+    def _reject(error: RequestError, request_id: str | None) -> dict[str, Any]:
+        logger.warning(
+            "request rejected",
+            extra={"request_id": request_id, "error_type": type(error).__name__, "param": error.param},
+        )
+        return error.to_response()

@@ -1,0 +1,618 @@
+"""The inference contract: OpenAI-style requests in, OpenAI-style responses out.
+
+The same pydantic models validate direct invokes of the inference function and, in the router, HTTP
+bodies, so both reject bad input with the same messages::
+
+    request = parse_request({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16})
+    isinstance(request, ChatCompletionRequest)  # True
+
+Unknown fields are refused (a typo such as ``max_token`` would otherwise be silently ignored); fields
+that OpenAI clients commonly send but that change nothing here are accepted. Types are strict, as OpenAI's
+are: ``"max_tokens": "10"`` or ``true`` is a 400, not a silent conversion. Every top-level request model
+first runs :func:`snapllm.protocol.edge.check_json_value` on its raw input (nesting depth, unpaired
+surrogates in
+any field), so a direct invoke is held to the same rules as an HTTP body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.protocol.edge import check_json_value
+from snapllm.protocol.fields import Endpoint, decision
+from snapllm.protocol.structured import check_schema
+
+MAX_STOP_SEQUENCES = 4
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
+MAX_COMPLETION_LOGPROBS = 5
+MAX_SEED = 2**32 - 1
+# A caller that stops waiting earlier than the function's own timeout (the router, behind API Gateway's
+# 30 s) sends its deadline in the invoke's ClientContext (``custom``), as Unix epoch milliseconds, so the
+# function stops generating when nobody waits for the answer any more.
+CALLER_DEADLINE_KEY = "snapllm-deadline-epoch-ms"
+
+
+# Strict: JSON types are never converted ("10" is not an integer, true is not 1); an int is still a float.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class RequestBody(BaseModel):
+    """A top-level request: its raw input passes the edge checks before any field is validated."""
+
+    model_config = STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _edge(cls, data: Any) -> Any:
+        check_json_value(data)
+        return data
+
+
+#: A function, tool or response-format name as OpenAI accepts it: letters, digits, _ and -, up to 64.
+OpenAIName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
+class TextPart(BaseModel):
+    """One part of a multi-part message; only text parts are supported by text-only models."""
+
+    model_config = STRICT
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(BaseModel):
+    """The function an earlier assistant turn called; ``arguments`` is a JSON string, as OpenAI's."""
+
+    model_config = STRICT
+    name: str
+    arguments: str
+
+
+class ToolCallIn(BaseModel):
+    """A tool call of an earlier assistant turn, sent back with the conversation."""
+
+    model_config = STRICT
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    """A chat turn. ``content`` is a string or a list of text parts; an assistant turn that called tools
+    carries ``tool_calls`` (and may have no content); a ``tool`` turn answers one call by its id."""
+
+    model_config = STRICT
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    refusal: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        """Image, audio and file parts get a plain answer instead of a dump of every union branch."""
+        parts = data.get("content") if isinstance(data, dict) else None
+        if isinstance(parts, list):
+            for part in parts:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if isinstance(kind, str) and kind != "text":
+                    raise UnsupportedParameterError(
+                        f"messages: a {kind!r} content part was sent; this model takes text only "
+                        "(send text parts or a string)",
+                        param="messages",
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _roles(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content may be null only in an assistant message with tool_calls")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+#: One turn of a conversation, for :func:`check_tool_turns`: its position (what an error names), its role,
+#: the ids of the calls it makes (an assistant turn) and the id of the call it answers (a tool turn).
+Turn = tuple[int, str, Sequence[str], str | None]
+
+
+def check_tool_turns(turns: Iterable[Turn], *, field: str) -> None:
+    """Refuse a conversation whose tool turns do not pair up, as OpenAI does (each with a 400):
+
+    - a tool turn answers a call of the assistant turn before it: OpenAI's chat completions refuse a
+      ``tool`` message whose nearest earlier non-tool message is not an assistant message with
+      ``tool_calls`` ("messages with role 'tool' must be a response to a preceding message with
+      'tool_calls'"), and one whose ``tool_call_id`` is not among that message's calls ("'tool_call_id'
+      ... not found in 'tool_calls' of previous message");
+    - an assistant turn's calls are all answered by the tool turns right after it, before any other turn
+      and before the conversation ends ("An assistant message with 'tool_calls' must be followed by tool
+      messages responding to each 'tool_call_id'").
+
+    The Responses API pairs its items the same way ("No tool call found for function call output with
+    call_id ...", "No tool output found for function call ..."), so its ``input`` is checked here too
+    (consecutive ``function_call`` items are one assistant turn). ``field`` names the list (``messages``,
+    ``input``) and each error's ``param`` the turn: ``messages.3``. Without these rules a model reads an
+    answer to a call it never made, or a call with no answer, and continues from nonsense.
+    """
+    answer, call = _TURN_WORDS.get(field, ("a tool answer", "a tool call"))
+    caller: int | None = None  # position of the assistant turn the tool turns now answer
+    calls: Sequence[str] = ()
+    unanswered: list[str] = []
+    for position, role, made, answers in turns:
+        if role == "tool":
+            if caller is None:
+                raise InvalidRequestError(
+                    f"{field}.{position}: {answer} must come after the call it answers: after {call}, "
+                    "with only the answers to those calls in between",
+                    param=f"{field}.{position}",
+                )
+            if answers not in calls:
+                known = ", ".join(repr(c) for c in calls)
+                raise InvalidRequestError(
+                    f"{field}.{position}: {answer} answers the call id {answers!r}, which is not a call of "
+                    f"{field}.{caller} (its calls: {known})",
+                    param=f"{field}.{position}",
+                )
+            if answers in unanswered:
+                unanswered.remove(answers)
+            continue
+        _check_answered(caller, unanswered, answer, field=field, before=position)
+        caller, calls = (position, made) if made else (None, ())
+        unanswered = list(made)
+    _check_answered(caller, unanswered, answer, field=field, before=None)
+
+
+_TURN_WORDS = {
+    "messages": ("a tool message", "an assistant message with tool_calls"),
+    "input": ("a function_call_output item", "function_call items"),
+}
+
+
+def _check_answered(
+    caller: int | None, unanswered: Sequence[str], answer: str, *, field: str, before: int | None
+) -> None:
+    if caller is None or not unanswered:
+        return
+    where = f"before {field}.{before}" if before is not None else "after it"
+    missing = ", ".join(repr(c) for c in unanswered)
+    raise InvalidRequestError(
+        f"{field}.{caller}: every call must be answered by {answer} {where}; no answer to {missing}",
+        param=f"{field}.{caller}",
+    )
+
+
+class JSONSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the answer must validate against."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, serialize_by_alias=True, validate_by_name=True)
+    name: OpenAIName
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["text"]
+
+
+class JSONObjectFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["json_object"]
+
+
+class JSONSchemaResponseFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaFormat
+
+
+def _format_tag(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"type={kind}" if isinstance(kind, str) else None
+
+
+# Tagged "type=..." so an error's location names the field, not the branch (see _param).
+ResponseFormat = Annotated[
+    Annotated[TextFormat, Tag("type=text")]
+    | Annotated[JSONObjectFormat, Tag("type=json_object")]
+    | Annotated[JSONSchemaResponseFormat, Tag("type=json_schema")],
+    Discriminator(
+        _format_tag,
+        custom_error_type="invalid_response_format",
+        custom_error_message="type must be one of 'text', 'json_object' or 'json_schema'",
+    ),
+]
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call: its name and its arguments' JSON schema."""
+
+    model_config = STRICT
+    name: OpenAIName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = STRICT
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    model_config = STRICT
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice`` naming the one function the model must call."""
+
+    model_config = STRICT
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class DecidedRequest(RequestBody):
+    """A request of one of OpenAI's endpoints, whose fields are decided in one table.
+
+    Fields of OpenAI's request types that snapllm refuses or ignores are decided in
+    :data:`snapllm.protocol.fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
+    one that no field here declares is dropped before validation.
+    """
+
+    endpoint: ClassVar[Endpoint]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decided(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        dropped = []
+        for field in data:
+            found = decision(cls.endpoint, field) if isinstance(field, str) else None
+            if found is None:
+                continue
+            if found.kind == "refused":
+                raise UnsupportedParameterError(f"{field} is not supported: {found.reason}", param=field)
+            if found.kind == "ignored" and field not in cls.model_fields:
+                dropped.append(field)
+        return {k: v for k, v in data.items() if k not in dropped} if dropped else data
+
+
+class GenerationParameters(DecidedRequest):
+    """Sampling and limits shared by chat and text completions."""
+
+    model: str | None = Field(default=None, description="Model name; the router routes by it.")
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    stop: str | list[str] | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_sequences(cls, value: str | list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        stops = [value] if isinstance(value, str) else value
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+        if any(not stop for stop in stops):
+            raise ValueError("stop sequences must not be empty")
+        return stops
+
+    @model_validator(mode="after")
+    def _supported(self) -> GenerationParameters:
+        if self.n != 1:
+            raise UnsupportedParameterError("only n=1 is supported", param="n")
+        if self.top_logprobs and not self.logprobs:
+            raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
+        if self.logit_bias:
+            raise UnsupportedParameterError("logit_bias is not supported", param="logit_bias")
+        if (
+            self.max_tokens is not None
+            and self.max_completion_tokens is not None
+            and self.max_tokens != self.max_completion_tokens
+        ):
+            raise InvalidRequestError(
+                "max_tokens and max_completion_tokens disagree; send one of them", param="max_tokens"
+            )
+        return self
+
+    @property
+    def logprobs_count(self) -> int | None:
+        """How many alternatives to report per token (0: only the chosen one), or None for no logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class ChatCompletionRequest(GenerationParameters):
+    """``POST /v1/chat/completions`` and the chat form of a direct invoke."""
+
+    endpoint: ClassVar[Endpoint] = "chat"
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+
+    @model_validator(mode="after")
+    def _chat_supported(self) -> ChatCompletionRequest:
+        if self.modalities and "audio" in self.modalities:
+            raise UnsupportedParameterError(
+                "modalities: the models served here produce text only", param="modalities"
+            )
+        names = [tool.function.name for tool in self.tools or []]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError("tools: function names must be unique", param="tools")
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise InvalidRequestError(
+                f"tool_choice names the function {choice.function.name!r}, which is not in tools",
+                param="tool_choice",
+            )
+        if choice in ("required",) and not names:
+            raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
+        for index, tool in enumerate(self.tools or []):
+            if tool.function.parameters is not None:
+                check_schema(tool.function.parameters, param=f"tools.{index}.function.parameters")
+        if isinstance(self.response_format, JSONSchemaResponseFormat):
+            check_schema(self.response_format.json_schema.json_schema, param="response_format")
+        turns = (
+            (index, m.role, [c.id for c in m.tool_calls or []], m.tool_call_id)
+            for index, m in enumerate(self.messages)
+        )
+        check_tool_turns(turns, field="messages")
+        return self
+
+    @property
+    def calls_tools(self) -> bool:
+        """Whether the model may answer with tool calls (tools given, and tool_choice is not "none")."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def forced_tools(self) -> list[FunctionDefinition]:
+        """The functions the answer must call (``required`` or a named function), else empty."""
+        choice = self.tool_choice
+        if not self.tools or choice in (None, "none", "auto"):
+            return []
+        if isinstance(choice, NamedToolChoice):
+            return [t.function for t in self.tools if t.function.name == choice.function.name]
+        return [t.function for t in self.tools]
+
+    @property
+    def parallel_calls(self) -> bool:
+        """OpenAI's default: parallel calls allowed unless refused (and never with one named function)."""
+        return self.parallel_tool_calls is not False and not isinstance(self.tool_choice, NamedToolChoice)
+
+
+class CompletionRequest(GenerationParameters):
+    """``POST /v1/completions`` and the plain form of a direct invoke."""
+
+    endpoint: ClassVar[Endpoint] = "completion"
+
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    # Text completions take a number here: how many alternatives to report per token (OpenAI's max is 5).
+    logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None  # type: ignore[assignment]
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @model_validator(mode="after")
+    def _completion_supported(self) -> CompletionRequest:
+        if self.echo:
+            raise UnsupportedParameterError("echo is not supported", param="echo")
+        if self.suffix:
+            raise UnsupportedParameterError("suffix (fill-in-the-middle) is not supported", param="suffix")
+        if self.best_of not in (None, 1):
+            raise UnsupportedParameterError("only best_of=1 is supported", param="best_of")
+        return self
+
+    @property
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
+
+    @property
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+InferenceRequest = ChatCompletionRequest | CompletionRequest
+
+
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _param(location: tuple[int | str, ...]) -> str | None:
+    """The field path of an error, without pydantic's union-branch tags (``str``, ``list[str]``...)."""
+    parts: list[str] = []
+    for part in location:
+        text = str(part)
+        if isinstance(part, str) and text.startswith("type="):
+            continue  # a tagged union's branch
+        if isinstance(part, str) and (text in _UNION_TAGS or "[" in text or text[:1].isupper()):
+            break
+        parts.append(text)
+    return ".".join(parts) or None
+
+
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError:
+    """Turn pydantic's error list into one clear message; ``param`` names the first offending field.
+
+    Takes the errors of a ``ValidationError`` or of a framework that validated with these models (the
+    router's Powertools resolver, whose locations start with ``body``).
+    """
+    first = errors[0]
+    location = tuple(first["loc"])
+    param = _param(location[1:] if location[:1] == ("body",) else location)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        message = f"unrecognized request argument: {param}"
+    elif kind == "missing":
+        message = f"missing required field: {param}"
+    else:
+        detail = str(first["msg"]).removeprefix("Value error, ")
+        message = f"{param}: {detail}" if param else detail
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return InvalidRequestError(message, param=param)
+
+
+def prompt_text(request: InferenceRequest) -> tuple[str, str]:
+    """The text the model will read and the field it came from (``messages`` or ``prompt``)."""
+    if isinstance(request, ChatCompletionRequest):
+        return "".join(message.text() for message in request.messages), "messages"
+    return request.text, "prompt"
+
+
+_JSON_TYPE_NAMES = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))
+
+
+def require_object(body: Any) -> dict[str, Any]:
+    """``body`` if it is a JSON object; else the 400 every entry point gives a body of another JSON type
+    (``[...]``, ``"..."``, ``5``, ``null``), named in JSON's terms."""
+    if isinstance(body, dict):
+        return body
+    kind = next((name for types, name in _JSON_TYPE_NAMES if isinstance(body, types)), "null")
+    raise InvalidRequestError(f"the request must be a JSON object, got {kind}")
+
+
+def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None = None) -> InferenceRequest:
+    """Validate a request body: ``messages`` makes it a chat completion, ``prompt`` a text completion.
+
+    An HTTP route serves one of the two and names its field in ``required``; a direct invoke takes either.
+    Raises :class:`~snapllm.errors.RequestError` subclasses with ``param`` set to the offending field.
+    """
+    body = require_object(body)
+    if required is not None and required not in body:
+        raise InvalidRequestError(f"missing required field: {required}", param=required)
+    has_messages, has_prompt = "messages" in body, "prompt" in body
+    if has_messages == has_prompt:
+        raise InvalidRequestError(
+            "send either 'messages' (chat completion) or 'prompt' (text completion), or 'input' alone "
+            "(a response)",
+            param="messages" if not has_messages else "prompt",
+        )
+    model = ChatCompletionRequest if has_messages else CompletionRequest
+    try:
+        request = model.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False)) from None
+    return request
+
+
+@pydantic_dataclass(frozen=True)
+class Timings:
+    """Where the time of one generation went. ``prompt_ms`` includes sampling the first token."""
+
+    prompt_ms: float
+    time_to_first_token_ms: float
+    generation_ms: float
+    total_ms: float
+    tokens_per_second: float
+
+    @field_serializer("*")
+    def _rounded(self, value: float) -> float:
+        return round(value, 2)
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: round(getattr(self, name), 2) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model generated; ``arguments`` is the JSON string OpenAI clients expect."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability and, best first, the ``top`` alternatives (token, logprob).
+
+    The probabilities are the model's own, before sampling settings and any grammar narrow the choice."""
+
+    token: str
+    token_bytes: tuple[int, ...]
+    logprob: float
+    top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the engine produced for one request. With ``tool_calls``, ``text`` is the raw call JSON."""
+
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    timings: Timings
+    seed: int
+    deadline_reached: bool = False
+    tool_calls: tuple[ToolCall, ...] = ()
+    cached_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    system_fingerprint: str | None = None
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }

@@ -1,2 +1,0 @@
-"""JSON event replays: each event in ``events/`` through its function, compared with the answer recorded
-beside it (``chat.json`` -> ``chat.expected.json``). See :mod:`snapllm.replay.cli`."""

@@ -1,0 +1,154 @@
+"""The arguments of ``snapllm bench ...``, declared without importing the benchmarks (llama_cpp, boto3, the
+local stack): a usage error costs no start-up. Each benchmark's module has the ``run(args)`` it names."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from snapllm_dev.argtypes import gguf_file, http_url, integer, number, readable_file
+
+#: ``SNAPLLM_PREFAULT``'s modes (:data:`snapllm.engine.prefault.PREFAULT_MODES`, which imports numpy; a
+#: unit test
+#: keeps the two equal).
+PREFAULT_CHOICES = ("none", "weights", "all")
+#: The router benchmark's p99 budget for the router's own work, in ms.
+DEFAULT_BUDGET_MS = 10.0
+#: The most rounds, invokes or requests a benchmark takes (a bound on how long one run may hold the CPU).
+MAX_REPEATS = 100_000
+#: The most tokens a benchmark request generates.
+MAX_BENCH_TOKENS = 4096
+#: The grammar benchmark's models and cases, and the drafting methods (the benchmarks' own tables,
+#: :data:`snapllm_dev.bench.grammar.MODELS` / ``CASES`` and :data:`snapllm_dev.bench.decode.DRAFTS`, import
+#: llama_cpp; a unit test keeps them equal).
+GRAMMAR_MODELS = ("gemma3-270m", "smollm2-135m")
+GRAMMAR_CASES = ("json_object", "json_schema", "tools auto", "tools required")
+DRAFTS = ("prompt-lookup",)
+
+
+def model_or_gguf(text: str) -> str:
+    """A packaged model's name (checked when the benchmark runs), or the path of a GGUF file."""
+    if "/" in text or text.endswith(".gguf") or Path(text).exists():
+        return str(gguf_file(text))
+    return text
+
+
+def _decoding_run(parser: argparse.ArgumentParser, *, rounds: int) -> None:
+    """The arguments of a benchmark that decodes the same prompts on one loaded model per side."""
+    parser.add_argument(
+        "--rounds",
+        type=integer(1, MAX_REPEATS),
+        default=rounds,
+        help="measured rounds per prompt (after one warm-up)",
+    )
+    parser.add_argument(
+        "--tokens", type=integer(1, MAX_BENCH_TOKENS), default=96, help="max_tokens of every request"
+    )
+    parser.add_argument(
+        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
+    )
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser("bench", help="benchmarks that report side-by-side ratios")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    repeats = integer(1, MAX_REPEATS)
+
+    coldstart = kinds.add_parser(
+        "coldstart", help="cold-start phases and ratios against vanilla and bare llama_cpp"
+    )
+    coldstart.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
+    coldstart.add_argument(
+        "--model",
+        type=model_or_gguf,
+        default="smollm2-135m",
+        help="GGUF file, or a packaged model: gemma3-270m, smollm2-135m (default smollm2-135m)",
+    )
+    coldstart.add_argument("--rounds", type=repeats, default=3, help="load rounds per path (median reported)")
+    coldstart.add_argument(
+        "--invokes", type=repeats, default=7, help="warm invokes per side (median reported)"
+    )
+    coldstart.add_argument(
+        "--restores",
+        type=repeats,
+        default=5,
+        help="restored environments per prefault mode (median reported)",
+    )
+    coldstart.add_argument(
+        "--prefault",
+        nargs="+",
+        choices=PREFAULT_CHOICES,
+        default=list(PREFAULT_CHOICES),
+        help="SNAPLLM_PREFAULT modes to measure after a restore (default: all of them)",
+    )
+    coldstart.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    coldstart.add_argument(
+        "--faults",
+        action="store_true",
+        help="instead: the S3 -> memfd load, clean vs each transient fault (reset, close, 503, stall)",
+    )
+    coldstart.set_defaults(implementation="snapllm_dev.bench.coldstart")
+
+    router = kinds.add_parser("router", help="router overhead per request (all but inference), p50/p99")
+    router.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
+    router.add_argument("--model", type=gguf_file, help="GGUF file (default: the packaged SmolLM2)")
+    router.add_argument("--requests", type=repeats, default=200, help="measured requests (after 20 warm-ups)")
+    router.add_argument(
+        "--budget-ms",
+        type=number(0, 60_000, above_minimum=True),
+        default=DEFAULT_BUDGET_MS,
+        help="p99 budget (exit 1 above)",
+    )
+    router.add_argument(
+        "--max-tokens", type=integer(1, MAX_BENCH_TOKENS), default=1, help="tokens each request generates"
+    )
+    router.add_argument(
+        "--endpoint",
+        type=http_url,
+        help="also route `always-on` to this OpenAI-compatible base URL and measure both",
+    )
+    router.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    router.set_defaults(implementation="snapllm_dev.bench.router")
+
+    aws = kinds.add_parser("aws", help="cold/warm/streaming latency of a deployed stack (REPORT lines)")
+    aws.add_argument("--stack", required=True, help="CloudFormation stack name")
+    aws.add_argument("--region", help="AWS region (default: the session's)")
+    aws.add_argument("--function", default="InferenceFunction", help="logical id of the function")
+    aws.add_argument(
+        "--cold", type=integer(0, 1000), default=3, help="cold starts (each publishes a version)"
+    )
+    aws.add_argument("--warm", type=integer(0, MAX_REPEATS), default=10, help="warm invokes")
+    aws.add_argument("--stream", type=integer(0, MAX_REPEATS), default=3, help="streaming requests (0: skip)")
+    aws.add_argument(
+        "--budget-usd", type=number(0, 1e6), default=2.0, help="ask before spending more than this"
+    )
+    aws.add_argument("--yes", action="store_true", help="approve spending over the budget")
+    aws.add_argument(
+        "--prefault",
+        choices=PREFAULT_CHOICES,
+        help="SNAPLLM_PREFAULT for the cold versions (default: the function's own setting)",
+    )
+    aws.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    aws.set_defaults(implementation="snapllm_dev.bench.aws")
+
+    grammar = kinds.add_parser("grammar", help="decode rate constrained/free on both models, as ratios")
+    grammar.add_argument(
+        "--model", choices=GRAMMAR_MODELS, action="append", help="only this packaged model (repeatable)"
+    )
+    grammar.add_argument("--case", choices=GRAMMAR_CASES, action="append", help="only this case (repeatable)")
+    _decoding_run(grammar, rounds=3)
+    grammar.add_argument(
+        "--peer", choices=["llama-server"], help="measure llama.cpp's server in the same run"
+    )
+    grammar.add_argument("--eager", action="store_true", help="also measure the grammar applied eagerly")
+    grammar.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    grammar.set_defaults(implementation="snapllm_dev.bench.grammar")
+
+    decode = kinds.add_parser("decode", help="decoding speed with and without drafting, as ratios")
+    decode.add_argument("--draft", choices=DRAFTS, default="prompt-lookup", help="the drafting method")
+    decode.add_argument(
+        "--model", type=model_or_gguf, default="smollm2-135m", help="a packaged model's name or a GGUF file"
+    )
+    _decoding_run(decode, rounds=2)
+    decode.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    decode.set_defaults(implementation="snapllm_dev.bench.decode")

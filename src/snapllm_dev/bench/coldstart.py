@@ -1,0 +1,441 @@
+"""``snapllm bench coldstart``: where a cold start's time goes, next to the two paths it replaces.
+
+One run measures, interleaved round by round on the same machine so that drift hits every path alike:
+
+- **snapllm**: S3 -> memfd (parallel ranged GETs) -> llama.cpp maps ``/proc/self/fd/N``;
+- **baseline**: one GET of the object into memory, plus llama.cpp loading the same bytes from a
+  page-cached file (the floor: no disk, no parallelism, no verification);
+- **vanilla**: boto3 ``download_file`` to /tmp, then llama.cpp loads it from disk;
+
+then the warm invoke of the real handler (``InferenceRuntime.handle``) against bare ``llama_cpp``
+``create_chat_completion`` with identical parameters and request, and the full SnapStart lifecycle in a
+separate process (import, S3 -> memfd, load, warm-up, restore, first token, warm invoke). Ratios are
+medians over rounds; absolute times are shown only to read the ratios against.
+
+**After a restore**, for each ``SNAPLLM_PREFAULT`` mode (one init and snapshot per mode, ``--restores``
+environments restored from it): the restore's duration (the after-restore hooks, prefault included), the
+first request's time to first token minus a warm request's, and the first invoke over a warm invoke. Each
+restored environment answers :data:`FIRST` (its first request), then :data:`OTHER` (same prompt length,
+different text: the warm time to first token), then :data:`FIRST` again, whose prompt :data:`OTHER` has
+pushed out of the KV cache (the warm invoke: the same tokens generated as the first). Neither warm request
+reuses more of the KV cache than the chat template's role header, so prompt evaluation counts on both
+sides.
+
+``--faults`` measures instead the S3 -> memfd load under transient network faults against a clean load
+(:mod:`snapllm_dev.bench.loadfaults`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llama_cpp import Llama
+
+from snapllm.engine.loader import S3ModelLoader
+from snapllm.engine.model import Engine
+from snapllm.engine.settings import ModelSource, PrefaultMode
+from snapllm.errors import ConfigurationError
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
+from snapllm_dev import sam
+from snapllm_dev.bench import loadfaults
+from snapllm_dev.local.context import LocalContext
+from snapllm_dev.local.kinds import model_function
+from snapllm_dev.local.lifecycle import InvokeResult, LocalFunctionError
+from snapllm_dev.local.report import megabytes, seconds, table
+from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
+from snapllm_dev.packaged_models import model_path
+
+#: The first request after a restore and the warm reference (see the module docstring): text completions,
+#: which every model serves, of the same token count with SmolLM2's and Gemma 3's tokenizers. Greedy, so
+#: the first and the warm invoke of FIRST generate the same tokens.
+FIRST: dict[str, Any] = {
+    "prompt": "Three common uses of a serverless function are",
+    "max_tokens": 32,
+    "temperature": 0.0,
+}
+OTHER: dict[str, Any] = {**FIRST, "prompt": "Three warm colours of a summer sunset sky are"}
+#: The lifecycle's and the warm comparison's request: a chat, or for a model without a chat template (a
+#: base model) a text completion of the same text.
+TEXT_REQUEST: dict[str, Any] = {
+    "prompt": "List three uses of a serverless function.",
+    "max_tokens": 48,
+    "temperature": 0.0,
+}
+CHAT_REQUEST: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "List three uses of a serverless function."}],
+    "max_tokens": 48,
+    # Greedy and unseeded on both sides, so both reuse the cached prompt prefix alike (a seeded request
+    # re-evaluates its prompt to be reproducible).
+    "temperature": 0.0,
+}
+
+
+@dataclass
+class Samples:
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.values.setdefault(name, []).append(value)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.values[name])
+
+
+def _timed(func: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = func()
+    return time.perf_counter() - started, result
+
+
+def _measure_loads(
+    deployment: LocalDeployment, settings: InferenceSettings, rounds: int, samples: Samples
+) -> None:
+    source = ModelSource(bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256)
+    s3 = deployment.s3.client()
+    loader = S3ModelLoader(s3, settings.loader)
+    llama_args = {"n_ctx": settings.engine.n_ctx, "n_batch": settings.engine.n_batch, "verbose": False}
+    with tempfile.TemporaryDirectory(prefix="snapllm-bench-") as tmp:
+        cached = Path(tmp) / "cached.gguf"
+        cached.write_bytes(deployment.model_path.read_bytes())
+        for _ in range(rounds):
+            # snapllm: S3 -> memfd -> llama.cpp maps the memfd.
+            download_s, model = _timed(lambda: loader.load(source))
+            with model:
+                load_s, engine = _timed(
+                    lambda m=model: Engine.load(m.path, settings.engine, model_name="bench")
+                )
+            del engine
+            samples.add("snapllm.s3_to_memfd", download_s)
+            samples.add("snapllm.model_load", load_s)
+            samples.add("snapllm.ready", download_s + load_s)
+
+            # baseline: one GET into memory + load of the same bytes from a page-cached file.
+            get_s, _ = _timed(lambda: s3.get_object(Bucket=source.bucket, Key=source.key)["Body"].read())
+            cached_s, llama = _timed(lambda: Llama(model_path=str(cached), **llama_args))
+            del llama
+            samples.add("baseline.get", get_s)
+            samples.add("baseline.load", cached_s)
+            samples.add("baseline.ready", get_s + cached_s)
+
+            # vanilla: download_file to /tmp, then load from there.
+            target = Path(tmp) / "vanilla.gguf"
+            fetch_s, _ = _timed(lambda t=target: s3.download_file(source.bucket, source.key, str(t)))
+            vload_s, llama = _timed(lambda t=target: Llama(model_path=str(t), **llama_args))
+            del llama
+            target.unlink()
+            samples.add("vanilla.download", fetch_s)
+            samples.add("vanilla.load", vload_s)
+            samples.add("vanilla.ready", fetch_s + vload_s)
+
+
+def _measure_invokes(
+    deployment: LocalDeployment,
+    settings: InferenceSettings,
+    request: dict[str, Any],
+    invokes: int,
+    samples: Samples,
+) -> tuple[dict[str, Any], int]:
+    """Warm invokes of the real handler against bare llama_cpp; returns a response and the KV cache size."""
+    source = ModelSource(
+        bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256, name="bench"
+    )
+    runtime = InferenceRuntime.initialize(
+        InferenceSettings(model=source, loader=settings.loader, engine=settings.engine),
+        S3ModelLoader(deployment.s3.client(), settings.loader),
+    )
+    runtime.before_snapshot()
+    engine = runtime.engine
+    bare = Llama(
+        model_path=str(deployment.model_path),
+        n_ctx=settings.engine.n_ctx,
+        n_batch=settings.engine.n_batch,
+        n_threads=engine.threads,
+        n_threads_batch=engine.threads,
+        verbose=False,
+    )
+
+    def bare_chat() -> Any:  # top_p: llama_cpp's default, 0.95, as the handler's default
+        limits = {"max_tokens": request["max_tokens"], "temperature": request["temperature"]}
+        if "messages" in request:
+            return bare.create_chat_completion(messages=request["messages"], **limits)
+        return bare.create_completion(prompt=request["prompt"], **limits)
+
+    # One untimed round on each side, so both time requests whose prompt prefix is already cached.
+    bare_chat()
+    runtime.handle(dict(request), LocalContext.create("bench", timeout_s=120, memory_mb=10240))
+    sample_response: dict[str, Any] = {}
+    for _ in range(invokes):
+        context = LocalContext.create("bench", timeout_s=120, memory_mb=10240)
+        ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(request), c))
+        bare_s, bare_response = _timed(bare_chat)
+        if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:
+            raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
+        samples.add("warm.snapllm", ours_s)
+        samples.add("warm.bare", bare_s)
+    return sample_response, kv_cache_bytes(engine)
+
+
+def _measure_lifecycle(
+    deployment: LocalDeployment, request: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The phases of one init -> snapshot -> restore -> invoke, and the environment the function had."""
+    with deployment.function(model_function(deployment.template).name) as function:
+        environment_variables = function.environment
+        init = function.init()
+        snapshot = function.snapshot()
+        with function.restore() as environment:
+            first = environment.invoke(dict(request))
+            warm = environment.invoke(dict(request))
+            restore_s = environment.restore_s
+    phases = snapshot["phases"]
+    return {
+        "import_s": init["init_s"] - phases["init"],
+        "s3_to_memfd_s": phases["s3_to_memfd"],
+        "model_load_s": phases["model_load"],
+        "warm_up_s": phases["warm_up"],
+        "restore_s": restore_s,
+        "first_invoke_s": first.duration_s,
+        "first_token_ms": first.response["timings"]["time_to_first_token_ms"],
+        "warm_invoke_s": warm.duration_s,
+        # The speed `snapllm cost` reads: a warm environment's time to first token and decode rate.
+        "warm_first_token_ms": warm.response["timings"]["time_to_first_token_ms"],
+        "warm_tokens_per_s": warm.response["timings"]["tokens_per_second"],
+        "prompt_tokens": warm.response["usage"]["prompt_tokens"],
+        "completion_tokens": warm.response["usage"]["completion_tokens"],
+        "rss_after_init_bytes": init["rss_bytes"],
+        "peak_rss_bytes": snapshot["peak_rss_bytes"],
+    }, environment_variables
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _first_token_ms(result: InvokeResult) -> float:
+    if result.error is not None or "timings" not in result.response:
+        raise RuntimeError(f"the benchmark request failed: {result.error or result.response}")
+    return float(result.response["timings"]["time_to_first_token_ms"])
+
+
+def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: int) -> dict[str, Any]:
+    """One init and snapshot with ``SNAPLLM_PREFAULT=mode``, then ``restores`` restored environments, each
+    answering FIRST, OTHER and FIRST again (see the module docstring); medians with their range."""
+    samples = Samples()
+    name = model_function(deployment.template).name
+    with deployment.function(name, SNAPLLM_PREFAULT=mode) as function:
+        function.init()
+        function.snapshot()
+        for _ in range(restores):
+            with function.restore() as environment:
+                first = environment.invoke(dict(FIRST))
+                other = environment.invoke(dict(OTHER))
+                warm = environment.invoke(dict(FIRST))
+                restore_s = environment.restore_s
+            first_ms, other_ms = _first_token_ms(first), _first_token_ms(other)
+            _first_token_ms(warm)
+            counts = [
+                (r.response["usage"]["prompt_tokens"], r.response["usage"]["completion_tokens"])
+                for r in (first, other, warm)
+            ]
+            if counts[0] != counts[2] or counts[0][0] != counts[1][0]:
+                raise RuntimeError(
+                    "the first and the warm requests differ in token counts; not comparable: "
+                    f"{first.response['usage']}, {other.response['usage']}, {warm.response['usage']}"
+                )
+            samples.add("restore_ms", restore_s * 1000.0)
+            samples.add("first_token_ms", first_ms)
+            samples.add("warm_first_token_ms", other_ms)
+            samples.add("first_token_gap_ms", first_ms - other_ms)
+            samples.add("first_invoke_ms", first.duration_s * 1000.0)
+            samples.add("warm_invoke_ms", warm.duration_s * 1000.0)
+            samples.add("first_over_warm_invoke", first.duration_s / warm.duration_s)
+            samples.add(
+                "first_invoke_page_faults", first.faults.get("minor", 0) + first.faults.get("major", 0)
+            )
+            samples.add("warm_invoke_page_faults", warm.faults.get("minor", 0) + warm.faults.get("major", 0))
+            samples.add("first_invoke_major_faults", first.faults.get("major", 0))
+            # Where the first invoke's extra time goes, against the warm invoke of the same request.
+            for part, value in _gap_parts(first, warm).items():
+                samples.add(part, value)
+    return {name: _spread(values) for name, values in samples.values.items()}
+
+
+def _gap_parts(first: InvokeResult, warm: InvokeResult) -> dict[str, float]:
+    """The first invoke minus the warm one, part by part: prompt evaluation (to the first token), token
+    generation, and the handler's time outside the engine (validation, rendering, logging)."""
+
+    def parts(result: InvokeResult) -> tuple[float, float, float]:
+        timings = result.response["timings"]
+        outside = result.duration_s * 1000.0 - float(timings["total_ms"])
+        return float(timings["prompt_ms"]), float(timings["generation_ms"]), outside
+
+    (first_prompt, first_generation, first_outside), (warm_prompt, warm_generation, warm_outside) = (
+        parts(first),
+        parts(warm),
+    )
+    return {
+        "invoke_gap_ms": (first.duration_s - warm.duration_s) * 1000.0,
+        "prompt_gap_ms": first_prompt - warm_prompt,
+        "generation_gap_ms": first_generation - warm_generation,
+        "outside_engine_gap_ms": first_outside - warm_outside,
+    }
+
+
+def _has_chat_template(model: Path) -> bool:
+    return "tokenizer.chat_template" in Llama(model_path=str(model), vocab_only=True, verbose=False).metadata
+
+
+def kv_cache_bytes(engine: Engine) -> int:
+    """Bytes of an f16 KV cache for the engine's context size, from the model's own metadata."""
+    meta = engine.llama.metadata
+    arch = meta["general.architecture"]
+    layers = int(meta[f"{arch}.block_count"])
+    heads = int(meta[f"{arch}.attention.head_count"])
+    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+    head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta[f"{arch}.embedding_length"]) // heads))
+    return 2 * layers * kv_heads * head_dim * engine.n_ctx * 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """``snapllm bench coldstart``: exit 2 when the model, the template or a variable is unusable."""
+    try:
+        model = model_path(args.model)
+        return loadfaults.run(args, model) if args.faults else _run(args, model)
+    except LocalFunctionError as exc:
+        print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
+        return 2 if exc.is_configuration_error else 1
+    except ConfigurationError as exc:
+        print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, model: Path) -> int:
+    samples = Samples()
+    with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
+        request = CHAT_REQUEST if _has_chat_template(model) else TEXT_REQUEST
+        lifecycle, environment_variables = _measure_lifecycle(deployment, request)
+        after_restore = {mode: measure_restores(deployment, mode, args.restores) for mode in args.prefault}
+        # The in-process paths use the settings the function ran with (template, local profile, overrides).
+        settings = InferenceSettings.from_env(environment_variables)
+        _measure_loads(deployment, settings, args.rounds, samples)
+        response, kv = _measure_invokes(deployment, settings, request, args.invokes, samples)
+        model_bytes = deployment.model_path.stat().st_size
+    engine_settings = settings.engine
+    budget = model_bytes + kv + 300_000_000
+    result = {
+        "model": model.name,
+        "model_bytes": model_bytes,
+        "lifecycle": lifecycle,
+        "after_restore": after_restore,
+        "medians_s": {name: samples.median(name) for name in samples.values},
+        "ratios": {
+            "ready_vs_baseline": samples.median("snapllm.ready") / samples.median("baseline.ready"),
+            "ready_vs_vanilla": samples.median("snapllm.ready") / samples.median("vanilla.ready"),
+            "warm_invoke_vs_bare_llama_cpp": samples.median("warm.snapllm") / samples.median("warm.bare"),
+        },
+        "memory": {
+            "peak_rss_bytes": lifecycle["peak_rss_bytes"],
+            "kv_cache_bytes": kv,
+            "budget_bytes": budget,
+            "within_budget": lifecycle["peak_rss_bytes"] <= budget,
+        },
+        "completion_tokens": response["usage"]["completion_tokens"],
+        "settings": {
+            "part_size": settings.loader.part_size,
+            "concurrency": settings.loader.concurrency,
+            "n_ctx": engine_settings.n_ctx,
+            "threads": engine_settings.threads or "auto",
+        },
+        "rounds": args.rounds,
+        "invokes": args.invokes,
+        "restores": args.restores,
+    }
+    print(json.dumps(result, indent=2) if args.json else _render(result))
+    return 0
+
+
+def _render(result: dict[str, Any]) -> str:
+    life, med, ratios, mem = result["lifecycle"], result["medians_s"], result["ratios"], result["memory"]
+    lifecycle = table(
+        [
+            ("import", seconds(life["import_s"])),
+            ("S3 -> memfd", seconds(life["s3_to_memfd_s"])),
+            ("model load", seconds(life["model_load_s"])),
+            ("warm-up (before snapshot)", seconds(life["warm_up_s"])),
+            ("restore", seconds(life["restore_s"])),
+            ("first invoke", seconds(life["first_invoke_s"])),
+            ("  first token", f"{life['first_token_ms']:.1f} ms"),
+            ("warm invoke", seconds(life["warm_invoke_s"])),
+        ],
+        title="SnapStart lifecycle (separate process)",
+    )
+
+    def path(name: str) -> str:
+        parts = [k for k in med if k.startswith(name + ".") and not k.endswith(".ready")]
+        detail = " + ".join(seconds(med[k]) for k in parts)
+        return f"{seconds(med[name + '.ready'])}  ({detail})"
+
+    paths = table(
+        [
+            ("snapllm  S3 -> memfd + load", path("snapllm")),
+            ("baseline one GET + cached load", path("baseline")),
+            ("vanilla  /tmp download + load", path("vanilla")),
+            ("warm invoke snapllm handler", seconds(med["warm.snapllm"])),
+            ("warm invoke bare llama_cpp", seconds(med["warm.bare"])),
+        ],
+        title=f"model ready and warm invoke (medians of {result['rounds']} / {result['invokes']} runs)",
+    )
+    ratio = table(
+        [
+            ("ready: snapllm / baseline", f"{ratios['ready_vs_baseline']:.3f}"),
+            ("ready: snapllm / vanilla", f"{ratios['ready_vs_vanilla']:.3f}"),
+            ("warm invoke: snapllm / bare", f"{ratios['warm_invoke_vs_bare_llama_cpp']:.3f}"),
+        ],
+        title="ratios",
+    )
+    memory = table(
+        [
+            ("peak RSS (init + warm-up)", megabytes(mem["peak_rss_bytes"])),
+            ("budget: model + KV + 300 MB", megabytes(mem["budget_bytes"])),
+            ("within budget", str(mem["within_budget"])),
+        ],
+        title="memory",
+    )
+    return "\n\n".join([lifecycle, _render_after_restore(result), paths, ratio, memory])
+
+
+def _render_after_restore(result: dict[str, Any]) -> str:
+    def cell(spread: dict[str, float], unit: str = "ms", digits: int = 1) -> str:
+        median, low, high = (f"{spread[k]:.{digits}f}" for k in ("median", "min", "max"))
+        return f"{median} {unit} ({low}-{high})".replace(" ()", "")
+
+    rows = []
+    for mode, figures in result["after_restore"].items():
+        rows.append((f"SNAPLLM_PREFAULT={mode}", ""))
+        rows.append(("  restore (after-restore hooks)", cell(figures["restore_ms"])))
+        rows.append(("  first token - warm first token", cell(figures["first_token_gap_ms"])))
+        rows.append(("  first invoke / warm invoke", cell(figures["first_over_warm_invoke"], "x", 3)))
+        rows.append(("  first invoke - warm invoke", cell(figures["invoke_gap_ms"])))
+        rows.append(("  of it: prompt evaluation", cell(figures["prompt_gap_ms"])))
+        rows.append(("  of it: token generation", cell(figures["generation_gap_ms"])))
+        rows.append(("  of it: handler outside the engine", cell(figures["outside_engine_gap_ms"])))
+        rows.append(
+            (
+                "  page faults, first / warm invoke",
+                cell(figures["first_invoke_page_faults"], "", 0)
+                + " / "
+                + cell(figures["warm_invoke_page_faults"], "", 0),
+            )
+        )
+    title = f"after a restore: {result['model']}, medians (range) of {result['restores']} restores per mode"
+    return table(rows, title=title)

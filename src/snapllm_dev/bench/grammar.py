@@ -1,0 +1,263 @@
+"""``snapllm bench grammar``: what constraining generation costs, as ratios, on both packaged models.
+
+    snapllm bench grammar --rounds 3
+    snapllm bench grammar --peer llama-server        # llama.cpp's own server beside (make llama-server)
+
+For each model (SmolLM2 135M, Gemma 3 270M) and each way of constraining an answer (a ``json_schema``,
+``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), the same chat prompts run constrained
+and free, alternating in one process on one loaded model, at temperature 0 with a fixed seed. The decode
+rate is each side's median tokens per second after the first token; the ratio constrained/free is what the
+grammar costs (1.0: nothing). Tokens per answer is the median length of the constrained answers.
+
+``--peer llama-server`` starts llama.cpp's ``llama-server`` (compiled from the llama.cpp that llama-cpp-python
+vendors, same CPU flags) on the same model file with the same threads, sends it the same requests on
+``/v1/chat/completions``, and shows its own constrained/free ratio, and our constrained rate against its.
+``--eager`` adds a side with the grammar applied to every token at every step (llama-cpp-python's way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from snapllm.engine.decode import GrammarCheck
+from snapllm.engine.model import Engine, PreparedPrompt
+from snapllm.engine.settings import EngineSettings
+from snapllm.errors import SnapllmError
+from snapllm.protocol.requests import ChatCompletionRequest, InferenceRequest, parse_request
+from snapllm.system import available_cpus
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.report import table
+from snapllm_dev.local.s3 import free_port
+from snapllm_dev.packaged_models import default_model_path, gemma3_270m_path
+
+MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": default_model_path, "gemma3-270m": gemma3_270m_path}
+CITIES = ("Lisbon", "Kyoto")
+PROMPT = "Tell me about {city}: its country, the weather there today and one sight to see. Answer in JSON."
+PLACE = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "country": {"type": "string", "maxLength": 24},
+        "weather": {"type": "string", "enum": ["sunny", "cloudy", "rainy", "snowy"]},
+        "sight": {"type": "string", "maxLength": 80},
+    },
+    "required": ["city", "country", "weather", "sight"],
+    "additionalProperties": False,
+}
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 24}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": name, "description": description, "parameters": CITY}}
+    for name, description in (
+        ("get_weather", "The current weather in a city"),
+        ("get_sights", "The sights worth seeing in a city"),
+    )
+]
+CASES: dict[str, dict[str, Any]] = {
+    "json_schema": {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE}}
+    },
+    "json_object": {"response_format": {"type": "json_object"}},
+    "tools required": {"tools": TOOLS, "tool_choice": "required"},
+    "tools auto": {"tools": TOOLS, "tool_choice": "auto"},
+}
+#: Builds llama-server once and prints its path (what `make llama-server` runs).
+LLAMA_SERVER = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-server.sh"
+
+
+def body(case: str | None, city: str, tokens: int) -> dict[str, Any]:
+    """One request: the prompt about ``city``, constrained as ``case`` says (None: free)."""
+    request: dict[str, Any] = {
+        "messages": [{"role": "user", "content": PROMPT.format(city=city)}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "seed": 1,
+    }
+    return {**request, **CASES[case]} if case else request
+
+
+#: One side's measurement of one request: decode tokens/s and completion tokens.
+Sample = tuple[float, int]
+
+
+def engine_side(engine: Engine, grammar_check: GrammarCheck = "lazy") -> Callable[[dict[str, Any]], Sample]:
+    def send(request: dict[str, Any]) -> Sample:
+        if engine.supports_chat:
+            generation = engine.generate(parse_request(request), grammar_check=grammar_check)
+        else:
+            text, prepared = _as_text_completion(engine, request)
+            generation = engine.generate_prepared(text, prepared, grammar_check=grammar_check)
+        return generation.timings.tokens_per_second, generation.completion_tokens
+
+    return send
+
+
+def _as_text_completion(engine: Engine, body: dict[str, Any]) -> tuple[InferenceRequest, PreparedPrompt]:
+    """A chat for a model whose GGUF carries no chat template (the packaged Gemma 3): the message in
+    Gemma's turn format as a text completion, constrained by the grammar the chat would get."""
+    chat = parse_request(body)
+    assert isinstance(chat, ChatCompletionRequest)
+    grammar = engine.prepare_grammar(chat)
+    message = chat.messages[-1].text()
+    prompt = f"<start_of_turn>user\n{message}<end_of_turn>\n<start_of_turn>model\n"
+    fields = {key: body[key] for key in ("max_tokens", "temperature", "seed")}
+    text = parse_request({"prompt": prompt, **fields, "stop": ["<end_of_turn>"]})
+    return text, dataclasses.replace(engine.prepare(text), grammar=grammar)
+
+
+def peer_side(base_url: str) -> Callable[[dict[str, Any]], Sample]:
+    def send(request: dict[str, Any]) -> Sample:
+        response = httpx.post(f"{base_url}/v1/chat/completions", json=request, timeout=600)
+        response.raise_for_status()
+        answer = response.json()
+        timings = answer.get("timings") or {}
+        tokens = int(answer["usage"]["completion_tokens"])
+        predicted_ms = float(timings.get("predicted_ms") or 0.0)
+        # The same rate as the engine's: the tokens after the first per second of generation.
+        rate = (tokens - 1) / (predicted_ms / 1000.0) if tokens > 1 and predicted_ms else 0.0
+        return rate, tokens
+
+    return send
+
+
+def measure(
+    sides: dict[str, Callable[[dict[str, Any]], Sample]],
+    *,
+    cases: list[str],
+    rounds: int,
+    tokens: int,
+) -> dict[str, dict[str, Any]]:
+    """For each case: each side's median decode rate constrained and free, their ratio, and the median
+    length of the constrained answers. Constrained and free requests alternate, prompt by prompt."""
+    samples: dict[tuple[str, str, str], list[Sample]] = {}
+    for round_number in range(rounds + 1):
+        for case in cases:
+            for city in CITIES if round_number else CITIES[:1]:  # round 0 warms up, on one prompt
+                for kind in ("constrained", "free"):
+                    request = body(case if kind == "constrained" else None, city, tokens)
+                    for name, send in sides.items():
+                        sample = send(request)
+                        if round_number:
+                            samples.setdefault((case, name, kind), []).append(sample)
+    results: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        results[case] = {}
+        for name in sides:
+            constrained = samples[(case, name, "constrained")]
+            free = samples[(case, name, "free")]
+            rate = statistics.median(r for r, _ in constrained)
+            free_rate = statistics.median(r for r, _ in free)
+            results[case][name] = {
+                "constrained_tps": rate,
+                "free_tps": free_rate,
+                "ratio": rate / free_rate if free_rate else None,
+                "tokens_per_answer": statistics.median(n for _, n in constrained),
+            }
+    return results
+
+
+@contextmanager
+def llama_server(model: Path, *, threads: int, n_ctx: int) -> Iterator[str]:
+    """llama.cpp's server on ``model``, built once by ``make llama-server``; yields its base URL."""
+    built = subprocess.run(["bash", str(LLAMA_SERVER)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise SystemExit(f"bench grammar: could not build llama-server:\n{built.stderr[-2000:]}")
+    binary = built.stdout.strip().splitlines()[-1]
+    port = free_port()
+    command = [
+        binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+        "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui", "--log-disable",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"bench grammar: llama-server exited ({process.returncode}) while starting")
+            try:
+                if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("bench grammar: llama-server did not start within 120 s")
+            time.sleep(0.2)
+        yield base_url
+    finally:
+        stop_process(process)
+
+
+def run(args: argparse.Namespace) -> int:
+    threads = args.threads or available_cpus()
+    cases = args.case or list(CASES)
+    results: dict[str, Any] = {"threads": threads, "rounds": args.rounds, "models": {}}
+    for model_name in args.model or list(MODELS):
+        path = MODELS[model_name]()
+        settings = EngineSettings(threads=threads, max_tokens=max(args.tokens, 16))
+        try:
+            engine = Engine.load(str(path), settings, model_name=model_name)
+        except (SnapllmError, OSError, ValueError) as exc:
+            print(f"snapllm bench grammar: {exc}", file=sys.stderr)
+            return 2
+        sides: dict[str, Callable[[dict[str, Any]], Sample]] = {"snapllm": engine_side(engine)}
+        if args.eager:
+            sides["snapllm eager"] = engine_side(engine, "eager")
+        with _peer(args.peer, path, threads=threads, n_ctx=settings.n_ctx) as peer_url:
+            if peer_url is not None:
+                sides["llama-server"] = peer_side(peer_url)
+            measured = measure(sides, cases=cases, rounds=args.rounds, tokens=args.tokens)
+        results["models"][model_name] = measured
+        if not args.json:  # each model's table as soon as it is measured
+            print(_table(model_name, measured, rounds=args.rounds, threads=threads), flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _table(model_name: str, by_case: dict[str, dict[str, Any]], *, rounds: int, threads: int) -> str:
+    rows = []
+    for case, by_side in by_case.items():
+        for name, side in by_side.items():
+            rows.append(
+                (
+                    f"{case}, {name}",
+                    f"constrained/free x{side['ratio']:.2f} ({side['constrained_tps']:.0f} / "
+                    f"{side['free_tps']:.0f} tokens/s), {side['tokens_per_answer']:.0f} tokens per answer",
+                )
+            )
+        if "llama-server" in by_side:
+            ours, peer = by_side["snapllm"], by_side["llama-server"]
+            speed = ours["constrained_tps"] / peer["constrained_tps"]
+            rows.append((f"{case}, snapllm/llama-server", f"constrained tokens/s x{speed:.2f}"))
+    title = (
+        f"{model_name}: decode rate under a grammar (median of {rounds} rounds x {len(CITIES)} prompts, "
+        f"{threads} threads, temperature 0)"
+    )
+    return table(rows, title=title)
+
+
+@contextmanager
+def _peer(peer: str | None, model: Path, *, threads: int, n_ctx: int) -> Iterator[str | None]:
+    """The peer's base URL for the duration (None without a peer)."""
+    if peer is None:
+        yield None
+        return
+    with llama_server(model, threads=threads, n_ctx=n_ctx) as url:
+        yield url

@@ -1,0 +1,97 @@
+"""The arguments of ``snapllm local invoke`` and ``snapllm local serve``, declared without importing what
+runs them (:mod:`snapllm_dev.local.cli`, :mod:`snapllm_dev.local.serve_cli`): a usage error costs no
+start-up."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from snapllm_dev.argtypes import gguf_file, named_url, number, pair, port, readable_file
+
+MCP_HELP = (
+    "durable agent: also take tools from the MCP server at URL (streamable HTTP, no auth), named NAME "
+    "(repeatable; more options through --env SNAPLLM_AGENT_MCP_SERVERS=JSON)"
+)
+#: The longest invoke timeout: Lambda's limit (15 minutes).
+MAX_TIMEOUT_S = 900.0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    local = commands.add_parser("local", help="run functions locally (no Docker, no AWS)")
+    verbs = local.add_subparsers(dest="verb", required=True)
+    invoke = verbs.add_parser("invoke", help="init, snapshot, restore and invoke a function once")
+    invoke.add_argument("function", help="logical ID in the template, e.g. InferenceFunction")
+    invoke.add_argument("-e", "--event", type=Path, help="JSON event file ('-' for stdin); default {}")
+    invoke.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
+    invoke.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
+    invoke.add_argument(
+        "--timeout",
+        type=number(0, MAX_TIMEOUT_S, above_minimum=True),
+        help="invoke timeout in seconds (default: the template's)",
+    )
+    invoke.add_argument(
+        "--env", action="append", default=[], type=pair, metavar="NAME=VALUE", help="extra variable"
+    )
+    invoke.add_argument(
+        "--s3-fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault into the model download at init (repeatable): reset@30MB, reset@1MB:always, "
+        "close@10MB, stall@10MB, slow@1MB/s, status=503:SlowDown:every=3 (see snapllm_dev.local.faults)",
+    )
+    # Durable functions (DurableConfig in the template) run through the durable runner.
+    decision = invoke.add_mutually_exclusive_group()
+    decision.add_argument("--approve", action="store_true", help="durable agent: approve when asked")
+    decision.add_argument("--reject", action="store_true", help="durable agent: reject when asked")
+    invoke.add_argument("--reason", help="durable agent: the approver's comment")
+    invoke.add_argument(
+        "--mcp", action="append", default=[], type=mcp_server, metavar="NAME=URL", help=MCP_HELP
+    )
+    invoke.set_defaults(implementation="snapllm_dev.local.cli")
+
+    serve = verbs.add_parser("serve", help="serve the OpenAI-compatible routes on 127.0.0.1 (no Docker)")
+    # $PORT is read when the command runs (snapllm_dev.local.serve_cli), so a bad value fails `serve` alone.
+    serve.add_argument("--port", type=port, help="port (default: $PORT or 3000)")
+    serve.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
+    serve.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
+    serve.add_argument(
+        "--no-stream", action="store_true", help="do not start the streaming (web adapter) function"
+    )
+    serve.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        type=named_url,
+        metavar="NAME=URL",
+        help="also route model NAME to an always-on OpenAI-compatible server (base URL ending in /v1)",
+    )
+    serve.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        type=fallback,
+        metavar="NAME=OTHER[,OTHER]",
+        help="on a 429/503 from NAME's target, send the request on to OTHER (a route name)",
+    )
+    serve.add_argument(
+        "--mcp", action="append", default=[], type=mcp_server, metavar="NAME=URL", help=MCP_HELP
+    )
+    serve.set_defaults(implementation="snapllm_dev.local.serve_cli")
+
+
+def fallback(text: str) -> tuple[str, list[str]]:
+    """``NAME=OTHER[,OTHER]``: a route name and the names it falls back to, none empty."""
+    name, value = pair(text)
+    others = [other.strip() for other in value.split(",")]
+    if not all(others):
+        raise argparse.ArgumentTypeError(f"takes NAME=OTHER[,OTHER] with no empty name, got {text!r}")
+    return name, others
+
+
+def mcp_server(text: str) -> str:
+    """``NAME=URL`` of an MCP server, checked here and kept as text for
+    :func:`snapllm_dev.local.durable.with_mcp_servers`."""
+    named_url(text)
+    return text

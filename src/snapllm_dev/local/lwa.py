@@ -1,0 +1,98 @@
+"""Lambda Web Adapter, locally: a function's ASGI app under uvicorn, driven through LWA's lifecycle.
+
+    process = WebAdapterProcess.start(template.function("StreamFunction"), environment)
+    httpx.post(f"{process.url}/v1/chat/completions", json={..., "stream": True})
+    process.stop()
+
+On AWS, LWA (the layer, via ``AWS_LAMBDA_EXEC_WRAPPER``) runs the function's ``run.sh``, which starts
+uvicorn with ``app:app`` from the code folder; LWA waits for the readiness check, calls the SnapStart
+hook paths around the snapshot, then proxies each invoke to the app over HTTP. Locally the app runs the
+same way in its own process (module init included), without a snapshot between the hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+
+import httpx
+
+from snapllm.errors import SnapllmError
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.s3 import free_port
+from snapllm_dev.sam import Function
+
+READINESS_CHECK_PATH = "AWS_LWA_READINESS_CHECK_PATH"
+BEFORE_CHECKPOINT_PATH = "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH"
+AFTER_RESTORE_PATH = "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH"
+
+
+class LocalServeError(SnapllmError):
+    """A part of the local stack did not start."""
+
+
+class WebAdapterProcess:
+    """A web-adapter function's ASGI app on a loopback port, after LWA's readiness check and hooks."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, function: Function) -> None:
+        self.process = process
+        self.url = url
+        self.function = function
+
+    @classmethod
+    def start(
+        cls, function: Function, environment: Mapping[str, str], *, timeout_s: float = 120.0
+    ) -> WebAdapterProcess:
+        """Start ``function``'s app with ``environment`` (its variables, complete) and run LWA's lifecycle."""
+        port = free_port()
+        env = {
+            **os.environ,
+            **environment,
+            "PORT": str(port),
+            "AWS_LAMBDA_FUNCTION_NAME": function.name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mb),
+        }
+        env.pop("AWS_LAMBDA_EXEC_WRAPPER", None)  # /opt/bootstrap is LWA's, which exists only on Lambda
+        command = [
+            sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
+            "--no-access-log", "--log-level", "warning", "--app-dir", str(function.code_dir), "app:app",
+        ]  # fmt: skip
+        process = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno())
+        started = cls(process, f"http://127.0.0.1:{port}", function)
+        try:
+            started._lifecycle(env, timeout_s)
+        except BaseException:
+            started.stop()
+            raise
+        return started
+
+    def _lifecycle(self, env: Mapping[str, str], timeout_s: float) -> None:
+        # What LWA does on AWS: wait for the readiness check, then (SnapStart) the before-checkpoint hook,
+        # the snapshot, the restore and the after-restore hook. Locally the process is not forked between.
+        name = self.function.name
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(base_url=self.url, timeout=timeout_s) as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise LocalServeError(f"{name} exited during init (code {self.process.returncode})")
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(env.get(READINESS_CHECK_PATH) or "/").status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise LocalServeError(f"{name} was not ready within {timeout_s:g} s")
+                time.sleep(0.1)
+            if not self.function.snapstart:
+                return
+            for path in (env.get(BEFORE_CHECKPOINT_PATH), env.get(AFTER_RESTORE_PATH)):
+                if not path:
+                    continue
+                response = client.post(path)
+                if response.status_code // 100 != 2:
+                    raise LocalServeError(f"{name} hook {path} answered {response.status_code}")
+
+    def stop(self) -> None:
+        stop_process(self.process)

@@ -1,0 +1,102 @@
+"""``snapllm local serve``: the OpenAI-compatible API on 127.0.0.1 (see :mod:`snapllm_dev.local.gateway`), and
+``snapllm local invoke`` of an HTTP API function: one API Gateway event through the same local stack.
+
+snapllm local serve --port 3000
+# then: OpenAI(base_url="http://127.0.0.1:3000/v1", api_key="local")
+snapllm local invoke RouterFunction -e events/router/chat.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Mapping
+
+from snapllm.errors import ConfigurationError, RequestError, SnapllmError
+from snapllm.protocol.edge import decode_json
+from snapllm_dev import sam
+from snapllm_dev.argtypes import port_number
+from snapllm_dev.local.durable import with_mcp_servers
+from snapllm_dev.local.gateway import LocalGateway, listen, serve
+from snapllm_dev.local.lifecycle import LocalFunctionError
+from snapllm_dev.local.stack import LocalStack
+from snapllm_dev.sam import Function, Template
+
+#: The port ``snapllm local serve`` listens on when neither ``--port`` nor ``$PORT`` says.
+DEFAULT_PORT = 3000
+
+
+def listening_port(given: int | None, environ: Mapping[str, str] = os.environ) -> int:
+    """``--port``, else ``$PORT`` (blank: unset), else 3000; a bad ``$PORT`` raises a ConfigurationError."""
+    if given is not None:
+        return given
+    text = environ.get("PORT", "").strip()
+    if not text:
+        return DEFAULT_PORT
+    try:
+        return port_number(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"PORT {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """``snapllm local serve``: exit 2, before anything starts, on an unusable port, template or route."""
+    sock = None
+    try:
+        port = listening_port(args.port)
+        try:
+            sock = listen(port)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+        template = sam.load(args.template)
+        stack = LocalStack.start(
+            template,
+            model_path=args.model,
+            streaming=not args.no_stream,
+            endpoints=dict(args.route),
+            fallbacks=dict(args.fallback),
+            agent_overrides=with_mcp_servers({}, args.mcp),
+        )
+    except (SnapllmError, OSError, ValueError) as exc:
+        if sock is not None:
+            sock.close()
+        print(f"snapllm local serve: {exc}", file=sys.stderr)
+        # A function that failed for another reason than its configuration (a download, say) is not a usage
+        # error.
+        return 1 if isinstance(exc, LocalFunctionError) and not exc.is_configuration_error else 2
+    with sock, stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
+        serve(stack, sock)
+    return 0
+
+
+def invoke_http_api(args: argparse.Namespace, template: Template, function: Function, event_text: str) -> int:
+    """Entry point from ``snapllm local invoke`` for a function behind an HTTP API: the handler's API
+    Gateway response on stdout.
+
+    The router's routing table names deployed aliases, so it runs on the local stack (as in ``serve``),
+    routed to a restored local inference environment; its logs and metrics go to stderr.
+    """
+    try:
+        event = decode_json(event_text)
+    except RequestError as exc:
+        print(f"snapllm local invoke: the event is not an API Gateway event: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(event, dict):
+        print(f"snapllm local invoke: {function.name} takes an API Gateway HTTP API event", file=sys.stderr)
+        return 2
+    os.environ.update(dict(args.env))
+    try:
+        # The router's Logger binds its stream when the stack builds it: keep stdout for the response.
+        with (
+            contextlib.redirect_stdout(sys.stderr),
+            LocalStack.start(template, function, model_path=args.model, streaming=False) as stack,
+        ):
+            result = LocalGateway(stack, streaming=False).invoke_router(event)
+    except (SnapllmError, OSError, ValueError) as exc:
+        print(f"snapllm local invoke: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0

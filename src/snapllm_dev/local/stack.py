@@ -1,0 +1,186 @@
+"""The local stack: every function of the template that ``snapllm local serve`` puts behind one port.
+
+    template = sam.load(Path("template.yaml"))
+    with LocalStack.start(template) as stack:
+        stack.router.handler(http_api_event("GET", "/v1/models"), context)
+
+Which function plays which part is read from the template (:mod:`snapllm_dev.local.kinds`), not from names:
+
+- the model function (a direct-invoke function with ``SNAPLLM_MODEL_KEY``) is initialised, snapshotted and
+  restored once; one :class:`~snapllm_dev.local.inference.LocalInferenceClient` of that environment serves the
+  router and the agent, so their requests queue for it as for one Lambda environment;
+- the HTTP API function runs the router of this package (:class:`~snapllm.router.app.RouterApp`) with its
+  template variables, its routing table pointing at the local client;
+- a durable function, if any, serves the router's ``/v1/agent/runs``
+  (:func:`~snapllm_dev.local.durable.agent_runs`);
+- a web-adapter function, if any and ``streaming`` is on, runs its ASGI app (:mod:`snapllm_dev.local.lwa`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from snapllm.agent import routes as agent_routes
+from snapllm.errors import ConfigurationError
+from snapllm.inference.client import HttpInferenceClient, InferenceClient
+from snapllm.router.app import RouterApp
+from snapllm.router.settings import RouterSettings
+from snapllm_dev.local.durable import LocalAgent, agent_runs, agent_settings
+from snapllm_dev.local.environment import function_environment
+from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.kinds import Kind, model_function, of_kind, one_of_kind
+from snapllm_dev.local.lifecycle import RestoredEnvironment
+from snapllm_dev.local.lwa import WebAdapterProcess
+from snapllm_dev.local.processes import Closing
+from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.sam import Function, Template
+
+MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
+# Posted as they are by events/agent/review.json, which names these files on the local S3.
+AGENT_DOCUMENTS = Path("events/agent/documents")
+
+
+@dataclass
+class LocalStack(Closing):
+    """The router and the web-adapter function in front of the parts ``resources`` holds: local S3 with the
+    model, a restored model-function environment, durable agent runs behind ``/v1/agent/runs``.
+
+    ``model_environment`` (of ``model_function``) and ``agent`` are the ones the router uses, for callers
+    that invoke them directly (``snapllm replay``).
+    """
+
+    router: RouterApp
+    router_function: Function
+    stream: WebAdapterProcess | None
+    model: str
+    model_function: Function
+    model_environment: RestoredEnvironment
+    agent: LocalAgent | None
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+
+    @classmethod
+    def start(
+        cls,
+        template: Template,
+        router_function: Function | None = None,
+        *,
+        model_path: Path | None = None,
+        streaming: bool = True,
+        endpoints: Mapping[str, str] | None = None,
+        fallbacks: Mapping[str, Sequence[str]] | None = None,
+        agent_overrides: Mapping[str, str] | None = None,
+    ) -> LocalStack:
+        """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
+        HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
+        no model function.
+
+        ``endpoints`` adds routes to always-on OpenAI-compatible servers (``{"name": "http://host:port/v1"}``)
+        beside the model function's; ``fallbacks`` is the router's fallback order over all of them;
+        ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...)."""
+        router_function = router_function or one_of_kind(template, Kind.HTTP_API)
+        durable = of_kind(template, Kind.DURABLE)
+        agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
+        model_fn = model_function(template, callers=[router_function])
+        # The router's settings, checked before anything starts (the same check runs on the built router).
+        named = function_environment(model_fn, wired=tuple(model_fn.environment)).get("SNAPLLM_MODEL_NAME")
+        cls._router_settings(
+            router_function, named or model_fn.name, model_fn, endpoints or {}, fallbacks or {}
+        )
+        with contextlib.ExitStack() as resources:
+            deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
+            # A model given as a file is served and listed under its own name, not the template's (whose
+            # name is the packaged model's).
+            named = {MODEL_NAME_VARIABLE: model_name(model_path)} if _another_model(model_path) else {}
+            inference = resources.enter_context(deployment.function(model_fn.name, **named))
+            inference.init()
+            inference.snapshot()
+            environment = resources.enter_context(inference.restore())
+            model = inference.environment.get(MODEL_NAME_VARIABLE) or model_fn.name
+            # One client, so the router's and the agent's requests queue for the one environment.
+            client = LocalInferenceClient(environment)
+            agent = None
+            if agent_function is not None:
+                settings = agent_settings(template, agent_function, **(agent_overrides or {}))
+                agent = LocalAgent(deployment, settings, client)
+                resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
+            router = cls._router(router_function, model, model_fn, client, endpoints or {}, fallbacks or {})
+            stream = None
+            web_adapter = of_kind(template, Kind.WEB_ADAPTER)
+            if streaming and web_adapter:
+                stream = cls._web_adapter(deployment, web_adapter[0], named)
+                resources.callback(stream.stop)
+            # Once all are up, the stack owns them.
+            owned = resources.pop_all()
+        return cls(router, router_function, stream, model, model_fn, environment, agent, owned)
+
+    @staticmethod
+    def _router(
+        function: Function,
+        model: str,
+        model_fn: Function,
+        client: LocalInferenceClient,
+        endpoints: Mapping[str, str],
+        fallbacks: Mapping[str, Sequence[str]],
+    ) -> RouterApp:
+        settings = LocalStack._router_settings(function, model, model_fn, endpoints, fallbacks)
+        clients: dict[str, InferenceClient] = {model: client}
+        for name, url in endpoints.items():
+            clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
+        return RouterApp(settings, clients, routers=[agent_routes.router])
+
+    @staticmethod
+    def _router_settings(
+        function: Function,
+        model: str,
+        model_fn: Function,
+        endpoints: Mapping[str, str],
+        fallbacks: Mapping[str, Sequence[str]],
+    ) -> RouterSettings:
+        routes = {model: f"local:{model_fn.name}", **endpoints}
+        env = function_environment(
+            function,
+            # The template's routing table names the deployed alias; locally the model routes to the
+            # restored environment. The agent's alias and run records are wired by agent_runs().
+            overrides={
+                "SNAPLLM_ROUTES": json.dumps(routes),
+                "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
+                # The template's default names its own model; locally the model served is the default.
+                "SNAPLLM_DEFAULT_MODEL": model,
+            },
+            wired=("SNAPLLM_AGENT_FUNCTION_ARN", "SNAPLLM_AGENT_ARTIFACTS_BUCKET"),
+        )
+        return RouterSettings.from_env(env)
+
+    @staticmethod
+    def _web_adapter(
+        deployment: LocalDeployment, function: Function, named: Mapping[str, str]
+    ) -> WebAdapterProcess:
+        env = function_environment(
+            function,
+            local=deployment.local_values(function),
+            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s), **named},
+        )
+        return WebAdapterProcess.start(function, env)
+
+    def close(self) -> None:
+        self.resources.close()
+
+
+def _another_model(path: Path | None) -> bool:
+    if path is None:
+        return False
+    try:
+        return path.resolve() != default_model_path().resolve()
+    except ConfigurationError:  # the packaged model is not installed: the file is another model
+        return True
+
+
+def model_name(path: Path) -> str:
+    """The name a model given as a file is served under: its file name without ``.gguf``, lower-cased
+    (``gemma-3-270m-q4_k_m``)."""
+    return path.name.removesuffix(".gguf").lower()
