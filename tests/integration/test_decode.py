@@ -12,16 +12,36 @@ import pytest
 
 from snapllm.agent.schemas import plan_schema
 from snapllm.engine.decode import PromptLookup
-from snapllm.engine.model import Engine, TokenDelta
+from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
+from snapllm.engine.types import TokenDelta
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import engine_request, parse_invoke
+from snapllm.protocol.serving import OpenAIServing
 from tests.conftest import REPO
+
+
+def _serving(engine: Engine) -> OpenAIServing:
+    return OpenAIServing(engine, max_tokens=256, max_prompt_chars=32_000)
 
 
 @pytest.fixture(scope="module")
 def engine(model_path) -> Engine:
-    return Engine.load(str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2")
+    return Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2")
+
+
+@pytest.fixture(scope="module")
+def serving(engine) -> OpenAIServing:
+    return _serving(engine)
+
+
+def _lazy_and_eager(engine: Engine, serving: OpenAIServing, body: dict[str, Any]):
+    """One request generated under both grammar checks (the same prepared tokens, grammar and seed)."""
+    prepared = serving.prepare(_request(body))
+    return tuple(
+        serving.generation(prepared, engine.generate(prepared.engine_request, grammar_check=check))
+        for check in ("lazy", "eager")
+    )
 
 
 def _uses_grammar(body: dict[str, Any]) -> bool:
@@ -117,11 +137,10 @@ def _request(body: dict[str, Any]):
 
 
 @pytest.mark.parametrize("name", [*REPLAYED, *EXTRA])
-def test_the_lazy_grammar_check_gives_the_tokens_of_the_full_check(engine, name):
+def test_the_lazy_grammar_check_gives_the_tokens_of_the_full_check(engine, serving, name):
     body = _greedy(REPLAYED.get(name) or EXTRA[name])
     rejected_before = engine._decoder.grammar_rejections
-    lazy = engine.generate(_request(body))
-    eager = engine.generate(_request(body), grammar_check="eager")
+    lazy, eager = _lazy_and_eager(engine, serving, body)
     assert lazy.text == eager.text, name
     assert lazy.completion_tokens == eager.completion_tokens and lazy.finish_reason == eager.finish_reason
     assert lazy.tool_calls == () or [c.arguments for c in lazy.tool_calls] == [
@@ -133,35 +152,34 @@ def test_the_lazy_grammar_check_gives_the_tokens_of_the_full_check(engine, name)
 
 
 @pytest.mark.parametrize("name", ["pet", "tools-required"])
-def test_a_seeded_draw_under_a_grammar_is_the_one_the_full_check_gives(engine, name):
+def test_a_seeded_draw_under_a_grammar_is_the_one_the_full_check_gives(engine, serving, name):
     # When sampling, the lazy check covers the candidates the chain keeps (its top 40), so the same seed
     # draws the same token among the same candidates.
     body = {**EXTRA[name], "temperature": 0.8, "seed": 11, "max_tokens": 80}
-    lazy = engine.generate(_request(body))
-    eager = engine.generate(_request(body), grammar_check="eager")
+    lazy, eager = _lazy_and_eager(engine, serving, body)
     assert lazy.text == eager.text
 
 
-def test_a_stop_string_spanning_tokens_is_never_emitted(engine):
+def test_a_stop_string_spanning_tokens_is_never_emitted(engine, serving):
     body = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0, "max_tokens": 30}
-    whole = engine.generate(parse_request(body)).text
+    whole = serving.generate(parse_request(body)).text
     stop = whole[whole.index(" 8") - 1 : whole.index(" 8") + 4]  # ", 8, 9" spans several tokens
     assert len(engine.llama.tokenize(stop.encode(), add_bos=False)) > 1
-    stopped = engine.generate(parse_request({**body, "stop": [stop]}))
-    deltas = [item for item in engine.stream(parse_request({**body, "stop": [stop]}))]
+    stopped = serving.generate(parse_request({**body, "stop": [stop]}))
+    deltas = [item for item in serving.stream(parse_request({**body, "stop": [stop]}))]
     streamed = "".join(item.text for item in deltas if isinstance(item, TokenDelta))
     assert stopped.finish_reason == "stop" and stopped.text == whole[: whole.index(stop)]
     assert streamed == stopped.text and stop not in streamed
 
 
-def test_an_answer_continues_from_the_cached_prefix(engine):
+def test_an_answer_continues_from_the_cached_prefix(serving):
     body = {
         "messages": [{"role": "user", "content": "Name a river in Europe."}],
         "max_tokens": 12,
         "temperature": 0,
     }
-    first = engine.generate(parse_request(body))
-    again = engine.generate(parse_request(body))
+    first = serving.generate(parse_request(body))
+    again = serving.generate(parse_request(body))
     # The whole prompt but its last token is reused, and the answer does not change.
     assert again.cached_tokens == again.prompt_tokens - 1 and again.text == first.text
 
@@ -171,20 +189,21 @@ def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_
     # kernels than one token at a time (logits differ by up to about 0.6 here), so a near tie can break
     # the other way; docs/decoding.md says so, and `snapllm bench decode` reports whether answers matched.
     drafting = Engine.load(
-        str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2", draft=PromptLookup()
+        str(model_path), EngineSettings(threads=1), model_name="smollm2", draft=PromptLookup()
     )
+    serving = _serving(drafting)
     document = (Path(REPO) / "events/agent/documents/snapstart.md").read_text()[:1200]
     question = [{"role": "user", "content": f"{document}\n\nQuote the first sentence above."}]
     request = {"messages": question, "temperature": 0, "max_tokens": 48, "seed": 5}
-    first = drafting.generate(parse_request(request))
+    first = serving.generate(parse_request(request))
     assert drafting._decoder.drafted_accepted > 0
     # The cache holds the prompt and every answer token but the last (never evaluated): the guesses the
     # sampler did not confirm are gone.
     evaluated = first.completion_tokens - (1 if first.finish_reason == "length" else 0)
     assert len(drafting.cached_tokens) == first.prompt_tokens + evaluated
-    again = drafting.generate(parse_request(request))
+    again = serving.generate(parse_request(request))
     assert again.text == first.text
     streamed = "".join(
-        item.text for item in drafting.stream(parse_request(request)) if isinstance(item, TokenDelta)
+        item.text for item in serving.stream(parse_request(request)) if isinstance(item, TokenDelta)
     )
     assert streamed == first.text

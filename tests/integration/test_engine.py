@@ -9,14 +9,17 @@ from dataclasses import dataclass, field
 import pytest
 
 from snapllm.engine.loader import DownloadStats
-from snapllm.engine.model import WARMUP_REQUESTS, Deadline, Engine
+from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings, ModelSource
+from snapllm.engine.types import Deadline
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ToolCallCutShortError
-from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.client import CALLER_DEADLINE_KEY
+from snapllm.inference.runtime import InferenceRuntime, invoke_deadline
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.objects import render_response
-from snapllm.protocol.requests import CALLER_DEADLINE_KEY, parse_request
+from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import engine_request, parse_invoke
+from snapllm.protocol.serving import OpenAIServing
 from tests.conftest import LONG_GENERATION
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
@@ -24,14 +27,24 @@ COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature":
 
 @pytest.fixture(scope="module")
 def engine(model_path) -> Engine:
-    return Engine.load(str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2")
+    return Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2")
 
 
-def test_chat_uses_the_models_template_and_reports_usage_and_timings(engine):
+def _serving(engine: Engine, max_tokens: int = 256) -> OpenAIServing:
+    return OpenAIServing(engine, max_tokens=max_tokens, max_prompt_chars=32_000)
+
+
+@pytest.fixture(scope="module")
+def serving(engine) -> OpenAIServing:
+    """The OpenAI protocol over the engine: what the function serves."""
+    return _serving(engine)
+
+
+def test_chat_uses_the_models_template_and_reports_usage_and_timings(serving):
     request = parse_request(
         {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
     )
-    generation = engine.generate(request)
+    generation = serving.generate(request)
     assert generation.text.strip()
     assert "<|im_start|>" not in generation.text and "<|im_end|>" not in generation.text
     assert generation.finish_reason in {"stop", "length"}
@@ -44,46 +57,44 @@ def test_chat_uses_the_models_template_and_reports_usage_and_timings(engine):
         assert timings.tokens_per_second > 0
 
 
-def test_same_seed_same_text_and_no_seed_draws_a_fresh_one(engine):
+def test_same_seed_same_text_and_no_seed_draws_a_fresh_one(serving):
     request = {"prompt": "A short poem about the sea:", "max_tokens": 16, "temperature": 1.0}
-    first = engine.generate(parse_request({**request, "seed": 1234}))
+    first = serving.generate(parse_request({**request, "seed": 1234}))
     # An unseeded request leaves the prompt's prefix cached; the seeded one must not depend on that.
-    engine.generate(parse_request(request))
-    again = engine.generate(parse_request({**request, "seed": 1234}))
+    serving.generate(parse_request(request))
+    again = serving.generate(parse_request({**request, "seed": 1234}))
     assert first.text == again.text and first.seed == again.seed == 1234
-    seeds = {engine.generate(parse_request(request)).seed for _ in range(3)}
+    seeds = {serving.generate(parse_request(request)).seed for _ in range(3)}
     assert len(seeds) == 3
 
 
-def test_fresh_seeds_do_not_come_from_pythons_random(engine):
+def test_fresh_seeds_do_not_come_from_pythons_random(serving):
     # A snapshot freezes `random`'s state; per-request seeds must not depend on it.
     request = {"prompt": "Hello", "max_tokens": 1}
     random.seed(7)
-    first = engine.generate(parse_request(request)).seed
+    first = serving.generate(parse_request(request)).seed
     random.seed(7)
-    assert engine.generate(parse_request(request)).seed != first
+    assert serving.generate(parse_request(request)).seed != first
 
 
-def test_stop_sequences(engine):
-    stopped = engine.generate(parse_request({**COUNTING, "max_tokens": 30, "stop": [", 8"]}))
+def test_stop_sequences(serving):
+    stopped = serving.generate(parse_request({**COUNTING, "max_tokens": 30, "stop": [", 8"]}))
     assert stopped.finish_reason == "stop"
     assert ", 8" not in stopped.text and stopped.text.startswith(" 6, 7")
-    unstopped = engine.generate(parse_request({**COUNTING, "max_tokens": 30}))
+    unstopped = serving.generate(parse_request({**COUNTING, "max_tokens": 30}))
     assert ", 8" in unstopped.text
 
 
-def test_max_tokens_is_capped_by_configuration(engine):
+def test_max_tokens_is_capped_by_configuration(serving):
     with pytest.raises(InvalidRequestError, match="at most 256") as caught:
-        engine.generate(parse_request({**COUNTING, "max_tokens": 257}))
+        serving.generate(parse_request({**COUNTING, "max_tokens": 257}))
     assert caught.value.param == "max_tokens"
-    generation = engine.generate(parse_request({**COUNTING, "max_tokens": 5}))
+    generation = serving.generate(parse_request({**COUNTING, "max_tokens": 5}))
     assert generation.completion_tokens == 5 and generation.finish_reason == "length"
 
 
 def test_context_window_limits(model_path):
-    small = Engine.load(
-        str(model_path), EngineSettings(threads=1, n_ctx=64, max_tokens=256), model_name="small"
-    )
+    small = _serving(Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=64), model_name="small"))
     with pytest.raises(ContextLengthExceededError, match="context window is 64 tokens") as caught:
         small.generate(parse_request({"prompt": "word " * 100}))
     assert caught.value.param == "prompt"
@@ -93,12 +104,12 @@ def test_context_window_limits(model_path):
     assert generation.finish_reason == "length"
 
 
-def test_stops_at_the_deadline_with_what_it_has(engine):
+def test_stops_at_the_deadline_with_what_it_has(serving):
     request = parse_request({**LONG_GENERATION, "max_tokens": 256})
     # The prompt once, untimed: on a busy machine a cold first evaluation alone can outlast a short deadline.
-    engine.generate(parse_request({**LONG_GENERATION, "max_tokens": 1}))
+    serving.generate(parse_request({**LONG_GENERATION, "max_tokens": 1}))
     started = time.monotonic()
-    generation = engine.generate(request, deadline=Deadline.after(0.6))
+    generation = serving.generate(request, deadline=Deadline.after(0.6))
     elapsed = time.monotonic() - started
     assert generation.deadline_reached
     assert generation.finish_reason == "length"
@@ -111,15 +122,15 @@ def test_deadline_from_a_lambda_context():
         def get_remaining_time_in_millis(self) -> int:
             return 10_000
 
-    deadline = Deadline.from_lambda_context(Context(), margin_ms=1500)
+    deadline = invoke_deadline(Context(), margin_ms=1500)
     assert 8.4 < deadline.at - time.monotonic() <= 8.5
-    assert Deadline.from_lambda_context(object(), margin_ms=0) is None
+    assert invoke_deadline(object(), margin_ms=0) is None
 
     def with_caller_deadline(seconds_from_now, value=None):
         context = Context()
         value = value if value is not None else int((time.time() + seconds_from_now) * 1000)
         context.client_context = type("ClientContext", (), {"custom": {CALLER_DEADLINE_KEY: value}})()
-        return Deadline.from_lambda_context(context, margin_ms=0)
+        return invoke_deadline(context, margin_ms=0)
 
     # The earlier of the invoke's and the caller's deadline wins; a malformed value is ignored.
     assert 2.8 < with_caller_deadline(3).at - time.monotonic() <= 3.0
@@ -138,20 +149,22 @@ def test_weights_are_not_repacked_into_a_second_copy(engine):
 def test_repacking_can_be_chosen(model_path):
     repacking = Engine.load(str(model_path), EngineSettings(threads=1, repack_weights=True), model_name="r")
     assert repacking.llama.model_params.use_extra_bufts is True
-    assert repacking.generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
+    assert _serving(repacking).generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
 
 
-def test_warm_up_leaves_only_the_chat_templates_common_prefix_behind(engine):
-    requests = [parse_request({**body, "max_tokens": 2}) for body in WARMUP_REQUESTS]
-    engine.warm_up(requests)
-    cached = list(engine.cached_tokens)
-    first = engine.prepare(parse_request({"messages": [{"role": "user", "content": "Why is the sky blue?"}]}))
-    second = engine.prepare(parse_request({"messages": [{"role": "user", "content": "Name a river."}]}))
+def test_warm_up_leaves_only_the_chat_templates_common_prefix_behind(engine, serving):
+    serving.warm_up(serving.warm_up_bodies(2))
+    cached = engine.cached_tokens
+    first = serving.prepare(
+        parse_request({"messages": [{"role": "user", "content": "Why is the sky blue?"}]})
+    )
+    second = serving.prepare(parse_request({"messages": [{"role": "user", "content": "Name a river."}]}))
     # SmolLM2's template starts every chat without a system message with its default system prompt: that
     # much is evaluated before the snapshot, and nothing of the warm-up's own messages.
     assert len(cached) > 10
-    assert first.tokens[: len(cached)] == cached == second.tokens[: len(cached)]
-    assert first.tokens[len(cached)] != second.tokens[len(cached)]
+    first, second = first.engine_request.tokens, second.engine_request.tokens
+    assert first[: len(cached)] == cached == second[: len(cached)]
+    assert first[len(cached)] != second[len(cached)]
 
 
 def test_after_restore_reseeds_and_renews_identity(engine):
@@ -188,7 +201,7 @@ def _weather_tools(*names: str) -> list[dict]:
     return [{"type": "function", "name": name, "parameters": city} for name in names]
 
 
-def test_a_tool_call_cut_by_the_deadline_is_a_call_and_says_the_deadline_cut_it(engine):
+def test_a_tool_call_cut_by_the_deadline_is_a_call_and_says_the_deadline_cut_it(serving):
     request = parse_invoke(
         {
             "input": "What is the weather in Paris?",
@@ -198,7 +211,7 @@ def test_a_tool_call_cut_by_the_deadline_is_a_call_and_says_the_deadline_cut_it(
             "temperature": 0,
         }
     )
-    generation = engine.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=12))
+    generation = serving.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=12))
     assert generation.deadline_reached and generation.finish_reason == "length", generation
     [call] = generation.tool_calls
     assert call.name == "get_weather" and generation.completion_tokens < 64
@@ -212,7 +225,7 @@ def test_a_tool_call_cut_by_the_deadline_is_a_call_and_says_the_deadline_cut_it(
     assert choice["message"]["content"] is None and choice["message"]["tool_calls"][0]["function"]["name"]
 
 
-def test_a_deadline_before_the_calls_name_is_decided_is_a_504_not_text(engine):
+def test_a_deadline_before_the_calls_name_is_decided_is_a_504_not_text(serving):
     request = parse_invoke(
         {
             "input": "What is the weather in Paris?",
@@ -223,7 +236,7 @@ def test_a_deadline_before_the_calls_name_is_decided_is_a_504_not_text(engine):
     )
     for tokens in (0, 4):  # before the first token, and inside '[{"name": "get'
         with pytest.raises(ToolCallCutShortError) as raised:
-            engine.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens))
+            serving.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens))
         assert raised.value.status_code == 504 and "time limit" in raised.value.message
         with pytest.raises(ToolCallCutShortError):
-            list(engine.stream(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens)))
+            list(serving.stream(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens)))

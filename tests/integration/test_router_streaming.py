@@ -9,7 +9,7 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from snapllm.engine.model import TokenDelta
+from snapllm.engine.types import TokenDelta
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.requests import parse_request
@@ -148,19 +148,19 @@ def test_each_completion_publishes_the_routers_metrics(client, runtime, capsys):
 
 
 def test_a_consumer_that_stops_early_releases_the_engine(runtime):
-    engine = runtime.engine
+    engine, serving = runtime.engine, runtime.serving
     request = parse_request({"prompt": "The alphabet: a, b, c,", "max_tokens": 16})
-    items = engine.stream(request)
+    items = serving.stream(request)
     assert isinstance(next(items), TokenDelta)
     assert engine._lock.locked()
     items.close()
     assert not engine._lock.locked()
-    generation = engine.generate(parse_request({"prompt": "Hi", "max_tokens": 2}))
+    generation = serving.generate(parse_request({"prompt": "Hi", "max_tokens": 2}))
     assert generation.completion_tokens >= 1
 
 
 def test_stream_ends_with_a_generation_matching_the_deltas(runtime):
-    items = list(runtime.engine.stream(parse_request({"prompt": "Hello", "max_tokens": 6, "seed": 5})))
+    items = list(runtime.serving.stream(parse_request({"prompt": "Hello", "max_tokens": 6, "seed": 5})))
     *deltas, final = items
     assert all(isinstance(d, TokenDelta) for d in deltas)
     assert final.text == "".join(d.text for d in deltas)
@@ -230,10 +230,10 @@ def test_direct_invoke_answers_json_schema_requests(runtime):
 
 def test_requests_are_decoded_and_checked_off_the_event_loop(runtime, client, monkeypatch):
     """A request's body (its schemas' grammars included) is checked on a worker thread, so a costly one
-    cannot stall the streams the event loop is serving. The engine's own model check is wrapped to see
+    cannot stall the streams the event loop is serving. The serving path's model check is wrapped to see
     where it runs: a worker thread has no running event loop."""
     on_the_loop: list[bool] = []
-    check_model = runtime.engine.check_model
+    check_model = runtime.serving.check_model
 
     def spy(requested: str | None) -> None:
         try:
@@ -243,7 +243,7 @@ def test_requests_are_decoded_and_checked_off_the_event_loop(runtime, client, mo
             on_the_loop.append(False)
         check_model(requested)
 
-    monkeypatch.setattr(runtime.engine, "check_model", spy)
+    monkeypatch.setattr(runtime.serving, "check_model", spy)
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     body = {
         "messages": [{"role": "user", "content": "Answer in JSON."}],

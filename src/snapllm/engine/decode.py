@@ -32,6 +32,8 @@ import llama_cpp.llama_cpp as low_level
 import numpy as np
 from llama_cpp import Llama
 
+from snapllm.engine.types import Sampling
+
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 #: How many of the best candidates the grammar checks, in turn, before it checks the whole vocabulary: a few
@@ -44,17 +46,6 @@ _MIN_P = 0.05
 _PENALTY_LAST_N = 64
 
 GrammarCheck = Literal["lazy", "eager"]
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How a token is picked from the model's distribution (temperature 0: the most likely one)."""
-
-    temperature: float
-    top_p: float
-    seed: int
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,152 +1,45 @@
-"""The generation engine: one llama.cpp model, one request at a time.
+"""The engine: one llama.cpp model that generates for one request at a time.
 
     engine = Engine.load(model.path, EngineSettings(), model_name="smollm2")
-    generation = engine.generate(parse_request(body), deadline=Deadline.after(25.0))
-    generation.text, generation.finish_reason, generation.timings
+    tokens = engine.tokenize("Hello, my name is", add_bos=True)
+    completion = engine.generate(EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=16))
+    completion.text, completion.finish, completion.timings
 
-The engine formats chats with the model's own template, checks a request against the context window
-and the configured limits before generating, seeds every request (from ``secrets`` when the caller
-gives no seed, so environments restored from one snapshot do not answer alike) and stops before a
-deadline with what it has instead of letting the invoke time out.
+It takes tokens, sampling settings, stop strings and a grammar (:mod:`snapllm.engine.types`), and knows no
+OpenAI request: chats, tools and structured output become tokens and grammars in
+:mod:`snapllm.protocol.serving`. It stops between tokens at a deadline with what it has, rather than letting
+the invoke time out, and stops before a stop string or ``max_tokens`` without evaluating the token that
+ended the answer.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
-import hashlib
-import json
-import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from snapllm import __version__ as snapllm_version
-from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, Sampling
+from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled
 from snapllm.engine.settings import EngineSettings
-from snapllm.errors import (
-    ContextLengthExceededError,
-    InvalidRequestError,
-    ModelLoadError,
-    UnknownModelError,
-    UnsupportedParameterError,
-)
-from snapllm.protocol.chat_templates import family_template
-from snapllm.protocol.constraints import chat_grammar
-from snapllm.protocol.limits import Limits
-from snapllm.protocol.requests import (
-    CALLER_DEADLINE_KEY,
-    ChatCompletionRequest,
-    FinishReason,
-    Generation,
-    InferenceRequest,
+from snapllm.engine.types import (
+    Completion,
+    Deadline,
+    EngineRequest,
+    EngineStreamItem,
+    Finish,
     Timings,
+    TokenDelta,
     TokenLogprob,
-    ToolCall,
 )
-from snapllm.protocol.structured import (
-    cut_call_error,
-    generic_tool_call_text,
-    generic_tool_instructions,
-    parse_cut_tool_calls,
-    parse_tool_calls,
-)
+from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
 from snapllm.system import available_cpus
-
-_WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
-#: The requests the before-snapshot warm-up runs (``max_tokens`` is the ``warmup_tokens`` setting): every
-#: path a request can take through the engine, so none runs for the first time after a restore.
-WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
-    {"messages": _WARMUP_MESSAGES, "seed": 0},  # chat, seeded (the prompt re-evaluated), sampled
-    {"messages": _WARMUP_MESSAGES, "temperature": 0.0},  # chat, unseeded, greedy, cached prefix
-    {"prompt": "Hello, my name is"},  # text, unseeded, sampled
-    {"messages": _WARMUP_MESSAGES, "logprobs": True, "top_logprobs": 2},
-    {"messages": _WARMUP_MESSAGES, "response_format": {"type": "json_object"}},
-    {
-        "messages": _WARMUP_MESSAGES,
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {
-                "name": "greeting",
-                "schema": {
-                    "type": "object",
-                    "properties": {"text": {"type": "string"}},
-                    "required": ["text"],
-                },
-            },
-        },
-    },
-    {
-        "messages": _WARMUP_MESSAGES,
-        "tools": [{"type": "function", "function": {"name": "wave", "parameters": {"type": "object"}}}],
-        "tool_choice": "auto",
-    },
-)
-
-
-@dataclass(frozen=True)
-class Deadline:
-    """A point on the monotonic clock by which generation must have stopped.
-
-    Example::
-
-        Deadline.from_lambda_context(context, margin_ms=1500)
-    """
-
-    at: float
-
-    @classmethod
-    def after(cls, seconds: float) -> Deadline:
-        return cls(time.monotonic() + seconds)
-
-    @classmethod
-    def from_lambda_context(cls, context: Any, *, margin_ms: int) -> Deadline | None:
-        """The invoke's deadline, or the caller's if that is earlier, less ``margin_ms`` for the response.
-
-        None when the context has no deadline at all.
-        """
-        remaining = getattr(context, "get_remaining_time_in_millis", None)
-        if remaining is None:
-            return None
-        remaining_ms = float(remaining())
-        custom = getattr(getattr(context, "client_context", None), "custom", None) or {}
-        caller = custom.get(CALLER_DEADLINE_KEY) if isinstance(custom, dict) else None
-        if isinstance(caller, int | float) and not isinstance(caller, bool):
-            remaining_ms = min(remaining_ms, caller - time.time() * 1000.0)
-        return cls(time.monotonic() + (remaining_ms - margin_ms) / 1000.0)
-
-    def expired(self) -> bool:
-        return time.monotonic() >= self.at
-
-
-@dataclass(frozen=True)
-class PreparedPrompt:
-    """A request turned into tokens and the limits that apply to it."""
-
-    tokens: list[int]
-    stop: list[str]
-    max_tokens: int
-    seed: int
-    grammar: str | None = None
-    # "all": the answer must be tool calls; "auto": it is tool calls when it opens with JSON.
-    tool_calls: Literal["all", "auto"] | None = None
-    tool_names: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class TokenDelta:
-    """One piece of streamed text (usually one token; may be empty for a special token), with the
-    log probabilities of its tokens when the request asked for them."""
-
-    text: str
-    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class _LogprobRecorder:
@@ -164,16 +57,9 @@ class _LogprobRecorder:
         text, data = self._piece(sampled.token)
         return TokenLogprob(text, data, sampled.logprob, top)
 
-    def finish(self, text: str, finish_reason: str) -> tuple[TokenLogprob, ...]:
-        """The log probabilities of the tokens that make up the answer's text."""
-        return tuple(self.tokens)
-
     def _piece(self, token: int) -> tuple[str, tuple[int, ...]]:
         data = self._llama.detokenize([token])
         return data.decode("utf-8", errors="replace"), tuple(data)
-
-
-StreamItem = TokenDelta | Generation
 
 
 class _Completion:
@@ -200,7 +86,7 @@ class _Completion:
         self._max_tokens = max_tokens
         self._progress = progress
         self.text = ""
-        self.finish: FinishReason = "length"
+        self.finish: Finish = "length"
         self.completion_tokens = 0
 
     def _held(self, text: str, released: int) -> int:
@@ -346,16 +232,13 @@ class Engine:
         self._llama = llama
         self._decoder = Decoder(llama)
         self._draft = draft
-        # OpenAI's system_fingerprint: changes when the model's bytes or the software that runs it change.
-        build = f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
-        self.fingerprint = "fp_" + hashlib.sha256(build.encode()).hexdigest()[:12]
         self._settings = settings
         self._lock = threading.Lock()
-        self.model_name = model_name
-        self.limits = Limits(max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars)
-        self._formatter = self._chat_formatter(llama)
-        template = llama.metadata.get("tokenizer.chat_template") or ""
-        self._template_has_tools = "tools" in template
+        self._model_name = model_name
+        # What the answers depend on: the model's bytes and the software that runs them.
+        self._identity = (
+            f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
+        )
 
     @classmethod
     def load(
@@ -393,27 +276,25 @@ class Engine:
             ) from exc
         return cls(llama, settings, model_name=model_name, model_digest=model_digest, draft=draft)
 
+    # --- What the model is ----------------------------------------------------------------------------------
+
     @property
     def llama(self) -> Llama:
         return self._llama
 
     @property
-    def cached_tokens(self) -> tuple[int, ...]:
-        """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
-        return tuple(self._decoder.cached)
-
-    def check_model(self, requested: str | None) -> None:
-        """Refuse a request that names a model other than the loaded one (no name means this one)."""
-        if requested is not None and requested != self.model_name:
-            raise UnknownModelError(
-                f"the model {requested!r} does not exist; available: {self.model_name}", param="model"
-            )
+    def model_name(self) -> str:
+        return self._model_name
 
     @property
-    def supports_chat(self) -> bool:
-        """Whether the model has a chat template, its own or its family's (without one, only text
-        completions are served)."""
-        return self._formatter is not None
+    def identity(self) -> str:
+        """The model's digest (else name) and the versions of the software that runs it."""
+        return self._identity
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """The GGUF file's key-value metadata (``tokenizer.chat_template``, ``general.architecture``...)."""
+        return self._llama.metadata
 
     @property
     def threads(self) -> int:
@@ -425,408 +306,148 @@ class Engine:
         # to the configured value: the configured value is the real limit.
         return min(int(self._llama.n_ctx()), self._settings.n_ctx)
 
-    @staticmethod
-    def _chat_formatter(llama: Llama) -> Any:
-        """The model's own chat template, else its family's (:mod:`snapllm.protocol.chat_templates`: the
-        packaged
-        Gemma 3 has none in its GGUF), else None (text completions only)."""
-        template = llama.metadata.get("tokenizer.chat_template")
-        eos_id, bos_id = llama.token_eos(), llama.token_bos()
-        vocab = llama._model
-        eos = vocab.token_get_text(eos_id) if eos_id != -1 else ""
-        if not template:
-            fallback = family_template(llama.metadata)
-            if fallback is None:
-                return None
-            # The formatter's end-of-sequence text is the answer's stop string: the family's end of turn.
-            template, eos = fallback.source, fallback.stop
-        return Jinja2ChatFormatter(
-            template=template,
-            eos_token=eos,
-            bos_token=vocab.token_get_text(bos_id) if bos_id != -1 else "",
-            stop_token_ids=[eos_id],
+    @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
+        return tuple(self._decoder.cached)
+
+    def special_tokens(self) -> tuple[str, str]:
+        """The text of the beginning- and end-of-sequence tokens ("" for a model without one)."""
+        vocab = self._llama._model
+        bos, eos = self._llama.token_bos(), self._llama.token_eos()
+        return (
+            vocab.token_get_text(bos) if bos != -1 else "",
+            vocab.token_get_text(eos) if eos != -1 else "",
         )
 
-    def prepare(self, request: InferenceRequest) -> PreparedPrompt:
-        """Tokenize the request and resolve its limits; raises a RequestError if it cannot run."""
-        self.limits.check(request)  # before tokenizing: a prompt over the limit is never tokenized
-        llama = self._llama
-        stop = list(request.stop or [])
-        grammar: str | None = None
-        tool_calls: Literal["all", "auto"] | None = None
-        if isinstance(request, ChatCompletionRequest):
-            if self._formatter is None:
-                raise UnsupportedParameterError(
-                    f"model {self.model_name} has no chat template; use a text completion ('prompt')",
-                    param="messages",
-                )
-            tokens, template_stops = self._chat_tokens(request)
-            stop += template_stops
-            param = "messages"
-            grammar, tool_calls = chat_grammar(request)
-            if grammar is not None:
-                self._check_grammar(grammar, param="tools" if tool_calls else "response_format")
-        else:
-            tokens = llama.tokenize(request.text.encode(), add_bos=True, special=True)
-            param = "prompt"
+    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
+        """``text`` as tokens, special tokens written in it (``<|im_start|>``) parsed as such."""
+        return self._llama.tokenize(text.encode(), add_bos=add_bos, special=True)
 
-        if not tokens:
-            # llama.cpp cannot sample without at least one token of context (an empty prompt for a model
-            # that adds no BOS token fails inside sampling).
-            raise InvalidRequestError(f"the {param} is empty", param=param)
-        n_ctx = self.n_ctx
-        if len(tokens) >= n_ctx:
-            raise ContextLengthExceededError(
-                f"the prompt is {len(tokens)} tokens; this model's context window is {n_ctx} tokens",
-                param=param,
-            )
-        requested = request.requested_max_tokens
-        max_tokens = min(requested or self._settings.max_tokens, n_ctx - len(tokens))
-        seed = request.seed if request.seed is not None else secrets.randbits(32)
-        return PreparedPrompt(
-            tokens=tokens,
-            stop=stop,
-            max_tokens=max_tokens,
-            seed=seed,
-            grammar=grammar,
-            tool_calls=tool_calls,
-            # The functions the answer may call: the forced ones when tool_choice forces (a cut name is then
-            # completed among those only), else every tool.
-            tool_names=tuple(f.name for f in getattr(request, "forced_tools", None) or [])
-            or tuple(t.function.name for t in getattr(request, "tools", None) or []),
-        )
-
-    # --- Chats with tools and structured output ------------------------------------------------------------
-
-    def _format_chat(self, request: ChatCompletionRequest) -> Any:
-        """The chat as the model's template renders it, tools included.
-
-        A template that mentions ``tools`` gets them (and earlier tool calls and results) the way Hugging
-        Face templates expect. Any other template gets the generic format of
-        :mod:`snapllm.protocol.structured`: the tools described in the system message, earlier calls as the
-        JSON
-        the model would have generated, and each result as a user turn naming the call it answers.
-        """
-        native = self._template_has_tools
-        names = {call.id: call.function.name for m in request.messages for call in m.tool_calls or []}
-        messages: list[dict[str, Any]] = []
-        for m in request.messages:
-            role = "system" if m.role == "developer" else m.role
-            if m.tool_calls and native:
-                calls = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.function.name,
-                            "arguments": _json_or_text(call.function.arguments),
-                        },
-                    }
-                    for call in m.tool_calls
-                ]
-                messages.append({"role": role, "content": m.text(), "tool_calls": calls})
-            elif m.tool_calls:
-                text = generic_tool_call_text([(c.function.name, c.function.arguments) for c in m.tool_calls])
-                messages.append({"role": role, "content": (m.text() + "\n" + text).lstrip("\n")})
-            elif m.role == "tool" and native:
-                messages.append({"role": "tool", "content": m.text(), "tool_call_id": m.tool_call_id})
-            elif m.role == "tool":
-                name = names.get(m.tool_call_id or "", "a function")
-                content = f"Result of the call {m.tool_call_id} to {name}: {m.text()}"
-                messages.append({"role": "user", "content": content})
-            else:
-                messages.append({"role": role, "content": m.text()})
-        if not request.calls_tools:
-            return self._formatter(messages=messages)
-        functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []]
-        if native:
-            tools = [{"type": "function", "function": f} for f in functions]
-            return self._formatter(messages=messages, tools=tools)
-        instructions = generic_tool_instructions(functions, parallel=request.parallel_calls)
-        if messages[0]["role"] == "system":
-            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{instructions}"}
-        else:
-            messages.insert(0, {"role": "system", "content": instructions})
-        return self._formatter(messages=messages)
-
-    def _check_grammar(self, grammar: str, *, param: str) -> None:
-        """Parse the grammar with llama.cpp once: a grammar it refuses would otherwise reach the sampler
-        chain as a null sampler, which crashes the process.
-
-        :mod:`snapllm.protocol.json_grammar` refuses, by name, every schema it cannot write a grammar for;
-        a grammar
-        it wrote that llama.cpp still refuses is a fault of that module, reported as such."""
+    def accepts_grammar(self, grammar: str) -> bool:
+        """Whether llama.cpp parses ``grammar``: one it refuses would otherwise reach the sampler chain as a
+        null sampler, which crashes the process."""
         sampler = low_level.llama_sampler_init_grammar(self._llama._model.vocab, grammar.encode(), b"root")
         if not sampler:
-            raise UnsupportedParameterError(
-                f"{param}: llama.cpp refused the grammar snapllm wrote for this schema, which is a fault in "
-                "snapllm (llama.cpp logs its reason when SNAPLLM_LLAMA_VERBOSE=true); please report it",
-                param=param,
-            )
+            return False
         low_level.llama_sampler_free(sampler)
+        return True
+
+    # --- Generation -----------------------------------------------------------------------------------------
 
     def generate(
         self,
-        request: InferenceRequest,
+        request: EngineRequest,
         *,
         deadline: Deadline | None = None,
         grammar_check: GrammarCheck = "lazy",
-    ) -> Generation:
-        """Run one request to completion (or to the deadline) and return the text with usage and timings.
+    ) -> Completion:
+        """Run one request to completion (or to the deadline).
 
         ``grammar_check="eager"`` applies a grammar to every token of the vocabulary at every step (what
         llama-cpp-python does): the same tokens, slower; it exists to show that they are the same.
         """
-        return self.generate_prepared(
-            request, self.prepare(request), deadline=deadline, grammar_check=grammar_check
-        )
-
-    def generate_prepared(
-        self,
-        request: InferenceRequest,
-        prepared: PreparedPrompt,
-        *,
-        deadline: Deadline | None = None,
-        grammar_check: GrammarCheck = "lazy",
-    ) -> Generation:
-        """:meth:`generate` for a request :meth:`prepare` has already turned into tokens (and that a caller
-        may have adjusted: a benchmark gives a text completion the grammar a chat would get)."""
+        self._check(request)
         with self._lock:
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
-            cached = self._cached_prefix(request, prepared)
-            completion = self._completion(request, prepared, progress, grammar_check=grammar_check)
+            cached = self._cached_prefix(request)
+            completion = self._completion(request, progress, grammar_check=grammar_check)
             for _ in completion:
                 pass
-        return _generation(
-            prepared,
-            progress,
-            text=completion.text,
-            finish=completion.finish,
-            completion_tokens=completion.completion_tokens,
-            cached_tokens=cached,
-            fingerprint=self.fingerprint,
-        )
+        return _result(request, progress, completion, cached)
 
-    def prepare_grammar(self, request: ChatCompletionRequest) -> str | None:
-        """The grammar that constrains a chat request's answer (None: the answer is free)."""
-        return chat_grammar(request)[0]
+    def stream(
+        self, request: EngineRequest, *, deadline: Deadline | None = None
+    ) -> Iterator[EngineStreamItem]:
+        """Generate token by token: :class:`TokenDelta` items, then one final :class:`Completion`.
 
-    def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
-        """Generate token by token: :class:`TokenDelta` items, then one final :class:`Generation`.
-
-        The request is prepared (and rejected with a ``RequestError``) before this returns, so a caller
-        can answer with an error status before it starts a streamed response::
-
-            for item in engine.stream(request):
-                if isinstance(item, TokenDelta):
-                    send(item.text)
-                else:
-                    finish(item.finish_reason, item.usage(), item.timings)
-
-        The engine's lock is taken at the first ``next()`` and held until the last token; a consumer
-        that stops early must ``close()`` the iterator (garbage collection does too) to release it.
+        The request is checked (and refused with a ``RequestError``) before this returns. The engine's lock
+        is taken at the first ``next()`` and held until the last token; a consumer that stops early must
+        ``close()`` the iterator (garbage collection does too) to release it.
         """
-        prepared = self.prepare(request)
-        return self._stream(request, prepared, deadline)
+        self._check(request)
+        return self._stream(request, deadline)
 
-    def _stream(
-        self, request: InferenceRequest, prepared: PreparedPrompt, deadline: Deadline | None
-    ) -> Iterator[StreamItem]:
-        pieces: list[str] = []
-        # Tool calls are sent whole at the end (as OpenAI-shaped deltas), so their text is held back: all
-        # of it when the answer must call, and under "auto" until the first character shows a call.
-        holding = prepared.tool_calls is not None
+    def _stream(self, request: EngineRequest, deadline: Deadline | None) -> Iterator[EngineStreamItem]:
         with self._lock:
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
-            recorded = 0
-            cached = self._cached_prefix(request, prepared)
-            completion = self._completion(request, prepared, progress)
+            cached = self._cached_prefix(request)
+            completion = self._completion(request, progress)
             deltas = iter(completion)
             try:
-                for delta in deltas:
-                    pieces.append(delta.text)
-                    if holding:
-                        started = "".join(pieces)
-                        if prepared.tool_calls == "all" or not started or started[0] in "{[":
-                            continue
-                        holding = False
-                        yield TokenDelta(started)
-                        continue
-                    if delta.logprobs is not None:
-                        recorded += len(delta.logprobs)
-                    yield delta
+                yield from deltas
             finally:
                 # Closing the decoder's generator here, under the lock, stops llama.cpp before another
                 # request may use the context.
                 deltas.close()
-        generation = _generation(
-            prepared,
-            progress,
-            text=completion.text,
-            finish=completion.finish,
-            completion_tokens=completion.completion_tokens,
-            cached_tokens=cached,
-            fingerprint=self.fingerprint,
-        )
-        if holding and not generation.tool_calls and generation.text:
-            # Held back but no call: an answer that opened with JSON under "auto" (a response_format's JSON
-            # answer), which is text. A call cut short is calls (see _generation), never text.
-            yield TokenDelta(generation.text)
-        elif generation.logprobs is not None and len(generation.logprobs) > recorded:
-            yield TokenDelta("", generation.logprobs[recorded:])
-        yield generation
+        yield _result(request, progress, completion, cached)
 
-    def warm_up(self, requests: Iterable[InferenceRequest]) -> None:
-        """Generate and stream a few tokens of each request, so compute buffers, the sampler, the chat
-        template and every code path are primed; then leave the chat template's common prefix evaluated.
-
-        The KV cache then holds only what every chat without its own system message starts with (for many
-        templates, a default system prompt): the first request after a restore reuses it as a warm one
-        would, and no request inherits a warm-up's own tokens.
-        """
-        for request in requests:
-            self.generate(request)
-            for _ in self.stream(request):
-                pass
+    def prime(self, tokens: list[int]) -> None:
+        """Leave exactly ``tokens`` evaluated in the KV cache (after a warm-up: the prefix every chat
+        starts with, so the first request after a restore reuses it as a warm one would)."""
         with self._lock:
             self._decoder.reset()
-            self._decoder.evaluate(self._chat_prefix())
+            self._decoder.evaluate(tokens)
 
-    def _chat_tokens(self, request: ChatCompletionRequest) -> tuple[list[int], list[str]]:
-        """The chat formatted by the model's template (:meth:`_format_chat`) and tokenized, and the
-        template's stop strings."""
-        try:
-            formatted = self._format_chat(request)
-        except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
-            raise InvalidRequestError(
-                f"the model's chat template rejected the messages: {exc}", param="messages"
-            ) from None
-        tokens = self._llama.tokenize(
-            formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
-        )
-        stops = [formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or []
-        return tokens, [stop for stop in stops if stop]
+    def _check(self, request: EngineRequest) -> None:
+        """Refuse what llama.cpp cannot run: no token to start from, or no room left in the context."""
+        if not request.tokens:
+            # llama.cpp cannot sample without at least one token of context.
+            raise InvalidRequestError("the prompt is empty")
+        if len(request.tokens) >= self.n_ctx:
+            raise ContextLengthExceededError(
+                f"the prompt is {len(request.tokens)} tokens; "
+                f"this model's context window is {self.n_ctx} tokens"
+            )
 
-    def _chat_prefix(self) -> list[int]:
-        """The tokens every single-user-message chat begins with, as this model's template formats it."""
-        if self._formatter is None:
-            return []
-        first, second = (
-            self._chat_tokens(ChatCompletionRequest(messages=[{"role": "user", "content": text}]))[0]
-            for text in ("Hello.", "Goodbye.")
-        )
-        common = 0
-        while common < min(len(first), len(second)) and first[common] == second[common]:
-            common += 1
-        return first[:common]
-
-    def _logprob_recorder(self, request: InferenceRequest) -> _LogprobRecorder | None:
-        count = request.logprobs_count
+    def _logprob_recorder(self, request: EngineRequest) -> _LogprobRecorder | None:
+        count = request.top_logprobs
         return None if count is None else _LogprobRecorder(self._llama, count)
 
-    def _cached_prefix(self, request: InferenceRequest, prepared: PreparedPrompt) -> int:
+    def _cached_prefix(self, request: EngineRequest) -> int:
         """How many prompt tokens llama.cpp will reuse from the KV cache (the common prefix with the last
-        request, less the one token it evaluates again); none when a seed makes it start afresh."""
-        if request.seed is not None:
+        request, less the one token it evaluates again); none when the request evaluates afresh."""
+        if not request.reuse_cache:
             return 0
-        return self._decoder.reused(prepared.tokens)
+        return self._decoder.reused(list(request.tokens))
 
     def _completion(
         self,
-        request: InferenceRequest,
-        prepared: PreparedPrompt,
+        request: EngineRequest,
         progress: _GenerationProgress,
         *,
         grammar_check: GrammarCheck = "lazy",
     ) -> _Completion:
         """The request's answer, generated as it is iterated; the caller holds the lock."""
-        if request.seed is not None:
-            # A cached prompt prefix leaves the last prompt token to be evaluated alone, which can round
-            # differently from evaluating it with the whole prompt; a caller-chosen seed must reproduce.
+        if not request.reuse_cache:
             self._decoder.reset()
-        sampling = Sampling(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=prepared.seed,
-            presence_penalty=request.presence_penalty,
-            frequency_penalty=request.frequency_penalty,
-        )
         recorder = progress.logprobs
+        max_tokens = min(request.max_tokens, self.n_ctx - len(request.tokens))
         tokens = self._decoder.tokens(
-            prepared.tokens,
-            sampling,
-            grammar=prepared.grammar,
+            list(request.tokens),
+            request.sampling,
+            grammar=request.grammar,
             grammar_check=grammar_check,
             logprobs=None if recorder is None else recorder.top,
-            limit=prepared.max_tokens,
+            limit=max_tokens,
             draft=self._draft,
         )
         return _Completion(
-            tokens,
-            self._decoder.piece,
-            stop=prepared.stop,
-            max_tokens=prepared.max_tokens,
-            progress=progress,
+            tokens, self._decoder.piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress
         )
 
 
-def _json_or_text(text: str) -> Any:
-    """Tool-call arguments as the value they encode (what chat templates expect), else the text itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _generation(
-    prepared: PreparedPrompt,
-    progress: _GenerationProgress,
-    *,
-    text: str,
-    finish: str,
-    completion_tokens: int,
-    cached_tokens: int,
-    fingerprint: str | None = None,
-) -> Generation:
-    """The :class:`Generation` of a finished completion; a tool-call answer becomes its calls.
-
-    A tool-call answer cut short (by ``max_tokens`` or the deadline) is still calls, never text: the
-    calls as far as they were generated, with ``finish_reason`` "length" (OpenAI's shape of a truncated
-    call: the name, and the arguments generated so far);
-    :func:`~snapllm.protocol.structured.cut_call_error` if the
-    cut came before a call's name was decided."""
-    finish_reason: FinishReason = "length" if progress.deadline_reached or finish == "length" else "stop"
-    calls: tuple[ToolCall, ...] = ()
-    if prepared.tool_calls is not None:
-        if finish_reason == "stop":
-            parsed: list[tuple[str | None, str]] | None = parse_tool_calls(text, prepared.tool_names)
-        else:
-            parsed = parse_cut_tool_calls(text, prepared.tool_names)
-            # An answer that must call but was cut before its first token has no call either.
-            nothing = parsed is None and prepared.tool_calls == "all" and not text.strip()
-            if nothing or (parsed is not None and any(name is None for name, _ in parsed)):
-                raise cut_call_error(
-                    deadline=progress.deadline_reached, max_tokens=prepared.max_tokens, text=text
-                )
-        calls = tuple(
-            ToolCall(id=f"call_{secrets.token_hex(12)}", name=name or "", arguments=arguments)
-            for name, arguments in parsed or []
-        )
-        if calls and finish_reason == "stop":
-            finish_reason = "tool_calls"
-    logprobs = None
-    if progress.logprobs is not None:
-        logprobs = progress.logprobs.finish(text, finish)[:completion_tokens]
-    return Generation(
-        system_fingerprint=fingerprint,
-        logprobs=logprobs,
-        text=text,
-        finish_reason=finish_reason,
-        prompt_tokens=len(prepared.tokens),
-        completion_tokens=completion_tokens,
-        timings=progress.timings(completion_tokens),
-        seed=prepared.seed,
+def _result(
+    request: EngineRequest, progress: _GenerationProgress, completion: _Completion, cached: int
+) -> Completion:
+    recorder = progress.logprobs
+    return Completion(
+        text=completion.text,
+        finish="length" if progress.deadline_reached else completion.finish,
+        prompt_tokens=len(request.tokens),
+        completion_tokens=completion.completion_tokens,
+        cached_tokens=cached,
+        timings=progress.timings(completion.completion_tokens),
         deadline_reached=progress.deadline_reached,
-        tool_calls=calls,
-        cached_tokens=cached_tokens,
+        logprobs=None if recorder is None else tuple(recorder.tokens)[: completion.completion_tokens],
     )

@@ -25,19 +25,32 @@ from typing import Any
 from snapshot_restore_py import register_after_restore, register_before_snapshot
 
 from snapllm.engine.loader import DownloadStats, S3ModelLoader
-from snapllm.engine.model import WARMUP_REQUESTS, Deadline, Engine
+from snapllm.engine.model import Engine
 from snapllm.engine.prefault import PrefaultStats, prefault
+from snapllm.engine.types import Deadline
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
+from snapllm.inference.client import CALLER_DEADLINE_KEY
 from snapllm.inference.settings import InferenceSettings
-from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import require_object
-from snapllm.protocol.responses_api import engine_request, parse_invoke, responses_fields
+from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
 logger = logging.getLogger("snapllm.inference")
-# The Responses path of the handler (its parsing and rendering) warms up too; the engine serves it as a chat.
-RESPONSES_WARMUP = {"input": "Say hello.", "instructions": "Be brief.", "temperature": 0.0}
+
+
+def invoke_deadline(context: Any, *, margin_ms: int) -> Deadline | None:
+    """The invoke's deadline, or the caller's if that is earlier (the router sends its own in the
+    ClientContext), less ``margin_ms`` for the response. None when the context has no deadline at all."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return None
+    remaining_ms = float(remaining())
+    custom = getattr(getattr(context, "client_context", None), "custom", None) or {}
+    caller = custom.get(CALLER_DEADLINE_KEY) if isinstance(custom, dict) else None
+    if isinstance(caller, int | float) and not isinstance(caller, bool):
+        remaining_ms = min(remaining_ms, caller - time.time() * 1000.0)
+    return Deadline(time.monotonic() + (remaining_ms - margin_ms) / 1000.0)
 
 
 class InferenceRuntime:
@@ -46,6 +59,9 @@ class InferenceRuntime:
     def __init__(self, engine: Engine, settings: InferenceSettings, *, download: DownloadStats) -> None:
         self.engine = engine
         self.settings = settings
+        self.serving = OpenAIServing(
+            engine, max_tokens=settings.engine.max_tokens, max_prompt_chars=settings.engine.max_prompt_chars
+        )
         self.download = download
         self.environment_id = uuid.uuid4().hex
         self.restores = 0
@@ -90,23 +106,14 @@ class InferenceRuntime:
 
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
-        tokens = max(1, self.settings.engine.warmup_tokens)
-        bodies = [
-            {
-                **body,
-                "model": self.engine.model_name,
-                "max_output_tokens" if "input" in body else "max_tokens": tokens,
-            }
-            for body in (*WARMUP_REQUESTS, RESPONSES_WARMUP)
-            if self.engine.supports_chat or "prompt" in body  # a base model serves text only
-        ]
+        bodies = self.serving.warm_up_bodies(max(1, self.settings.engine.warmup_tokens))
         with phases.measure("warm_up"):
             # Through the handler first, so decoding, validation, rendering and logging have run once too.
             for body in bodies:
                 answer = self.handle(dict(body), None)
                 if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
                     raise ServerError(f"warm-up request {body} failed: {answer}")
-            self.engine.warm_up([engine_request(parse_invoke(body)) for body in bodies])
+            self.serving.warm_up(bodies)
         self._first_invoke_pending = True
         gc.collect()
         logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
@@ -141,19 +148,15 @@ class InferenceRuntime:
         try:
             # Lambda's runtime has decoded the payload already: an event that is not an object (a JSON
             # array, string or number) is a bad body, never JSON text to decode a second time.
-            request = parse_invoke(require_object(event))
+            request = self.serving.parse(require_object(event))
             if request.stream:
                 raise UnsupportedParameterError(
                     "stream=true needs the streaming endpoint (the function URL); a direct invoke returns "
                     "the whole completion",
                     param="stream",
                 )
-            self.engine.check_model(request.model)
-            deadline = Deadline.from_lambda_context(
-                context, margin_ms=self.settings.engine.deadline_margin_ms
-            )
-            with responses_fields(request):
-                generation = self.engine.generate(engine_request(request), deadline=deadline)
+            deadline = invoke_deadline(context, margin_ms=self.settings.engine.deadline_margin_ms)
+            response, generation = self.serving.complete(request, deadline=deadline)
         except RequestError as exc:
             return self._reject(exc, request_id)
         except Exception:
@@ -162,7 +165,6 @@ class InferenceRuntime:
                 f"generation failed (request id {request_id}); see the function's logs"
             ).to_response()
 
-        response = render_response(request, generation, model=self.engine.model_name)
         logger.info(
             "completion",
             extra={

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_serializer, model_serializer
 
 from snapllm.errors import ErrorResponse, UnknownModelError
 from snapllm.protocol.requests import (
@@ -109,6 +109,10 @@ class _Generated(OpenAIObject):
     timings: Timings | None = None
     seed: int | None = None
     deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
+
+    @field_serializer("timings")
+    def _rounded(self, timings: Timings | None) -> dict[str, float] | None:
+        return None if timings is None else timings.as_dict()
 
     @staticmethod
     def extras(generation: Generation) -> dict[str, Any]:
@@ -493,6 +497,10 @@ class ResponseObject(OpenAIObject):
     timings: Timings | None = None
     seed: int | None = None
     deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
+
+    @field_serializer("timings")
+    def _rounded(self, timings: Timings | None) -> dict[str, float] | None:
+        return None if timings is None else timings.as_dict()
 
     @classmethod
     def started(cls, request: ResponsesRequest, *, model: str, id: str, created_at: int) -> ResponseObject:

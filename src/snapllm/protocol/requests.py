@@ -27,12 +27,11 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
-    field_serializer,
     field_validator,
     model_validator,
 )
-from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 from snapllm.protocol.edge import check_json_value
 from snapllm.protocol.fields import Endpoint, decision
@@ -42,12 +41,6 @@ MAX_STOP_SEQUENCES = 4
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
 MAX_COMPLETION_LOGPROBS = 5
 MAX_SEED = 2**32 - 1
-# A caller that stops waiting earlier than the function's own timeout (the router, behind API Gateway's
-# 30 s) sends its deadline in the invoke's ClientContext (``custom``), as Unix epoch milliseconds, so the
-# function stops generating when nobody waits for the answer any more.
-CALLER_DEADLINE_KEY = "snapllm-deadline-epoch-ms"
-
-
 # Strict: JSON types are never converted ("10" is not an integer, true is not 1); an int is still a float.
 STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -552,24 +545,6 @@ def parse_request(body: Any, *, required: Literal["messages", "prompt"] | None =
     return request
 
 
-@pydantic_dataclass(frozen=True)
-class Timings:
-    """Where the time of one generation went. ``prompt_ms`` includes sampling the first token."""
-
-    prompt_ms: float
-    time_to_first_token_ms: float
-    generation_ms: float
-    total_ms: float
-    tokens_per_second: float
-
-    @field_serializer("*")
-    def _rounded(self, value: float) -> float:
-        return round(value, 2)
-
-    def as_dict(self) -> dict[str, float]:
-        return {name: round(getattr(self, name), 2) for name in self.__dataclass_fields__}
-
-
 @dataclass(frozen=True)
 class ToolCall:
     """A function call the model generated; ``arguments`` is the JSON string OpenAI clients expect."""
@@ -583,20 +558,9 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 @dataclass(frozen=True)
-class TokenLogprob:
-    """One generated token's log probability and, best first, the ``top`` alternatives (token, logprob).
-
-    The probabilities are the model's own, before sampling settings and any grammar narrow the choice."""
-
-    token: str
-    token_bytes: tuple[int, ...]
-    logprob: float
-    top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
-
-
-@dataclass(frozen=True)
 class Generation:
-    """What the engine produced for one request. With ``tool_calls``, ``text`` is the raw call JSON."""
+    """What one request produced, as the protocol renders it: the engine's completion, its tool calls
+    (with them, ``text`` is the raw call JSON) and the fingerprint of what generated it."""
 
     text: str
     finish_reason: FinishReason

@@ -26,27 +26,22 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from snapllm.engine.model import Deadline, StreamItem, TokenDelta
+from snapllm.engine.types import Deadline, TokenDelta
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.protocol.metrics import CompletionMetrics, request_features
-from snapllm.protocol.objects import Health, ModelList, render_response
-from snapllm.protocol.requests import parse_request
-from snapllm.protocol.responses_api import (
-    AnyRequest,
-    engine_request,
-    parse_responses_request,
-    responses_fields,
-)
-from snapllm.protocol.sse import StreamEncoder, encoder_for
+from snapllm.protocol.objects import Health, ModelList
+from snapllm.protocol.responses_api import AnyRequest, engine_request
+from snapllm.protocol.serving import Required, StreamItem
+from snapllm.protocol.sse import StreamEncoder
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_METRICS_NAMESPACE,
@@ -128,8 +123,6 @@ async def _events(
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-# The field that tells a route's requests apart: chat completions, text completions, responses.
-Required = Literal["messages", "prompt", "input"]
 
 
 class StreamingApp:
@@ -209,13 +202,13 @@ class StreamingApp:
         return JSONResponse(card.model_dump(mode="json"))
 
     def _models(self) -> ModelList:
-        return ModelList.of([self.runtime.engine.model_name], created=0, owned_by="snapllm")
+        return ModelList.of([self.runtime.serving.model_name], created=0, owned_by="snapllm")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse(Health(status="ok", models=[self.runtime.engine.model_name]).model_dump())
+        return JSONResponse(Health(status="ok", models=[self.runtime.serving.model_name]).model_dump())
 
     async def _complete(self, request: Request, *, required: Required) -> Response:
-        engine = self.runtime.engine
+        serving = self.runtime.serving
         # The model dimension is "unknown" until the request is known to name this function's model.
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
         try:
@@ -228,19 +221,19 @@ class StreamingApp:
             metrics.failed(exc)
             return error_response(exc)
         try:
-            metrics.model = engine.model_name
-            served = engine_request(parsed)
-            metrics.features = request_features(served)
+            metrics.model = serving.model_name
+            metrics.features = request_features(engine_request(parsed))
             deadline = _deadline(request, self.runtime, self.timeout_s)
-            with responses_fields(parsed):
-                if not parsed.stream:
-                    generation = await anyio.to_thread.run_sync(
-                        lambda: engine.generate(served, deadline=deadline)
-                    )
-                    metrics.succeeded(generation)
-                    return JSONResponse(render_response(parsed, generation, model=engine.model_name))
-                # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
-                items = await anyio.to_thread.run_sync(lambda: engine.stream(served, deadline=deadline))
+            if not parsed.stream:
+                answer, generation = await anyio.to_thread.run_sync(
+                    lambda: serving.complete(parsed, deadline=deadline)
+                )
+                metrics.succeeded(generation)
+                return JSONResponse(answer)
+            # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
+            items, encoder = await anyio.to_thread.run_sync(
+                lambda: serving.open_stream(parsed, deadline=deadline)
+            )
         except RequestError as exc:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
@@ -250,7 +243,6 @@ class StreamingApp:
             error = ServerError("generation failed; see the function's logs")
             metrics.failed(error)
             return error_response(error)
-        encoder = encoder_for(parsed, model=engine.model_name)
         return StreamingResponse(
             _events(items, encoder, metrics),
             media_type="text/event-stream",
@@ -265,12 +257,7 @@ class StreamingApp:
         return await anyio.to_thread.run_sync(self._parse_body, raw, required)
 
     def _parse_body(self, raw: bytes, required: Required) -> AnyRequest:
-        body = decode_json(raw, max_bytes=self.max_body_bytes)
-        parsed = (
-            parse_responses_request(body) if required == "input" else parse_request(body, required=required)
-        )
-        self.runtime.engine.check_model(parsed.model)
-        return parsed
+        return self.runtime.serving.parse(decode_json(raw, max_bytes=self.max_body_bytes), required=required)
 
     # --- SnapStart hooks (called by LWA) ------------------------------------------------------------------
 

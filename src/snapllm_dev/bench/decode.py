@@ -22,6 +22,7 @@ from snapllm.engine.decode import PromptLookup
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.protocol.requests import parse_request
+from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus
 from snapllm_dev.local.report import table
 from snapllm_dev.packaged_models import model_path
@@ -57,6 +58,11 @@ def measure(plain: Engine, drafting: Engine, *, rounds: int, tokens: int) -> dic
     """Per prompt set: each side's median request time per token, the ratio plain/drafting, and whether
     every drafted answer was the plain one."""
     results: dict[str, dict[str, Any]] = {}
+    limit = max(tokens, 16)
+    servings = {
+        side: OpenAIServing(engine, max_tokens=limit, max_prompt_chars=EngineSettings().max_prompt_chars)
+        for side, engine in (("plain", plain), ("drafting", drafting))
+    }
     for name, prompts in PROMPT_SETS.items():
         times: dict[str, list[float]] = {"plain": [], "drafting": []}
         lengths: list[int] = []
@@ -70,9 +76,9 @@ def measure(plain: Engine, drafting: Engine, *, rounds: int, tokens: int) -> dic
                     "temperature": 0,
                 }
                 texts = {}
-                for side, engine in (("plain", plain), ("drafting", drafting)):
+                for side, serving in servings.items():
                     started = time.perf_counter()
-                    generation = engine.generate(parse_request({**body, "seed": 1}))
+                    generation = serving.generate(parse_request({**body, "seed": 1}))
                     elapsed = time.perf_counter() - started
                     texts[side] = generation.text
                     if round_number:  # round 0 warms up

@@ -32,10 +32,13 @@ from typing import Any
 import httpx
 
 from snapllm.engine.decode import GrammarCheck
-from snapllm.engine.model import Engine, PreparedPrompt
+from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
+from snapllm.engine.types import EngineRequest
 from snapllm.errors import SnapllmError
-from snapllm.protocol.requests import ChatCompletionRequest, InferenceRequest, parse_request
+from snapllm.protocol.constraints import chat_grammar
+from snapllm.protocol.requests import ChatCompletionRequest, parse_request
+from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.report import table
@@ -96,29 +99,36 @@ def body(case: str | None, city: str, tokens: int) -> dict[str, Any]:
 Sample = tuple[float, int]
 
 
-def engine_side(engine: Engine, grammar_check: GrammarCheck = "lazy") -> Callable[[dict[str, Any]], Sample]:
+def engine_side(
+    engine: Engine, settings: EngineSettings, grammar_check: GrammarCheck = "lazy"
+) -> Callable[[dict[str, Any]], Sample]:
+    serving = OpenAIServing(
+        engine, max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars
+    )
+
     def send(request: dict[str, Any]) -> Sample:
-        if engine.supports_chat:
-            generation = engine.generate(parse_request(request), grammar_check=grammar_check)
+        chat = parse_request(request)
+        assert isinstance(chat, ChatCompletionRequest)
+        if serving.supports_chat:
+            prepared = serving.prepare(chat).engine_request
         else:
-            text, prepared = _as_text_completion(engine, request)
-            generation = engine.generate_prepared(text, prepared, grammar_check=grammar_check)
-        return generation.timings.tokens_per_second, generation.completion_tokens
+            prepared = _as_text_completion(serving, chat, request)
+        completion = engine.generate(prepared, grammar_check=grammar_check)
+        return completion.timings.tokens_per_second, completion.completion_tokens
 
     return send
 
 
-def _as_text_completion(engine: Engine, body: dict[str, Any]) -> tuple[InferenceRequest, PreparedPrompt]:
-    """A chat for a model whose GGUF carries no chat template (the packaged Gemma 3): the message in
-    Gemma's turn format as a text completion, constrained by the grammar the chat would get."""
-    chat = parse_request(body)
-    assert isinstance(chat, ChatCompletionRequest)
-    grammar = engine.prepare_grammar(chat)
+def _as_text_completion(
+    serving: OpenAIServing, chat: ChatCompletionRequest, body: dict[str, Any]
+) -> EngineRequest:
+    """A chat for a model whose GGUF carries no chat template and whose family has none either: the message
+    in Gemma's turn format as a text completion, constrained by the grammar the chat would get."""
     message = chat.messages[-1].text()
     prompt = f"<start_of_turn>user\n{message}<end_of_turn>\n<start_of_turn>model\n"
     fields = {key: body[key] for key in ("max_tokens", "temperature", "seed")}
     text = parse_request({"prompt": prompt, **fields, "stop": ["<end_of_turn>"]})
-    return text, dataclasses.replace(engine.prepare(text), grammar=grammar)
+    return dataclasses.replace(serving.prepare(text).engine_request, grammar=chat_grammar(chat)[0])
 
 
 def peer_side(base_url: str) -> Callable[[dict[str, Any]], Sample]:
@@ -216,9 +226,9 @@ def run(args: argparse.Namespace) -> int:
         except (SnapllmError, OSError, ValueError) as exc:
             print(f"snapllm bench grammar: {exc}", file=sys.stderr)
             return 2
-        sides: dict[str, Callable[[dict[str, Any]], Sample]] = {"snapllm": engine_side(engine)}
+        sides: dict[str, Callable[[dict[str, Any]], Sample]] = {"snapllm": engine_side(engine, settings)}
         if args.eager:
-            sides["snapllm eager"] = engine_side(engine, "eager")
+            sides["snapllm eager"] = engine_side(engine, settings, "eager")
         with _peer(args.peer, path, threads=threads, n_ctx=settings.n_ctx) as peer_url:
             if peer_url is not None:
                 sides["llama-server"] = peer_side(peer_url)

@@ -1,0 +1,148 @@
+"""What the engine takes and gives back: tokens in, text and token records out. No llama.cpp, no OpenAI.
+
+The protocol (:mod:`snapllm.protocol.serving`) builds an :class:`EngineRequest` from an OpenAI request and
+renders the :class:`Completion` (or the streamed :class:`TokenDelta` items before it) back::
+
+    request = EngineRequest(tokens=[1, 2, 3], sampling=Sampling(temperature=0.0, top_p=1.0, seed=7),
+                            max_tokens=64, stop=("\\n\\n",), grammar=None, top_logprobs=None)
+    completion = engine.generate(request, deadline=Deadline.after(25.0))
+    completion.text, completion.finish, completion.timings
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A point on the monotonic clock by which generation must have stopped (checked between tokens)."""
+
+    at: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds)
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a token is picked from the model's distribution (temperature 0: the most likely one)."""
+
+    temperature: float
+    top_p: float
+    seed: int
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One generation: the prompt's tokens and how to continue them.
+
+    ``grammar`` (GBNF, rule ``root``) constrains every token; ``top_logprobs`` asks for each token's log
+    probability and that many alternatives (None: none). ``reuse_cache`` false evaluates the whole prompt
+    afresh instead of reusing the KV cache's common prefix: a prefix evaluated earlier can round differently
+    from the whole prompt evaluated at once, so a caller that must reproduce an answer turns it off.
+    """
+
+    tokens: tuple[int, ...]
+    sampling: Sampling
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    grammar: str | None = None
+    top_logprobs: int | None = None
+    reuse_cache: bool = True
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where the time of one generation went. ``prompt_ms`` includes sampling the first token."""
+
+    prompt_ms: float
+    time_to_first_token_ms: float
+    generation_ms: float
+    total_ms: float
+    tokens_per_second: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {field.name: round(getattr(self, field.name), 2) for field in fields(self)}
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability and, best first, the ``top`` alternatives (token, logprob).
+
+    The probabilities are the model's own, before sampling settings and any grammar narrow the choice."""
+
+    token: str
+    token_bytes: tuple[int, ...]
+    logprob: float
+    top: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+
+
+#: Why generation ended: an end-of-generation token or a stop string ("stop"), else ``max_tokens`` or the
+#: deadline ("length"; :attr:`Completion.deadline_reached` tells which).
+Finish = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What the engine generated for one :class:`EngineRequest`."""
+
+    text: str
+    finish: Finish
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    timings: Timings
+    deadline_reached: bool = False
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """One piece of streamed text (usually one token; may be empty for a special token), with the
+    log probabilities of its tokens when the request asked for them."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+EngineStreamItem = TokenDelta | Completion
+
+
+class TextEngine(Protocol):
+    """What the protocol needs of a loaded model (:class:`snapllm.engine.model.Engine` is one)."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+    @property
+    def identity(self) -> str: ...
+
+    def special_tokens(self) -> tuple[str, str]: ...
+
+    def tokenize(self, text: str, *, add_bos: bool) -> list[int]: ...
+
+    def accepts_grammar(self, grammar: str) -> bool: ...
+
+    def generate(self, request: EngineRequest, *, deadline: Deadline | None = None) -> Completion: ...
+
+    def stream(
+        self, request: EngineRequest, *, deadline: Deadline | None = None
+    ) -> Iterator[EngineStreamItem]: ...
+
+    def prime(self, tokens: list[int]) -> None: ...
