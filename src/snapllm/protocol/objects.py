@@ -111,8 +111,8 @@ class _Generated(OpenAIObject):
     deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
 
     @field_serializer("timings")
-    def _rounded(self, timings: Timings | None) -> dict[str, float] | None:
-        return None if timings is None else timings.as_dict()
+    def _rounded(self, timings: Timings | None) -> Timings | None:
+        return None if timings is None else Timings(**timings.as_dict())
 
     @staticmethod
     def extras(generation: Generation) -> dict[str, Any]:
@@ -499,8 +499,8 @@ class ResponseObject(OpenAIObject):
     deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
 
     @field_serializer("timings")
-    def _rounded(self, timings: Timings | None) -> dict[str, float] | None:
-        return None if timings is None else timings.as_dict()
+    def _rounded(self, timings: Timings | None) -> Timings | None:
+        return None if timings is None else Timings(**timings.as_dict())
 
     @classmethod
     def started(cls, request: ResponsesRequest, *, model: str, id: str, created_at: int) -> ResponseObject:
