@@ -13,8 +13,8 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings, ModelSource
 from snapllm.engine.types import Deadline
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ToolCallCutShortError
-from snapllm.inference.client import CALLER_DEADLINE_KEY
-from snapllm.inference.runtime import InferenceRuntime, invoke_deadline
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY, invoke_deadline
+from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import parse_request

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from snapllm.inference.client import CALLER_DEADLINE_KEY
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 from snapllm_dev import sam
 from snapllm_dev.local.lifecycle import LocalFunctionError
 from snapllm_dev.local.session import LocalDeployment

@@ -31,7 +31,7 @@ from botocore.config import Config
 
 from snapllm.aws_auth import SigV4
 from snapllm.errors import ConfigurationError
-from snapllm.inference.client import CALLER_DEADLINE_KEY, LambdaInferenceClient
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY, LambdaInferenceClient
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings

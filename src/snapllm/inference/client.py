@@ -39,6 +39,7 @@ from snapllm.errors import (
     RequestError,
     error_from_body,
 )
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 
 # Errors only AWS produces for a version that cannot take invokes for now: a SnapStart version that is
 # being optimised or was left uninvoked for 14 days (then re-optimised), a restore that overran its 10 s,
@@ -46,11 +47,6 @@ from snapllm.errors import (
 NOT_READY_ERRORS = frozenset(
     {"SnapStartNotReadyException", "SnapStartTimeoutException", "ResourceNotReadyException"}
 )
-
-# A caller that stops waiting earlier than the function's own timeout (the router, behind API Gateway's
-# 30 s) sends its deadline in the invoke's ClientContext (``custom``), as Unix epoch milliseconds, so the
-# function stops generating when nobody waits for the answer any more.
-CALLER_DEADLINE_KEY = "snapllm-deadline-epoch-ms"
 
 
 class InferenceClient(Protocol):

@@ -27,9 +27,8 @@ from snapshot_restore_py import register_after_restore, register_before_snapshot
 from snapllm.engine.loader import DownloadStats, S3ModelLoader
 from snapllm.engine.model import Engine
 from snapllm.engine.prefault import PrefaultStats, prefault
-from snapllm.engine.types import Deadline
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
-from snapllm.inference.client import CALLER_DEADLINE_KEY
+from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.serving import OpenAIServing
@@ -37,20 +36,6 @@ from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
 logger = logging.getLogger("snapllm.inference")
-
-
-def invoke_deadline(context: Any, *, margin_ms: int) -> Deadline | None:
-    """The invoke's deadline, or the caller's if that is earlier (the router sends its own in the
-    ClientContext), less ``margin_ms`` for the response. None when the context has no deadline at all."""
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is None:
-        return None
-    remaining_ms = float(remaining())
-    custom = getattr(getattr(context, "client_context", None), "custom", None) or {}
-    caller = custom.get(CALLER_DEADLINE_KEY) if isinstance(custom, dict) else None
-    if isinstance(caller, int | float) and not isinstance(caller, bool):
-        remaining_ms = min(remaining_ms, caller - time.time() * 1000.0)
-    return Deadline(time.monotonic() + (remaining_ms - margin_ms) / 1000.0)
 
 
 class InferenceRuntime:

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from snapllm.errors import InferenceFailedError
-from snapllm.inference.client import CALLER_DEADLINE_KEY, checked_response
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY, checked_response
 from snapllm_dev.local.lifecycle import RestoredEnvironment
 
 
