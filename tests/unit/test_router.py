@@ -31,7 +31,8 @@ from botocore.config import Config
 
 from snapllm.aws_auth import SigV4
 from snapllm.errors import ConfigurationError
-from snapllm.inference.deadline import CALLER_DEADLINE_KEY, LambdaInferenceClient
+from snapllm.inference.client import LambdaInferenceClient
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings

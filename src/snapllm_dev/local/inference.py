@@ -11,7 +11,8 @@ import threading
 from typing import Any
 
 from snapllm.errors import InferenceFailedError
-from snapllm.inference.deadline import CALLER_DEADLINE_KEY, checked_response
+from snapllm.inference.client import checked_response
+from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 from snapllm_dev.local.lifecycle import RestoredEnvironment
 
 

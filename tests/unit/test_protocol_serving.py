@@ -1,0 +1,352 @@
+"""The OpenAI protocol without a model: chat rendering, the engine request a request becomes, and the
+engine's answer read back (tool calls, cut calls, the held-back stream).
+
+The engine here is :class:`ScriptedEngine`, a test double standing in for llama.cpp: one token per
+character, and answers the test scripts. That is the point of the protocol/engine split: everything the
+protocol decides is checked here in milliseconds; tests/integration/test_engine.py and the replays check
+the same path with the real model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+
+from snapllm.engine.types import Completion, Deadline, EngineRequest, Finish, Timings, TokenDelta
+from snapllm.errors import (
+    ContextLengthExceededError,
+    InvalidRequestError,
+    ToolCallCutShortError,
+    UnknownModelError,
+    UnsupportedParameterError,
+)
+from snapllm.protocol.chat import ChatRenderer
+from snapllm.protocol.chat_templates import GEMMA_TURNS
+from snapllm.protocol.requests import Generation, parse_request
+from snapllm.protocol.serving import OpenAIServing, fingerprint
+
+#: A ChatML template in the style of SmolLM2's (written for this test), with a default system prompt.
+CHATML = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe helpful.<|im_end|>\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+#: A template that renders tools and tool calls itself, as Hugging Face templates with tool support do.
+NATIVE_TOOLS = (
+    "{% if tools %}[tools {{ tools | tojson }}]{% endif %}"
+    "{% for m in messages %}[{{ m['role'] }}{% if m.get('tool_calls') %} calls "
+    "{{ m['tool_calls'] | tojson }}{% endif %}{% if m.get('tool_call_id') %} for {{ m['tool_call_id'] }}"
+    "{% endif %}: {{ m['content'] }}]{% endfor %}"
+)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+
+
+@dataclass
+class ScriptedEngine:
+    """A test double of :class:`snapllm.engine.model.Engine`: tokens are characters; each generation
+    answers the next scripted text (cut at ``max_tokens``) and records the request it was given."""
+
+    answers: list[str] = field(default_factory=list)
+    template: str | None = CHATML
+    n_ctx: int = 4096
+    model_name: str = "scripted"
+    identity: str = "digest|llama-cpp-python x|snapllm y"
+    grammar_ok: bool = True
+    requests: list[EngineRequest] = field(default_factory=list)
+    primed: list[int] | None = None
+    deadline_after: int | None = None
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        return {"tokenizer.chat_template": self.template} if self.template else {}
+
+    def special_tokens(self) -> tuple[str, str]:
+        return "<s>", "<|im_end|>"
+
+    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
+        return ([1] if add_bos else []) + [ord(c) for c in text]
+
+    def accepts_grammar(self, grammar: str) -> bool:
+        return self.grammar_ok
+
+    def generate(self, request: EngineRequest, *, deadline: Deadline | None = None) -> Completion:
+        *_, completion = self.stream(request, deadline=deadline)
+        assert isinstance(completion, Completion)
+        return completion
+
+    def stream(
+        self, request: EngineRequest, *, deadline: Deadline | None = None
+    ) -> Iterator[TokenDelta | Completion]:
+        self.requests.append(request)
+        answer = self.answers.pop(0) if self.answers else "Hello."
+        limit = min(
+            request.max_tokens, self.deadline_after if self.deadline_after is not None else len(answer)
+        )
+        text = answer[:limit]
+        yield from (TokenDelta(c) for c in text)
+        finish: Finish = "stop" if len(text) == len(answer) and limit < request.max_tokens else "length"
+        timings = Timings(1.0, 1.0, 1.0, 2.0, 100.0)
+        yield Completion(
+            text,
+            finish,
+            len(request.tokens),
+            len(text),
+            0,
+            timings,
+            deadline_reached=self.deadline_after is not None,
+        )
+
+    def prime(self, tokens: list[int]) -> None:
+        self.primed = tokens
+
+
+def _serving(engine: ScriptedEngine, max_tokens: int = 64) -> OpenAIServing:
+    return OpenAIServing(engine, max_tokens=max_tokens, max_prompt_chars=10_000)
+
+
+def _chat(content: str = "Hi", **fields) -> dict:
+    return {"messages": [{"role": "user", "content": content}], **fields}
+
+
+# --- Chat rendering -------------------------------------------------------------------------------------
+
+
+def _render(template: str, body: dict) -> str:
+    renderer = ChatRenderer(template, bos_token="<s>", eos_token="<|im_end|>", stop="<|im_end|>")
+    return renderer.render(parse_request(body)).prompt
+
+
+def test_a_chat_renders_with_the_models_template_up_to_the_answer():
+    prompt = _render(
+        CHATML, {"messages": [{"role": "developer", "content": "Be terse."}, *_chat()["messages"]]}
+    )
+    # developer is the system role to a template; the generation prompt opens the assistant's turn.
+    assert (
+        prompt
+        == "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_tools_in_the_generic_format_for_a_template_without_tools():
+    body = {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        ],
+        "tools": [WEATHER],
+    }
+    prompt = _render(CHATML, body)
+    # The tools are described in a system message the template did not have; the earlier call is the JSON
+    # the model would have generated; the result is a user turn naming the call it answers.
+    assert prompt.startswith("<|im_start|>system\nYou can call these functions: [")
+    assert '"name": "get_weather"' in prompt
+    assert f"<|im_start|>assistant\n{CALL}<|im_end|>" in prompt
+    assert "<|im_start|>user\nResult of the call call_1 to get_weather: Sunny<|im_end|>" in prompt
+
+
+def test_tools_natively_for_a_template_that_renders_them():
+    body = {
+        "messages": [
+            {"role": "user", "content": "Météo ?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Nîmes"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        ],
+        "tools": [WEATHER],
+    }
+    prompt = _render(NATIVE_TOOLS, body)
+    tools = json.loads(prompt[len("[tools ") : prompt.index("][user")])
+    assert tools == [{"type": "function", "function": WEATHER["function"]}]
+    # Arguments reach the template as values, non-ASCII kept as such by tojson.
+    assert '"arguments": {"city": "Nîmes"}' in prompt and "[user: Météo ?]" in prompt
+    assert "[tool for call_1: Sunny]" in prompt
+
+
+def test_a_template_that_refuses_the_messages_is_a_400_naming_messages():
+    refusal = "{{ raise_exception('Conversation must start with system') }}"
+    template = "{% if messages[0]['role'] == 'user' %}" + refusal + "{% endif %}"
+    with pytest.raises(InvalidRequestError, match="must start with system") as refused:
+        _render(template, _chat())
+    assert refused.value.param == "messages"
+
+
+def test_the_generation_block_renders_its_body():
+    template = "{% for m in messages %}{% generation %}<{{ m['content'] }}>{% endgeneration %}{% endfor %}"
+    assert _render(template, _chat("x")) == "<x>"
+
+
+def test_a_model_without_a_template_gets_its_familys_or_none():
+    gemma = ChatRenderer.for_model({"general.architecture": "gemma3"}, "<bos>", "<eos>")
+    assert gemma is not None
+    chat = gemma.render(parse_request(_chat()))
+    assert chat.stop == (GEMMA_TURNS.stop,) and "<start_of_turn>user\nHi" in chat.prompt
+    assert ChatRenderer.for_model({"general.architecture": "llama"}, "<s>", "</s>") is None
+
+
+# --- Requests into engine requests ----------------------------------------------------------------------
+
+
+def test_a_chat_becomes_the_templates_tokens_and_stop_strings():
+    engine = ScriptedEngine()
+    serving = _serving(engine)
+    prepared = serving.prepare(parse_request(_chat(stop=["\n\n"], temperature=0.5, top_p=0.9)))
+    request = prepared.engine_request
+    # The template writes its own special tokens: no BOS is added to the rendered text.
+    assert request.tokens == tuple(engine.tokenize(_render(CHATML, _chat()), add_bos=False))
+    assert request.stop == ("\n\n", "<|im_end|>")
+    assert (request.sampling.temperature, request.sampling.top_p) == (0.5, 0.9)
+    assert request.grammar is None and request.top_logprobs is None and request.reuse_cache
+    text = serving.prepare(parse_request({"prompt": "abc"})).engine_request
+    assert text.tokens == (1, 97, 98, 99)
+
+
+def test_a_caller_seed_is_kept_and_evaluates_afresh_and_no_seed_draws_one():
+    serving = _serving(ScriptedEngine())
+    seeded = serving.prepare(parse_request(_chat(seed=42))).engine_request
+    assert seeded.sampling.seed == 42 and not seeded.reuse_cache
+    drawn = {serving.prepare(parse_request(_chat())).engine_request.sampling.seed for _ in range(4)}
+    assert len(drawn) == 4
+
+
+def test_the_window_bounds_the_prompt_and_what_is_left_bounds_the_answer():
+    serving = _serving(ScriptedEngine(n_ctx=200), max_tokens=150)
+    prompt_tokens = len(serving.prepare(parse_request(_chat())).engine_request.tokens)
+    assert serving.prepare(parse_request(_chat())).engine_request.max_tokens == 200 - prompt_tokens
+    with pytest.raises(ContextLengthExceededError, match="context window is 200 tokens") as over:
+        serving.prepare(parse_request(_chat("x" * 300)))
+    assert over.value.param == "messages"
+    with pytest.raises(InvalidRequestError, match="at most 150") as asked:
+        serving.prepare(parse_request(_chat(max_tokens=151)))
+    assert asked.value.param == "max_tokens"
+
+
+def test_an_empty_prompt_and_another_models_name_are_refused():
+    engine = ScriptedEngine()
+    engine.tokenize = lambda text, *, add_bos: []  # type: ignore[method-assign]  # a model that adds no BOS
+    serving = _serving(engine)
+    with pytest.raises(InvalidRequestError, match="the prompt is empty"):
+        serving.prepare(parse_request({"prompt": ""}))
+    with pytest.raises(UnknownModelError) as unknown:
+        serving.parse({**_chat(), "model": "gpt-4o"}, required="messages")
+    assert unknown.value.param == "model"
+
+
+def test_structured_output_and_tools_become_a_grammar():
+    serving = _serving(ScriptedEngine())
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    form = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    answer = serving.prepare(parse_request(_chat(response_format=form)))
+    assert answer.engine_request.grammar and answer.tool_calls is None
+    required = serving.prepare(parse_request(_chat(tools=[WEATHER], tool_choice="required")))
+    assert required.tool_calls == "all" and required.tool_names == ("get_weather",)
+    auto = serving.prepare(parse_request(_chat(tools=[WEATHER])))
+    assert auto.tool_calls == "auto" and auto.engine_request.grammar.startswith(
+        "root ::= call-root | free-text"
+    )
+
+
+def test_a_grammar_llama_cpp_refuses_is_a_named_fault_not_a_crash():
+    serving = _serving(ScriptedEngine(grammar_ok=False))
+    with pytest.raises(UnsupportedParameterError, match="please report it") as refused:
+        serving.prepare(parse_request(_chat(response_format={"type": "json_object"})))
+    assert refused.value.param == "response_format"
+
+
+def test_a_model_without_a_chat_format_serves_text_only():
+    serving = _serving(ScriptedEngine(template=None))
+    assert not serving.supports_chat
+    with pytest.raises(UnsupportedParameterError, match="no chat template") as refused:
+        serving.prepare(parse_request(_chat()))
+    assert refused.value.param == "messages"
+    assert [b for b in serving.warm_up_bodies(2) if "prompt" not in b] == []
+
+
+# --- Answers read back ----------------------------------------------------------------------------------
+
+
+def test_a_tool_call_answer_becomes_calls_with_ids_and_the_fingerprint():
+    engine = ScriptedEngine(answers=[CALL])
+    serving = _serving(engine)
+    generation = serving.generate(parse_request(_chat(tools=[WEATHER], tool_choice="required")))
+    [call] = generation.tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
+    assert call.id.startswith("call_") and len(call.id) == 29
+    assert generation.finish_reason == "tool_calls"
+    assert generation.system_fingerprint == fingerprint(
+        engine.identity
+    ) and generation.system_fingerprint.startswith("fp_")
+
+
+def test_a_call_cut_by_max_tokens_is_a_call_and_one_cut_before_its_name_is_an_error():
+    cut = _serving(ScriptedEngine(answers=[CALL]))
+    generation = cut.generate(parse_request(_chat(tools=[WEATHER], tool_choice="required", max_tokens=40)))
+    [call] = generation.tool_calls
+    assert generation.finish_reason == "length" and call.name == "get_weather"
+    assert CALL[:40].endswith(call.arguments)  # the arguments as far as they were generated
+    # With two functions, '{"name": "get' has not decided which one.
+    early = _serving(ScriptedEngine(answers=[CALL]))
+    with pytest.raises(ToolCallCutShortError) as raised:
+        early.generate(parse_request(_chat(tools=[WEATHER, TIME], tool_choice="required", max_tokens=14)))
+    assert raised.value.status_code == 400 and raised.value.param == "max_tokens"
+    late = _serving(ScriptedEngine(answers=[CALL], deadline_after=3))
+    with pytest.raises(ToolCallCutShortError) as raised:
+        late.generate(parse_request(_chat(tools=[WEATHER, TIME], tool_choice="required")))
+    assert raised.value.status_code == 504
+
+
+def _streamed(serving: OpenAIServing, body: dict) -> tuple[list[str], Generation]:
+    *deltas, final = serving.stream(parse_request(body))
+    assert isinstance(final, Generation) and all(isinstance(d, TokenDelta) for d in deltas)
+    return [d.text for d in deltas], final
+
+
+def test_the_stream_holds_a_calls_text_back_and_lets_free_text_through():
+    texts, final = _streamed(_serving(ScriptedEngine(answers=[CALL])), _chat(tools=[WEATHER]))
+    assert texts == [] and final.tool_calls[0].name == "get_weather"  # the call goes out whole, at the end
+    texts, final = _streamed(_serving(ScriptedEngine(answers=["Sunny."])), _chat(tools=[WEATHER]))
+    assert texts == list("Sunny.") and final.tool_calls == () and final.finish_reason == "stop"
+    # JSON under "auto" that is not a call (a response_format's answer) is held, then sent as text.
+    texts, final = _streamed(_serving(ScriptedEngine(answers=['{"a": 1}'])), _chat(tools=[WEATHER]))
+    assert texts == ['{"a": 1}'] and final.tool_calls == ()
+
+
+def test_warm_up_runs_every_path_and_primes_the_common_chat_prefix():
+    engine = ScriptedEngine()
+    serving = _serving(engine)
+    bodies = serving.warm_up_bodies(2)
+    serving.warm_up(bodies)
+    assert len(engine.requests) == 2 * len(bodies)  # each body generated and streamed
+    assert {r.max_tokens for r in engine.requests} == {2}
+    default_prompt = "<|im_start|>system\nBe helpful.<|im_end|>\n<|im_start|>user\n"
+    assert engine.primed == engine.tokenize(default_prompt, add_bos=False)
