@@ -16,7 +16,7 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import TokenDelta
 from snapllm.protocol.requests import parse_request
-from snapllm.protocol.responses_api import engine_request, parse_invoke
+from snapllm.protocol.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
 from tests.conftest import REPO
 
@@ -133,7 +133,7 @@ def _greedy(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _request(body: dict[str, Any]):
-    return engine_request(parse_invoke(body))
+    return inference_request(parse_invoke(body))
 
 
 @pytest.mark.parametrize("name", [*REPLAYED, *EXTRA])

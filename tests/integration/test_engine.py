@@ -18,7 +18,7 @@ from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import parse_request
-from snapllm.protocol.responses_api import engine_request, parse_invoke
+from snapllm.protocol.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
 from tests.conftest import LONG_GENERATION
 
@@ -211,7 +211,7 @@ def test_a_tool_call_cut_by_the_deadline_is_a_call_and_says_the_deadline_cut_it(
             "temperature": 0,
         }
     )
-    generation = serving.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=12))
+    generation = serving.generate(inference_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=12))
     assert generation.deadline_reached and generation.finish_reason == "length", generation
     [call] = generation.tool_calls
     assert call.name == "get_weather" and generation.completion_tokens < 64
@@ -236,7 +236,8 @@ def test_a_deadline_before_the_calls_name_is_decided_is_a_504_not_text(serving):
     )
     for tokens in (0, 4):  # before the first token, and inside '[{"name": "get'
         with pytest.raises(ToolCallCutShortError) as raised:
-            serving.generate(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens))
+            serving.generate(inference_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens))
         assert raised.value.status_code == 504 and "time limit" in raised.value.message
         with pytest.raises(ToolCallCutShortError):
-            list(serving.stream(engine_request(request), deadline=_DeadlineAfterTokens(at=0, tokens=tokens)))
+            deadline = _DeadlineAfterTokens(at=0, tokens=tokens)
+            list(serving.stream(inference_request(request), deadline=deadline))

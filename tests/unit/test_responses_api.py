@@ -24,7 +24,7 @@ from snapllm.protocol.requests import (
 )
 from snapllm.protocol.responses_api import (
     ResponsesRequest,
-    engine_request,
+    inference_request,
     parse_invoke,
     parse_responses_request,
     responses_fields,
@@ -68,7 +68,7 @@ def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
         }
     )
     assert isinstance(request, ResponsesRequest)
-    chat = engine_request(request)
+    chat = inference_request(request)
     assert isinstance(chat, ChatCompletionRequest)
     assert [(m.role, m.text()) for m in chat.messages] == [("system", "Be brief."), ("user", "Hi")]
     assert (chat.requested_max_tokens, chat.temperature, chat.top_p) == (16, 0.0, 0.5)

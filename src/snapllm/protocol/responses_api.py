@@ -1,13 +1,12 @@
 """The Responses API request (``POST /v1/responses``), served statelessly as a chat completion.
 
 A Responses request is validated here, with OpenAI's field names, then translated into the
-:class:`~snapllm.protocol.requests.ChatCompletionRequest` the engine already serves: structured output,
-tool calls,
+:class:`~snapllm.protocol.requests.ChatCompletionRequest` that is served: structured output, tool calls,
 logprobs and limits all run through the chat machinery::
 
     request = parse_invoke({"input": "Name three colours.", "max_output_tokens": 32})
     isinstance(request, ResponsesRequest)    # True
-    engine.generate(request.chat)            # the chat translation
+    serving.generate(request.chat)           # the chat translation
 
 Input items are messages (``{"role", "content"}``, with or without ``type: "message"``; content a string
 or text parts), ``function_call`` items (a call the model made earlier) and ``function_call_output`` items
@@ -519,8 +518,9 @@ def responses_fields(request: AnyRequest) -> Iterator[None]:
         raise
 
 
-def engine_request(request: AnyRequest) -> InferenceRequest:
-    """What the engine runs for ``request``: a Responses request's chat translation, else the request."""
+def inference_request(request: AnyRequest) -> InferenceRequest:
+    """The chat or text completion ``request`` is served as: a Responses request's chat translation, else
+    the request itself."""
     return request.chat if isinstance(request, ResponsesRequest) else request
 
 

@@ -42,7 +42,7 @@ from snapllm.protocol.requests import (
 )
 from snapllm.protocol.responses_api import (
     AnyRequest,
-    engine_request,
+    inference_request,
     parse_invoke,
     parse_responses_request,
     responses_fields,
@@ -316,7 +316,7 @@ class OpenAIServing:
     ) -> tuple[dict[str, Any], Generation]:
         """Answer a parsed request whole: the OpenAI object, and the generation it renders."""
         with responses_fields(request):
-            generation = self.generate(engine_request(request), deadline=deadline)
+            generation = self.generate(inference_request(request), deadline=deadline)
         return render_response(request, generation, model=self.model_name), generation
 
     def open_stream(
@@ -325,7 +325,7 @@ class OpenAIServing:
         """Start streaming a parsed request: its items (prepared, so a refusal is raised here, before any
         byte is sent) and the encoder of its events."""
         with responses_fields(request):
-            items = self.stream(engine_request(request), deadline=deadline)
+            items = self.stream(inference_request(request), deadline=deadline)
         return items, encoder_for(request, model=self.model_name)
 
     # --- Warm-up ------------------------------------------------------------------------------------------
@@ -351,7 +351,7 @@ class OpenAIServing:
         would, and no request inherits a warm-up's own tokens.
         """
         for body in bodies:
-            request = engine_request(self.parse(body))
+            request = inference_request(self.parse(body))
             self.generate(request)
             for _ in self.stream(request):
                 pass

@@ -78,7 +78,7 @@ from snapllm.protocol.requests import (
     require_object,
     validation_error,
 )
-from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest, engine_request, responses_fields
+from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest, inference_request, responses_fields
 from snapllm.router.settings import RouterSettings
 
 JSON = "application/json"
@@ -360,7 +360,7 @@ class RouterApp:
     def _complete(self, request: AnyRequest, route: str) -> Response:
         state = self._request
         state.route = route
-        state.features = request_features(engine_request(request))
+        state.features = request_features(inference_request(request))
         model = self.settings.resolve_model(request.model)
         state.model = model or request.model
         self.tracer.put_annotation("route", route)
@@ -425,7 +425,7 @@ class RouterApp:
         if request.stream:
             raise UnsupportedParameterError(STREAMING_HINT, param="stream")
         with responses_fields(request):
-            self.limits.check(engine_request(request))
+            self.limits.check(inference_request(request))
 
     # --- Errors -----------------------------------------------------------------------------------------
 

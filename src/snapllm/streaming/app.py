@@ -39,7 +39,7 @@ from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.protocol.metrics import CompletionMetrics, request_features
 from snapllm.protocol.objects import Health, ModelList
-from snapllm.protocol.responses_api import AnyRequest, engine_request
+from snapllm.protocol.responses_api import AnyRequest, inference_request
 from snapllm.protocol.serving import Required, StreamItem
 from snapllm.protocol.sse import StreamEncoder
 from snapllm.streaming.settings import (
@@ -222,7 +222,7 @@ class StreamingApp:
             return error_response(exc)
         try:
             metrics.model = serving.model_name
-            metrics.features = request_features(engine_request(parsed))
+            metrics.features = request_features(inference_request(parsed))
             deadline = _deadline(request, self.runtime, self.timeout_s)
             if not parsed.stream:
                 answer, generation = await anyio.to_thread.run_sync(
