@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from snapllm.agent.artifacts import ArtifactStore, S3Location
 from snapllm.agent.budget import OFFLOADED, StateBudget, checkpoint_size, is_offloaded
@@ -172,7 +173,7 @@ def test_retry_strategies_retry_only_transient_errors():
 
 def test_settings_keep_the_budget_below_the_service_limit():
     assert AgentSettings.from_env({"SNAPLLM_AGENT_ARTIFACTS_BUCKET": BUCKET}).state_budget_bytes == 65536
-    with pytest.raises(ConfigurationError, match="below the service"):
+    with pytest.raises(ValidationError, match="less than 262144"):
         AgentSettings(artifacts_bucket=BUCKET, state_budget_bytes=256 * 1024)
     with pytest.raises(ConfigurationError, match="ARTIFACTS_BUCKET"):
         AgentSettings.from_env({})
