@@ -142,6 +142,31 @@ def test_enforceable_rewrites_what_the_grammar_cannot_keep():
     assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
 
 
+def test_enforceable_reaches_every_schema_position_the_grammar_does_and_leaves_data_alone():
+    # The positions are the protocol's (map_subschemas), so what check_schema walks is what gets rewritten.
+    even = {"type": "number", "multipleOf": 2}
+    schema = {
+        "type": "object",
+        "properties": {
+            "pair": {"type": "array", "items": [even, {"type": "string", "format": "uri"}]},
+            "first": {"type": "array", "prefixItems": [even]},
+            "either": {"anyOf": [even, {"type": "null"}]},
+            "extra": {"type": "object", "additionalProperties": even},
+            "fixed": {"const": {"multipleOf": 2, "format": "uri"}},
+        },
+        "definitions": {"old": even},
+    }
+    out = enforceable(schema)
+    check_schema(out, param="tools")
+    assert out["properties"]["pair"]["items"] == [{"type": "number"}, {"type": "string"}]
+    assert out["properties"]["first"]["prefixItems"] == [{"type": "number"}]
+    assert out["properties"]["either"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
+    assert out["properties"]["extra"]["additionalProperties"] == {"type": "number"}
+    assert out["definitions"]["old"] == {"type": "number"}
+    # A const is a value, not a schema: nothing in it is rewritten.
+    assert out["properties"]["fixed"] == {"const": {"multipleOf": 2, "format": "uri"}}
+
+
 def test_plan_steps_read_as_one_line_and_idempotency_keys_are_per_step():
     step = {"tool": "summarize_chunk", "arguments": {"uri": "s3://b/agent/documents/a.md", "part": 1}}
     assert describe_step(step) == "summarize_chunk(uri=a.md, part=1)"
