@@ -1,11 +1,22 @@
-"""The base of every function's settings: environment variables read and validated by pydantic-settings.
+"""The bases of every settings class: plain values (:class:`Settings`) and their environment variables
+(:class:`EnvironmentSettings`), both validated by pydantic.
 
-A subclass declares one field per variable, named after it less ``SNAPLLM_`` (or aliased, as
-``POWERTOOLS_SERVICE_NAME``), with its default and range; the docstring under the field is its
-``description``, which is also the docs' configuration table's (:mod:`snapllm_dev.settings_doc`)::
+Each setting is declared once, as a field of a :class:`Settings` subclass: its name, type, default, range
+and the docstring under it, which is its ``description`` and the docs' configuration table's
+(:mod:`snapllm_dev.settings_doc`). The value class is built from keyword arguments and never reads the
+environment; a subclass of it and of :class:`EnvironmentSettings` (in that order) reads the same fields
+from variables named after them with the class's ``env_prefix`` (or aliased, as
+``POWERTOOLS_SERVICE_NAME``)::
 
-    StreamingEnvironment.from_env()                                 # os.environ
-    StreamingEnvironment.from_env({"SNAPLLM_MAX_BODY_BYTES": "0"})  # ConfigurationError naming it
+    class EngineEnvironment(EngineSettings, EnvironmentSettings): ...
+
+    EngineSettings(n_ctx=512, threads=1)                            # values only
+    EngineEnvironment.from_env()                                    # os.environ
+    EngineEnvironment.from_env({"SNAPLLM_N_CTX": "0"})              # ConfigurationError naming it
+
+Where a value class has fields no variable sets (a test's shorter retry pause), the fields a deployment
+sets are a base class of their own, which both the value class and the environment class extend
+(:class:`~snapllm.engine.settings.LoaderVariables`).
 
 Values are stripped and an empty one means the default: ``template.yaml`` passes an empty stack
 parameter through as ``""``.
@@ -15,10 +26,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Self
+from typing import Any, Self
 
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError, from_json
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
@@ -37,6 +48,34 @@ _PHRASES = {
 }
 
 
+class Settings(BaseModel):
+    """Base of the settings value classes: frozen, validated, built from keyword arguments by field name
+    (an alias names the field's environment variable, which only :class:`EnvironmentSettings` reads)."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+        validate_by_name=True,
+        validate_by_alias=False,
+    )
+
+
+def _decode_json_text(value: Any) -> Any:
+    if not isinstance(value, str | bytes):
+        return value
+    try:
+        return from_json(value)
+    except ValueError as exc:
+        raise PydanticCustomError("json_invalid", "Invalid JSON: {error}", {"error": str(exc)}) from None
+
+
+#: A structured field's value may come as JSON text, as its environment variable gives it:
+#: ``routes: Annotated[dict[str, str], JSON_TEXT]``.
+JSON_TEXT = BeforeValidator(_decode_json_text)
+
+
 class _MappingEnvSource(EnvSettingsSource):
     """pydantic-settings' environment source over any mapping, values stripped and blank ones dropped."""
 
@@ -51,10 +90,18 @@ class _MappingEnvSource(EnvSettingsSource):
 
 
 class EnvironmentSettings(BaseSettings):
-    """Base of the functions' settings classes: ``SNAPLLM_`` variables, frozen, no ``.env`` or secrets."""
+    """Base of the classes that read settings from the environment: ``SNAPLLM_`` variables, frozen, no
+    ``.env`` or secrets. A subclass lists a :class:`Settings` class before this one, whose fields it reads;
+    JSON values are decoded by the fields (:data:`JSON_TEXT`), so a bad one is named like any other."""
 
     model_config = SettingsConfigDict(
-        env_prefix="SNAPLLM_", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+        env_prefix="SNAPLLM_",
+        frozen=True,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+        validate_by_name=False,
+        validate_by_alias=True,
+        enable_decoding=False,
     )
 
     @classmethod
@@ -73,7 +120,9 @@ class EnvironmentSettings(BaseSettings):
         try:
             return cls(_build_sources=((_MappingEnvSource(cls, env),), {}))
         except ValidationError as exc:
-            raise ConfigurationError("; ".join(map(cls._describe, exc.errors(include_url=False)))) from None
+            # A default computed from another field is not called when that field failed: no error of its own.
+            errors = [e for e in exc.errors(include_url=False) if e["type"] != "default_factory_not_called"]
+            raise ConfigurationError("; ".join(map(cls._describe, errors))) from None
 
     @classmethod
     def variable_name(cls, field_name: str) -> str:

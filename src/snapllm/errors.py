@@ -11,9 +11,11 @@ inference function and the router render them the same way::
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -150,6 +152,25 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+@dataclass(frozen=True)
+class HttpResponse:
+    """A response as an HTTP server sends it: each app hands it to its framework's response class (the
+    router to Powertools', the streaming app to Starlette's) or to API Gateway as it is."""
+
+    status_code: int
+    headers: dict[str, str]
+    body: str
+
+    def to_lambda(self) -> dict[str, Any]:
+        """The response an HTTP API (payload 2.0) integration or a Function URL takes from a function."""
+        return {
+            "statusCode": self.status_code,
+            "headers": self.headers,
+            "body": self.body,
+            "isBase64Encoded": False,
+        }
+
+
 class RequestError(SnapllmError):
     """An error a request is answered with, in the OpenAI error shape, with its HTTP status and headers.
 
@@ -180,6 +201,11 @@ class RequestError(SnapllmError):
     def to_response(self) -> dict[str, Any]:
         """The direct-invoke error response: the error body plus a 4xx-style ``statusCode``."""
         return {"statusCode": self.status_code, **self.to_body()}
+
+    def to_http(self) -> HttpResponse:
+        """The HTTP error response: this error's status and headers, the OpenAI error object as JSON."""
+        headers = {"Content-Type": "application/json", **self.headers}
+        return HttpResponse(self.status_code, headers, json.dumps(self.to_body()))
 
     @property
     def headers(self) -> dict[str, str]:

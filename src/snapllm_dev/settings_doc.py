@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 
 from snapllm.agent.settings import AgentEnvironment, AgentRoutesEnvironment
 from snapllm.environment import EnvironmentSettings
-from snapllm.inference.settings import InferenceEnvironment
+from snapllm.inference.settings import INFERENCE_ENVIRONMENT
 from snapllm.router.settings import RouterEnvironment
 from snapllm.streaming.settings import StreamingEnvironment
 from snapllm_dev.settings_arguments import DESCRIPTION, add_arguments
@@ -29,7 +29,7 @@ REGENERATE = "snapllm settings --write docs/configuration.md"
 SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
     (
         "`InferenceFunction` (and `StreamFunction`, which loads its model from the same variables)",
-        (InferenceEnvironment,),
+        INFERENCE_ENVIRONMENT,
     ),
     ("`StreamFunction`", (StreamingEnvironment,)),
     ("`RouterFunction` and the agent routes it mounts", (RouterEnvironment, AgentRoutesEnvironment)),
@@ -40,8 +40,8 @@ SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
 #: The classes each function of template.yaml reads its variables through (`snapllm sam-local` compares
 #: them with what a running container was given).
 FUNCTION_SETTINGS: dict[str, tuple[type[EnvironmentSettings], ...]] = {
-    "InferenceFunction": (InferenceEnvironment,),
-    "StreamFunction": (InferenceEnvironment, StreamingEnvironment),
+    "InferenceFunction": INFERENCE_ENVIRONMENT,
+    "StreamFunction": (*INFERENCE_ENVIRONMENT, StreamingEnvironment),
     "RouterFunction": (RouterEnvironment, AgentRoutesEnvironment),
     "AgentFunction": (AgentEnvironment,),
     # The CloudFormation custom resource reads its input from the resource's properties, not variables.

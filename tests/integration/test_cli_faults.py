@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from snapllm.inference.settings import InferenceEnvironment
+from snapllm.inference.settings import LoaderEnvironment
 from tests.integration.test_cli import snapllm
 
 CHAT = ("local", "invoke", "InferenceFunction", "-e", "events/inference/chat.json")
@@ -48,7 +48,7 @@ def test_local_invoke_fails_named_and_in_bounded_time_when_every_connection_rese
     assert run.stdout == ""
     # The same command's start-up (local S3, upload, interpreter) took less than the successful run in
     # full; the failing download itself is held to the loader's bound.
-    bound = InferenceEnvironment.from_env(LOADER_ENV).loader_settings().failure_bound_s
+    bound = LoaderEnvironment.from_env(LOADER_ENV).loader_settings().failure_bound_s
     _, succeeded_in = reset_once
     assert elapsed < succeeded_in + bound, f"{elapsed:.1f} s > {succeeded_in:.1f} s + {bound:.1f} s"
 

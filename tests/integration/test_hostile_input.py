@@ -523,6 +523,7 @@ def test_hostile_request_gets_a_structured_4xx(entry_points, entry, case):
         assert headers.get("allow"), headers
     if entry != "invoke":  # every HTTP answer names its request, errors too (the SDK's request_id)
         assert headers.get("x-request-id"), headers
+        assert headers.get("content-type", "").startswith("application/json"), headers
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

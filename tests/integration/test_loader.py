@@ -44,7 +44,7 @@ def loader_for(endpoint_client, **settings) -> S3ModelLoader:
 
 @pytest.mark.parametrize(("part_mb", "concurrency"), [(1024, 1), (16, 4), (8, 8)])
 def test_model_arrives_byte_for_byte_and_verified(local_s3, model_path, published, part_mb, concurrency):
-    loader = loader_for(local_s3.client(), part_size=part_mb * MiB, concurrency=concurrency)
+    loader = loader_for(local_s3.client(), part_size_mb=part_mb, concurrency=concurrency)
     with loader.load(ModelSource(bucket=BUCKET, key=KEY)) as model:
         assert model.path == f"/proc/self/fd/{model.fd}"
         assert os.readlink(model.path).startswith("/memfd:snapllm:")  # in RAM, not on a disk
@@ -95,7 +95,7 @@ def test_not_a_gguf_file_fails_fast(local_s3):
     client.put_object(Bucket=BUCKET, Key="models/weights.bin", Body=b"PK\x03\x04" + os.urandom(3 * MiB))
     before = open_fds()
     with pytest.raises(NotAGGUFError, match="not a GGUF file"):
-        loader_for(client, part_size=1 * MiB, concurrency=2).load(
+        loader_for(client, part_size_mb=1, concurrency=2).load(
             ModelSource(bucket=BUCKET, key="models/weights.bin")
         )
     assert open_fds() == before
@@ -156,7 +156,7 @@ def test_transient_errors_retry_only_the_failed_part(local_s3, published):
         return None
 
     with FaultProxy(local_s3.endpoint_url, rule=rule) as proxy:
-        loader = loader_for(client_via(local_s3, proxy), part_size=8 * MiB, concurrency=4)
+        loader = loader_for(client_via(local_s3, proxy), part_size_mb=8, concurrency=4)
         with loader.load(ModelSource(bucket=BUCKET, key=KEY)) as model:
             assert model.sha256 == published
             assert model.stats.retries == 1
@@ -175,7 +175,7 @@ def test_a_truncated_body_resumes_where_it_broke_off(local_s3, published):
         return None
 
     with FaultProxy(local_s3.endpoint_url, rule=rule) as proxy:
-        loader = loader_for(client_via(local_s3, proxy), part_size=16 * MiB, concurrency=2)
+        loader = loader_for(client_via(local_s3, proxy), part_size_mb=16, concurrency=2)
         with loader.load(ModelSource(bucket=BUCKET, key=KEY)) as model:
             assert model.sha256 == published
             assert model.stats.retries == 1

@@ -91,7 +91,7 @@ class Leaks:
 
 def load_through(local_s3, faults, *, part_mb, concurrency, **overrides):
     """Load through a fault proxy; returns (model or exception, seconds, proxy) after checking for leaks."""
-    settings = LoaderSettings(part_size=part_mb * MiB, concurrency=concurrency, **{**FAST, **overrides})
+    settings = LoaderSettings(part_size_mb=part_mb, concurrency=concurrency, **{**FAST, **overrides})
     leaks = Leaks()
     with FaultProxy(local_s3.endpoint_url, [parse_fault(spec) for spec in faults]) as proxy:
         client = local_s3.client(endpoint_url=proxy.url, config=S3ModelLoader.client_config(settings))

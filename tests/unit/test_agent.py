@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from snapllm.agent.artifacts import ArtifactStore, S3Location
 from snapllm.agent.budget import OFFLOADED, StateBudget, checkpoint_size, is_offloaded
@@ -141,6 +142,31 @@ def test_enforceable_rewrites_what_the_grammar_cannot_keep():
     assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
 
 
+def test_enforceable_reaches_every_schema_position_the_grammar_does_and_leaves_data_alone():
+    # The positions are the protocol's (map_subschemas), so what check_schema walks is what gets rewritten.
+    even = {"type": "number", "multipleOf": 2}
+    schema = {
+        "type": "object",
+        "properties": {
+            "pair": {"type": "array", "items": [even, {"type": "string", "format": "uri"}]},
+            "first": {"type": "array", "prefixItems": [even]},
+            "either": {"anyOf": [even, {"type": "null"}]},
+            "extra": {"type": "object", "additionalProperties": even},
+            "fixed": {"const": {"multipleOf": 2, "format": "uri"}},
+        },
+        "definitions": {"old": even},
+    }
+    out = enforceable(schema)
+    check_schema(out, param="tools")
+    assert out["properties"]["pair"]["items"] == [{"type": "number"}, {"type": "string"}]
+    assert out["properties"]["first"]["prefixItems"] == [{"type": "number"}]
+    assert out["properties"]["either"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
+    assert out["properties"]["extra"]["additionalProperties"] == {"type": "number"}
+    assert out["definitions"]["old"] == {"type": "number"}
+    # A const is a value, not a schema: nothing in it is rewritten.
+    assert out["properties"]["fixed"] == {"const": {"multipleOf": 2, "format": "uri"}}
+
+
 def test_plan_steps_read_as_one_line_and_idempotency_keys_are_per_step():
     step = {"tool": "summarize_chunk", "arguments": {"uri": "s3://b/agent/documents/a.md", "part": 1}}
     assert describe_step(step) == "summarize_chunk(uri=a.md, part=1)"
@@ -172,7 +198,7 @@ def test_retry_strategies_retry_only_transient_errors():
 
 def test_settings_keep_the_budget_below_the_service_limit():
     assert AgentSettings.from_env({"SNAPLLM_AGENT_ARTIFACTS_BUCKET": BUCKET}).state_budget_bytes == 65536
-    with pytest.raises(ConfigurationError, match="below the service"):
+    with pytest.raises(ValidationError, match="less than 262144"):
         AgentSettings(artifacts_bucket=BUCKET, state_budget_bytes=256 * 1024)
     with pytest.raises(ConfigurationError, match="ARTIFACTS_BUCKET"):
         AgentSettings.from_env({})

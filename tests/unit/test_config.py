@@ -2,7 +2,7 @@ import pytest
 
 from snapllm.engine.settings import EngineSettings, LoaderSettings, MiB, ModelSource
 from snapllm.errors import ConfigurationError
-from snapllm.inference.settings import InferenceEnvironment, InferenceSettings
+from snapllm.inference.settings import InferenceSettings, LoaderEnvironment
 
 BASE = {"SNAPLLM_MODEL_BUCKET": "models", "SNAPLLM_MODEL_KEY": "llm/smollm2.Q4_1.gguf"}
 
@@ -45,7 +45,7 @@ def test_template_style_empty_values_mean_default():
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"SNAPLLM_MODEL_KEY": "k"}, "SNAPLLM_MODEL_BUCKET and SNAPLLM_MODEL_KEY"),
+        ({"SNAPLLM_MODEL_KEY": "k"}, "SNAPLLM_MODEL_BUCKET must be set"),
         ({**BASE, "SNAPLLM_MODEL_SHA256": "abc"}, "64 hex digits"),
         ({**BASE, "SNAPLLM_N_CTX": "lots"}, "SNAPLLM_N_CTX must be an integer"),
         ({**BASE, "SNAPLLM_S3_CONCURRENCY": "0"}, "at least 1"),
@@ -71,6 +71,6 @@ def test_loader_timeouts_and_the_failure_bound_they_give():
     assert defaults.part_failure_bound_s == pytest.approx(5 * (5 + 30) + 0.2 * 30)
     assert defaults.failure_bound_s == pytest.approx(181 + 35)
     with pytest.raises(ConfigurationError, match="SNAPLLM_S3_READ_TIMEOUT_S must be a number"):
-        InferenceEnvironment.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "soon"}).loader_settings()
+        LoaderEnvironment.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "soon"}).loader_settings()
     with pytest.raises(ConfigurationError, match="at least"):
-        InferenceEnvironment.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "0"}).loader_settings()
+        LoaderEnvironment.from_env({"SNAPLLM_S3_READ_TIMEOUT_S": "0"}).loader_settings()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from snapllm.agent.settings import AgentEnvironment, AgentSettings
+from snapllm.agent.settings import AgentSettings
 from snapllm.errors import ConfigurationError
-from snapllm.inference.settings import InferenceEnvironment, InferenceSettings
+from snapllm.inference.settings import EngineEnvironment, InferenceSettings, LoaderEnvironment
 from snapllm.router.settings import RouterEnvironment, RouterSettings
 from snapllm.streaming.settings import StreamingEnvironment
 from snapllm_dev.settings_doc import REGENERATE, generated_block, main, markdown_table, settings_classes
@@ -34,12 +34,12 @@ def test_every_variable_is_snapllm_or_powertools():
     ("read", "env", "message"),
     [
         (
-            InferenceEnvironment.from_env,
+            EngineEnvironment.from_env,
             {"SNAPLLM_THREADS": "0"},
             "SNAPLLM_THREADS must be at least 1, got '0'",
         ),
         (
-            InferenceEnvironment.from_env,
+            LoaderEnvironment.from_env,
             {"SNAPLLM_S3_CONNECT_TIMEOUT_S": "nan"},
             "SNAPLLM_S3_CONNECT_TIMEOUT_S",
         ),
@@ -85,9 +85,13 @@ def test_a_bad_value_names_its_variable(read, env, message):
 
 def test_every_bad_value_is_named_at_once():
     with pytest.raises(ConfigurationError) as caught:
-        InferenceEnvironment.from_env({"SNAPLLM_N_CTX": "8", "SNAPLLM_WARMUP_TOKENS": "-1"})
+        InferenceSettings.from_env(
+            {"SNAPLLM_N_CTX": "8", "SNAPLLM_S3_CONCURRENCY": "0", "SNAPLLM_WARMUP_TOKENS": "-1"}
+        )
     assert "SNAPLLM_N_CTX must be at least 16" in str(caught.value)
     assert "SNAPLLM_WARMUP_TOKENS must be at least 0" in str(caught.value)
+    assert "SNAPLLM_S3_CONCURRENCY must be at least 1" in str(caught.value)
+    assert "SNAPLLM_MODEL_BUCKET must be set" in str(caught.value)
 
 
 def test_an_explicit_mapping_is_all_that_is_read(monkeypatch):
@@ -119,10 +123,8 @@ def test_units_in_variable_names_stay():
 
 
 def test_the_agent_reads_its_prefix():
-    settings = AgentEnvironment.from_env(
-        {**AGENT, "SNAPLLM_AGENT_INFERENCE_FUNCTION": "arn:inf"}
-    ).agent_settings()
-    assert (settings.artifacts_bucket, settings.inference_function_arn) == ("artifacts", "arn:inf")
+    settings = AgentSettings.from_env({**AGENT, "SNAPLLM_AGENT_INFERENCE_FUNCTION": "arn:inf"})
+    assert (settings.artifacts_bucket, settings.inference_function) == ("artifacts", "arn:inf")
 
 
 def test_the_streaming_app_reads_its_settings(monkeypatch):

@@ -37,7 +37,7 @@ def tool_sources(settings: AgentSettings) -> tuple[ToolSource, ...]:
 def dependencies_from_env() -> AgentDependencies:
     """Production wiring: the inference alias over Lambda ``Invoke`` and the artifacts bucket."""
     settings = AgentSettings.from_env()
-    if settings.inference_function_arn is None:
+    if settings.inference_function is None:
         raise ConfigurationError("SNAPLLM_AGENT_INFERENCE_FUNCTION must name the inference alias ARN")
     store = ArtifactStore(
         boto3.client("s3"), bucket=settings.artifacts_bucket, prefix=settings.artifacts_prefix
@@ -47,7 +47,7 @@ def dependencies_from_env() -> AgentDependencies:
         store=store,
         # Agent steps are not behind API Gateway's 30 s, so a generation may take as long as the model needs.
         inference=LambdaInferenceClient(
-            settings.inference_function_arn,
+            settings.inference_function,
             read_timeout_s=settings.inference_timeout_s,
             endpoint_url=settings.inference_endpoint_url,
         ),

@@ -23,15 +23,13 @@ from snapllm.protocol.structured import (
     ANNOTATION_KEYWORDS,
     ENFORCED_FORMATS,
     ENFORCED_KEYWORDS,
+    map_subschemas,
     named_arguments_schema,
 )
 
 # An integer range up to this many values is turned into an enum, so the grammar keeps it.
 MAX_ENUM_RANGE = 16
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-_SCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_VALUES = ("items", "additionalProperties")
 
 
 def enforceable(schema: dict[str, Any], *, string_limit: int | None = None) -> dict[str, Any]:
@@ -65,16 +63,7 @@ def _rewrite(node: Any, string_limit: int | None = None) -> Any:
     for key in list(node):
         if key not in ENFORCED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
             del node[key]
-    for key in _SCHEMA_MAPS:
-        if isinstance(node.get(key), dict):
-            node[key] = {name: _rewrite(value, string_limit) for name, value in node[key].items()}
-    for key in _SCHEMA_LISTS:
-        if isinstance(node.get(key), list):
-            node[key] = [_rewrite(value, string_limit) for value in node[key]]
-    for key in _SCHEMA_VALUES:
-        if isinstance(node.get(key), dict):
-            node[key] = _rewrite(node[key], string_limit)
-    return node
+    return map_subschemas(node, lambda sub: _rewrite(sub, string_limit))
 
 
 def _small_range(bounds: dict[str, Any]) -> bool:

@@ -1,4 +1,5 @@
-"""Settings of the agent function, read from ``SNAPLLM_AGENT_*`` variables (:class:`AgentEnvironment`).
+"""Settings of the agent function (:class:`AgentSettings`), read from ``SNAPLLM_AGENT_*`` variables
+(:class:`AgentEnvironment`).
 
 ``template.yaml`` sets them from stack parameters::
 
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, Json, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from snapllm.environment import EnvironmentSettings
+from snapllm.environment import JSON_TEXT, EnvironmentSettings, Settings
 from snapllm.errors import ConfigurationError
 
 KiB = 1024
@@ -26,6 +26,8 @@ SERVICE_OPERATION_LIMIT_BYTES = 256 * KiB
 # Chunks a document may be split into for summaries, and tool calls a plan may make: both bound a run's cost.
 MAX_CHUNKS_PER_DOCUMENT = 8
 MAX_TOOL_CALLS = 8
+# The agent's part of its artifacts bucket, unless SNAPLLM_AGENT_ARTIFACTS_PREFIX says otherwise.
+ARTIFACTS_PREFIX = "agent/"
 
 
 class McpServerConfig(BaseModel):
@@ -65,61 +67,17 @@ class McpServerConfig(BaseModel):
         return self
 
 
-@dataclass(frozen=True)
-class AgentSettings:
-    """Everything the agent reads from its environment.
+class AgentVariables(Settings):
+    """The agent's settings a deployment sets, each from ``SNAPLLM_AGENT_`` and its name.
 
     ``artifacts_prefix`` is the only part of ``artifacts_bucket`` the agent may read or write: documents
     must live under ``{artifacts_prefix}documents/`` or similar, and offloaded state goes under
     ``{artifacts_prefix}runs/``.
     """
 
-    artifacts_bucket: str
-    artifacts_prefix: str = "agent/"
-    inference_function_arn: str | None = None
-    inference_endpoint_url: str | None = None
-    state_budget_bytes: int = 64 * KiB
-    max_documents: int = 8
-    chunks_per_document: int = 2
-    chunk_bytes: int = 1200
-    excerpt_bytes: int = 2 * KiB
-    max_tool_calls: int = 3
-    plan_max_tokens: int = 320
-    tool_call_max_tokens: int = 128
-    summary_max_tokens: int = 40
-    answer_max_tokens: int = 64
-    inference_timeout_s: float = 120.0
-    mcp_servers: tuple[McpServerConfig, ...] = ()
-
-    def __post_init__(self) -> None:
-        names = [server.name for server in self.mcp_servers]
-        if len(set(names)) != len(names):
-            raise ConfigurationError(f"SNAPLLM_AGENT_MCP_SERVERS names a server twice: {names}")
-        if self.state_budget_bytes >= SERVICE_OPERATION_LIMIT_BYTES:
-            raise ConfigurationError(
-                "SNAPLLM_AGENT_STATE_BUDGET_BYTES must stay below the service's "
-                f"{SERVICE_OPERATION_LIMIT_BYTES} bytes per operation, got {self.state_budget_bytes}"
-            )
-        if self.artifacts_prefix and not self.artifacts_prefix.endswith("/"):
-            object.__setattr__(self, "artifacts_prefix", self.artifacts_prefix + "/")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> AgentSettings:
-        return AgentEnvironment.from_env(env).agent_settings()
-
-    @property
-    def runs_prefix(self) -> str:
-        return f"{self.artifacts_prefix}runs/"
-
-
-class AgentEnvironment(EnvironmentSettings):
-    """The agent function's variables, all ``SNAPLLM_AGENT_*``, named as :class:`AgentSettings`' fields."""
-
-    model_config = SettingsConfigDict(env_prefix="SNAPLLM_AGENT_")
-
     artifacts_bucket: str = Field(min_length=1)
     """Bucket of the documents and of the state offloaded from checkpoints (the template sets it)."""
-    artifacts_prefix: str = AgentSettings.artifacts_prefix
+    artifacts_prefix: str = ARTIFACTS_PREFIX
     """The only part of the bucket the agent reads or writes: documents under it, offloaded state under
     `{prefix}runs/`."""
     inference_function: str | None = Field(None, json_schema_extra={"unset": "required"})
@@ -127,46 +85,68 @@ class AgentEnvironment(EnvironmentSettings):
     inference_endpoint_url: str | None = Field(None, json_schema_extra={"unset": "the region's Lambda API"})
     """Lambda API endpoint for invoking the inference alias. Unset on AWS; `make sam-local` points it at
     `sam local start-lambda`, since the durable emulator takes `AWS_ENDPOINT_URL_LAMBDA`."""
-    state_budget_bytes: int = Field(
-        AgentSettings.state_budget_bytes, ge=512, lt=SERVICE_OPERATION_LIMIT_BYTES
-    )
+    state_budget_bytes: int = Field(64 * KiB, ge=512, lt=SERVICE_OPERATION_LIMIT_BYTES)
     """Largest step result the agent checkpoints, in bytes; larger results go to S3. Below the service's
     256 KiB per operation."""
-    max_documents: int = Field(AgentSettings.max_documents, ge=1)
+    max_documents: int = Field(8, ge=1)
     """Most documents a run may name."""
-    chunks_per_document: int = Field(AgentSettings.chunks_per_document, ge=1, le=MAX_CHUNKS_PER_DOCUMENT)
+    chunks_per_document: int = Field(2, ge=1, le=MAX_CHUNKS_PER_DOCUMENT)
     """Chunks a document larger than one chunk is split into for summaries, spread evenly over it (the
     `part` a `summarize_chunk` call names)."""
-    max_tool_calls: int = Field(AgentSettings.max_tool_calls, ge=1, le=MAX_TOOL_CALLS)
+    max_tool_calls: int = Field(3, ge=1, le=MAX_TOOL_CALLS)
     """Most steps a plan may have, each one tool call: the bound on a run's tool calls."""
-    chunk_bytes: int = Field(AgentSettings.chunk_bytes, ge=64)
+    chunk_bytes: int = Field(1200, ge=64)
     """Bytes of a document read for one chunk's summary."""
-    excerpt_bytes: int = Field(AgentSettings.excerpt_bytes, ge=64)
+    excerpt_bytes: int = Field(2 * KiB, ge=64)
     """Bytes of a document's opening excerpt."""
-    plan_max_tokens: int = Field(AgentSettings.plan_max_tokens, ge=1)
+    plan_max_tokens: int = Field(320, ge=1)
     """Tokens the model may generate for the plan (JSON: the steps, each a tool and its arguments)."""
-    tool_call_max_tokens: int = Field(AgentSettings.tool_call_max_tokens, ge=1)
+    tool_call_max_tokens: int = Field(128, ge=1)
     """Tokens the model may generate for one tool call (its arguments)."""
-    summary_max_tokens: int = Field(AgentSettings.summary_max_tokens, ge=1)
+    summary_max_tokens: int = Field(40, ge=1)
     """Tokens the model may generate per summary."""
-    answer_max_tokens: int = Field(AgentSettings.answer_max_tokens, ge=1)
+    answer_max_tokens: int = Field(64, ge=1)
     """Tokens the model may generate for the answer."""
-
-    mcp_servers: Json[list[McpServerConfig]] | None = Field(
-        None, json_schema_extra={"unset": "no MCP servers"}
+    mcp_servers: Annotated[tuple[McpServerConfig, ...], JSON_TEXT] = Field(
+        (), json_schema_extra={"unset": "no MCP servers"}
     )
     """MCP servers the agent takes tools from, over streamable HTTP: a JSON list of `{"name", "url", "auth":
     "none"|"iam"|"bearer", "secret_arn" (bearer), "region" and "service" (iam), "tools" (the tools offered;
     default all), "idempotent", "needs_approval" (tool names), "timeout_s"}` (the template's
     `AgentMcpServers`)."""
 
-    def agent_settings(self) -> AgentSettings:
-        values = self.model_dump(exclude={"inference_function", "mcp_servers"})
-        return AgentSettings(
-            **values,
-            inference_function_arn=self.inference_function,
-            mcp_servers=tuple(self.mcp_servers or ()),
-        )
+    @field_validator("artifacts_prefix")
+    @classmethod
+    def _prefix_is_a_folder(cls, prefix: str) -> str:
+        return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+    @model_validator(mode="after")
+    def _servers_named_once(self) -> Self:
+        names = [server.name for server in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"SNAPLLM_AGENT_MCP_SERVERS names a server twice: {names}")
+        return self
+
+
+class AgentSettings(AgentVariables):
+    """Everything the agent function runs with: its variables, and what no deployment changes."""
+
+    inference_timeout_s: float = Field(120.0, gt=0)
+    """Longest an inference invoke may take, in seconds."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> AgentSettings:
+        return cls(**dict(AgentEnvironment.from_env(env)))
+
+    @property
+    def runs_prefix(self) -> str:
+        return f"{self.artifacts_prefix}runs/"
+
+
+class AgentEnvironment(AgentVariables, EnvironmentSettings):
+    """The agent function's variables, all ``SNAPLLM_AGENT_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="SNAPLLM_AGENT_")
 
 
 class AgentRoutesEnvironment(EnvironmentSettings):
@@ -179,5 +159,5 @@ class AgentRoutesEnvironment(EnvironmentSettings):
     artifacts_bucket: str | None = Field(None, json_schema_extra={"unset": "`/v1/agent` unavailable"})
     """Bucket where each run's execution ARN is kept, under `{prefix}runs/executions/` (the template sets
     it: the agent's bucket)."""
-    artifacts_prefix: str = AgentSettings.artifacts_prefix
+    artifacts_prefix: str = ARTIFACTS_PREFIX
     """The agent's prefix in that bucket (the template sets it)."""

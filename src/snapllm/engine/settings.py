@@ -1,37 +1,74 @@
 """The engine's settings: where the model lives, how the loader fetches it, and llama.cpp's limits.
 
-Plain values, built without reading any environment; the inference function builds them from its
-``SNAPLLM_`` variables (:class:`snapllm.inference.settings.InferenceEnvironment`)::
+Plain values, built without reading any environment; each field is the one declaration of its setting,
+which the inference function reads from its ``SNAPLLM_`` variables by subclassing the class
+(:mod:`snapllm.inference.settings`)::
 
     EngineSettings(n_ctx=4096, threads=2)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from snapllm.environment import Settings
 
 MiB = 1024 * 1024
 #: What the after-restore hook faults in (:mod:`snapllm.engine.prefault`).
 PrefaultMode = Literal["none", "weights", "all"]
 
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
-@dataclass(frozen=True)
-class ModelSource:
+
+def _file_name(data: dict[str, Any]) -> str:
+    return str(data.get("key", "")).rsplit("/", 1)[-1].removesuffix(".gguf")
+
+
+class ModelSource(Settings):
     """Where the GGUF model lives and how to check it."""
 
-    bucket: str
-    key: str
-    sha256: str | None = None
-    name: str = "model"
+    bucket: str = Field(min_length=1)
+    """S3 bucket of the GGUF model object (the template sets it)."""
+    key: str = Field(min_length=1)
+    """Key of the GGUF model object in the bucket (the template sets it)."""
+    sha256: str | None = Field(None, json_schema_extra={"unset": "object metadata `sha256`"})
+    """Expected SHA-256 of the model (64 hex digits); with neither it nor the object's `sha256` metadata,
+    the download is not verified."""
+    name: str = Field(default_factory=_file_name, json_schema_extra={"unset": "key's file name"})
+    """Model name in responses and for routing."""
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256_hex(cls, digest: str | None) -> str | None:
+        if digest is not None and not _SHA256_HEX.match(digest := digest.lower()):
+            raise ValueError("must be 64 hex digits")
+        return digest
 
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
 
-@dataclass(frozen=True)
-class LoaderSettings:
+class LoaderVariables(Settings):
+    """The loader's settings a deployment sets (``SNAPLLM_S3_*``): ranged GETs of ``part_size_mb`` MiB,
+    ``concurrency`` at a time, and how long a failing one is retried."""
+
+    part_size_mb: int = Field(16, ge=1)
+    """Size of each ranged GET of the model, in MiB."""
+    concurrency: int = Field(8, ge=1)
+    """Ranged GETs of the model in flight at once."""
+    max_attempts: int = Field(5, ge=1)
+    """Attempts per part (a retry resumes after the bytes already written)."""
+    connect_timeout_s: float = Field(5.0, ge=0.001)
+    """Connect timeout of S3 requests, in seconds."""
+    read_timeout_s: float = Field(30.0, ge=0.001)
+    """Longest a read may wait for a byte before the part is retried, in seconds."""
+
+
+class LoaderSettings(LoaderVariables):
     """How the model is fetched: ranged GETs of ``part_size`` bytes, ``concurrency`` at a time (S3 serves
     one connection at tens of MB/s; ``snapllm bench coldstart`` measures the trade-off).
 
@@ -47,12 +84,13 @@ class LoaderSettings:
     only the function timeout bounds it.
     """
 
-    part_size: int = 16 * MiB
-    concurrency: int = 8
-    max_attempts: int = 5
-    backoff_base_s: float = 0.2
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
+    backoff_base_s: float = Field(0.2, ge=0)
+    """Base of the random exponential pause before a retry, in seconds (not a variable: tests shorten it)."""
+
+    @property
+    def part_size(self) -> int:
+        """Size of each ranged GET, in bytes."""
+        return self.part_size_mb * MiB
 
     @property
     def attempt_bound_s(self) -> float:
@@ -71,24 +109,39 @@ class LoaderSettings:
         return self.part_failure_bound_s + self.attempt_bound_s
 
 
-@dataclass(frozen=True)
-class EngineSettings:
+class EngineSettings(Settings):
     """llama.cpp and generation limits."""
 
-    n_ctx: int = 2048
-    max_tokens: int = 512
-    max_prompt_chars: int = 32_000
-    threads: int | None = None
-    n_batch: int = 512
-    deadline_margin_ms: int = 1500
-    warmup_tokens: int = 4
-    verbose: bool = False
+    n_ctx: int = Field(2048, ge=16)
+    """llama.cpp context size, in tokens."""
+    n_batch: int = Field(512, ge=1)
+    """llama.cpp batch size, in tokens."""
+    max_tokens: int = Field(512, ge=1)
+    """Largest `max_tokens` a request may ask for."""
+    max_prompt_chars: int = Field(32_000, ge=1)
+    """Longest prompt (characters over all messages) accepted before tokenizing."""
+    threads: int | None = Field(None, ge=1, json_schema_extra={"unset": "CPUs really available"})
+    """Generation threads; unset, the CPUs really available (affinity mask and cgroup quota)."""
+    deadline_margin_ms: int = Field(1500, ge=0)
+    """Time kept back before the invoke's deadline, in milliseconds."""
+    warmup_tokens: int = Field(4, ge=0)
+    """Tokens generated by the before-snapshot warm-up."""
+    verbose: bool = Field(False, validation_alias="SNAPLLM_LLAMA_VERBOSE")
+    """llama.cpp's own logging, to stderr."""
     # Off: the memfd already holds the weights, and a repacked copy would double them in RAM and in the
     # snapshot. On trades that memory for faster Q4_0 / Q4_K matrix products on Graviton.
     repack_weights: bool = False
-    # What the after-restore hook faults in before the first request (snapllm.engine.prefault).
+    """Let llama.cpp repack Q4_0 / Q4_K weights for the CPU: faster on Graviton, but a second copy in RAM
+    and in the snapshot."""
     prefault: PrefaultMode = "all"
+    """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
+    model's mapping) or `all` (the weights and the process's private memory: compute buffers, KV cache,
+    heap). Its time counts toward the restore, which Lambda limits to 10 s."""
     # One thread: two measured slower on the restore (0.31 s against 0.17 s, SmolLM2 on 2 cores) and left
     # the first request's generation 0.1-0.2 s slower than a warm one's; one thread left no gap.
-    prefault_threads: int = 1
-    prefault_budget_ms: int = 5000
+    prefault_threads: int = Field(1, ge=1)
+    """Threads of the after-restore prefault. More may fault a multi-GB model in sooner on 6 vCPUs; check
+    with `snapllm bench aws` that the first request does not pay for them."""
+    prefault_budget_ms: int = Field(5000, ge=0, le=9000)
+    """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
+    faults in. Lambda fails a restore whose hooks take over 10 s."""

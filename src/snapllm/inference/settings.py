@@ -1,7 +1,7 @@
 """Settings of the inference function, read once from environment variables at init.
 
-:class:`InferenceEnvironment` declares the ``SNAPLLM_`` variables, which ``template.yaml`` sets from stack
-parameters; the other classes are plain values, built without reading any environment::
+The engine's value classes (:mod:`snapllm.engine.settings`) declare the settings; each class here reads
+one of them from its ``SNAPLLM_`` variables, which ``template.yaml`` sets from stack parameters::
 
     settings = InferenceSettings.from_env()
     settings.model.bucket, settings.loader.part_size, settings.engine.n_ctx
@@ -10,17 +10,42 @@ parameters; the other classes are plain values, built without reading any enviro
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 
-from snapllm.engine.settings import EngineSettings, LoaderSettings, MiB, ModelSource, PrefaultMode
+from snapllm.engine.settings import EngineSettings, LoaderSettings, LoaderVariables, ModelSource
 from snapllm.environment import EnvironmentSettings
 from snapllm.errors import ConfigurationError
 
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+class ModelEnvironment(ModelSource, EnvironmentSettings):
+    """The model object's variables, ``SNAPLLM_MODEL_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="SNAPLLM_MODEL_")
+
+
+class LoaderEnvironment(LoaderVariables, EnvironmentSettings):
+    """The loader's variables, ``SNAPLLM_S3_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="SNAPLLM_S3_")
+
+    def loader_settings(self) -> LoaderSettings:
+        return LoaderSettings(**dict(self))
+
+
+class EngineEnvironment(EngineSettings, EnvironmentSettings):
+    """llama.cpp's and the generation's variables, ``SNAPLLM_*``."""
+
+
+#: The inference function's variables, in the configuration page's order (the streaming function loads
+#: its model from them too).
+INFERENCE_ENVIRONMENT: tuple[type[EnvironmentSettings], ...] = (
+    ModelEnvironment,
+    LoaderEnvironment,
+    EngineEnvironment,
+)
 
 
 @dataclass(frozen=True)
@@ -33,90 +58,14 @@ class InferenceSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> InferenceSettings:
-        variables = InferenceEnvironment.from_env(env)
-        return cls(variables.model_source(), variables.loader_settings(), variables.engine_settings())
-
-
-class InferenceEnvironment(EnvironmentSettings):
-    """The inference function's variables (the streaming function loads its model from them too).
-
-    The model's bucket and key are checked by :meth:`model_source` only, so the loader's and the engine's
-    settings can be read without them (``snapllm bench``, tests). Defaults are the value classes'.
-    """
-
-    model_bucket: str | None = Field(None, json_schema_extra={"unset": "required"})
-    """S3 bucket of the GGUF model object (the template sets it)."""
-    model_key: str | None = Field(None, json_schema_extra={"unset": "required"})
-    """Key of the GGUF model object in the bucket (the template sets it)."""
-    model_sha256: str | None = Field(None, json_schema_extra={"unset": "object metadata `sha256`"})
-    """Expected SHA-256 of the model (64 hex digits); with neither it nor the object's `sha256` metadata,
-    the download is not verified."""
-    model_name: str | None = Field(None, json_schema_extra={"unset": "key's file name"})
-    """Model name in responses and for routing."""
-    s3_part_size_mb: int = Field(LoaderSettings.part_size // MiB, ge=1)
-    """Size of each ranged GET of the model, in MiB."""
-    s3_concurrency: int = Field(LoaderSettings.concurrency, ge=1)
-    """Ranged GETs of the model in flight at once."""
-    s3_max_attempts: int = Field(LoaderSettings.max_attempts, ge=1)
-    """Attempts per part (a retry resumes after the bytes already written)."""
-    s3_connect_timeout_s: float = Field(LoaderSettings.connect_timeout_s, ge=0.001)
-    """Connect timeout of S3 requests, in seconds."""
-    s3_read_timeout_s: float = Field(LoaderSettings.read_timeout_s, ge=0.001)
-    """Longest a read may wait for a byte before the part is retried, in seconds."""
-    # Named as EngineSettings' fields, which engine_settings copies by name (hence verbose's alias).
-    n_ctx: int = Field(EngineSettings.n_ctx, ge=16)
-    """llama.cpp context size, in tokens."""
-    n_batch: int = Field(EngineSettings.n_batch, ge=1)
-    """llama.cpp batch size, in tokens."""
-    max_tokens: int = Field(EngineSettings.max_tokens, ge=1)
-    """Largest `max_tokens` a request may ask for."""
-    max_prompt_chars: int = Field(EngineSettings.max_prompt_chars, ge=1)
-    """Longest prompt (characters over all messages) accepted before tokenizing."""
-    threads: int | None = Field(
-        EngineSettings.threads, ge=1, json_schema_extra={"unset": "CPUs really available"}
-    )
-    """Generation threads; unset, the CPUs really available (affinity mask and cgroup quota)."""
-    deadline_margin_ms: int = Field(EngineSettings.deadline_margin_ms, ge=0)
-    """Time kept back before the invoke's deadline, in milliseconds."""
-    warmup_tokens: int = Field(EngineSettings.warmup_tokens, ge=0)
-    """Tokens generated by the before-snapshot warm-up."""
-    verbose: bool = Field(EngineSettings.verbose, validation_alias="SNAPLLM_LLAMA_VERBOSE")
-    """llama.cpp's own logging, to stderr."""
-    repack_weights: bool = EngineSettings.repack_weights
-    """Let llama.cpp repack Q4_0 / Q4_K weights for the CPU: faster on Graviton, but a second copy in RAM
-    and in the snapshot."""
-    prefault: PrefaultMode = EngineSettings.prefault
-    """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
-    model's mapping) or `all` (the weights and the process's private memory: compute buffers, KV cache,
-    heap). Its time counts toward the restore, which Lambda limits to 10 s."""
-    prefault_threads: int = Field(EngineSettings.prefault_threads, ge=1)
-    """Threads of the after-restore prefault. More may fault a multi-GB model in sooner on 6 vCPUs; check
-    with `snapllm bench aws` that the first request does not pay for them."""
-    prefault_budget_ms: int = Field(EngineSettings.prefault_budget_ms, ge=0, le=9000)
-    """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
-    faults in. Lambda fails a restore whose hooks take over 10 s."""
-
-    @field_validator("model_sha256")
-    @classmethod
-    def _sha256_hex(cls, digest: str | None) -> str | None:
-        if digest is not None and not _SHA256_HEX.match(digest := digest.lower()):
-            raise ValueError("must be 64 hex digits")
-        return digest
-
-    def model_source(self) -> ModelSource:
-        if self.model_bucket is None or self.model_key is None:
-            raise ConfigurationError("SNAPLLM_MODEL_BUCKET and SNAPLLM_MODEL_KEY must name the model object")
-        name = self.model_name or self.model_key.rsplit("/", 1)[-1].removesuffix(".gguf")
-        return ModelSource(bucket=self.model_bucket, key=self.model_key, sha256=self.model_sha256, name=name)
-
-    def loader_settings(self) -> LoaderSettings:
-        return LoaderSettings(
-            part_size=self.s3_part_size_mb * MiB,
-            concurrency=self.s3_concurrency,
-            max_attempts=self.s3_max_attempts,
-            connect_timeout_s=self.s3_connect_timeout_s,
-            read_timeout_s=self.s3_read_timeout_s,
-        )
-
-    def engine_settings(self) -> EngineSettings:
-        return EngineSettings(**self.model_dump(include={f.name for f in fields(EngineSettings)}))
+        """The settings in ``env``; bad values raise one :class:`ConfigurationError` naming every variable."""
+        read, errors = [], []
+        for variables in INFERENCE_ENVIRONMENT:
+            try:
+                read.append(variables.from_env(env))
+            except ConfigurationError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ConfigurationError("; ".join(errors))
+        model, loader, engine = read
+        return cls(ModelSource(**dict(model)), LoaderSettings(**dict(loader)), EngineSettings(**dict(engine)))

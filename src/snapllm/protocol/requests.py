@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -130,6 +130,39 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class FunctionSchema(Protocol):
+    """A function tool as both APIs declare it: a name and the JSON schema of its arguments."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any] | None: ...
+
+
+def check_tools(
+    functions: Sequence[FunctionSchema], *, named: str | None, required: bool, parameters_param: str
+) -> None:
+    """Refuse tools and a ``tool_choice`` that cannot be honoured, each with a 400 naming the field, in
+    chat completions and the Responses API alike: two functions of one name, a ``tool_choice`` naming a
+    function (``named``) not in the tools, ``required`` without tools, an arguments schema the grammar
+    cannot enforce. ``parameters_param`` places a schema's error, ``{index}`` its tool's position:
+    ``tools.{index}.function.parameters``.
+    """
+    names = [function.name for function in functions]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("tools: function names must be unique", param="tools")
+    if named is not None and named not in names:
+        raise InvalidRequestError(
+            f"tool_choice names the function {named!r}, which is not in tools", param="tool_choice"
+        )
+    if required and not names:
+        raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
+    for index, function in enumerate(functions):
+        if function.parameters is not None:
+            check_schema(function.parameters, param=parameters_param.format(index=index))
 
 
 #: One turn of a conversation, for :func:`check_tool_turns`: its position (what an error names), its role,
@@ -386,20 +419,13 @@ class ChatCompletionRequest(GenerationParameters):
             raise UnsupportedParameterError(
                 "modalities: the models served here produce text only", param="modalities"
             )
-        names = [tool.function.name for tool in self.tools or []]
-        if len(set(names)) != len(names):
-            raise InvalidRequestError("tools: function names must be unique", param="tools")
         choice = self.tool_choice
-        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
-            raise InvalidRequestError(
-                f"tool_choice names the function {choice.function.name!r}, which is not in tools",
-                param="tool_choice",
-            )
-        if choice in ("required",) and not names:
-            raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
-        for index, tool in enumerate(self.tools or []):
-            if tool.function.parameters is not None:
-                check_schema(tool.function.parameters, param=f"tools.{index}.function.parameters")
+        check_tools(
+            [tool.function for tool in self.tools or []],
+            named=choice.function.name if isinstance(choice, NamedToolChoice) else None,
+            required=choice == "required",
+            parameters_param="tools.{index}.function.parameters",
+        )
         if isinstance(self.response_format, JSONSchemaResponseFormat):
             check_schema(self.response_format.json_schema.json_schema, param="response_format")
         turns = (

@@ -46,6 +46,7 @@ from snapllm.protocol.requests import (
     OpenAIName,
     Turn,
     check_tool_turns,
+    check_tools,
     parse_request,
     require_object,
     validation_error,
@@ -358,19 +359,13 @@ class ResponsesRequest(DecidedRequest):
 
     @model_validator(mode="after")
     def _structure(self) -> ResponsesRequest:
-        names = [tool.name for tool in self.tools or []]
-        if len(set(names)) != len(names):
-            raise InvalidRequestError("tools: function names must be unique", param="tools")
         choice = self.tool_choice
-        if isinstance(choice, FunctionToolChoice) and choice.name not in names:
-            raise InvalidRequestError(
-                f"tool_choice names the function {choice.name!r}, which is not in tools", param="tool_choice"
-            )
-        if choice == "required" and not names:
-            raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
-        for index, tool in enumerate(self.tools or []):
-            if tool.parameters is not None:
-                check_schema(tool.parameters, param=f"tools.{index}.parameters")
+        check_tools(
+            self.tools or [],
+            named=choice.name if isinstance(choice, FunctionToolChoice) else None,
+            required=choice == "required",
+            parameters_param="tools.{index}.parameters",
+        )
         form = self.text.format if self.text else None
         if isinstance(form, TextFormatJSONSchema):
             check_schema(form.json_schema, param="text.format")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -188,6 +188,22 @@ def _pointer_token(name: str) -> str:
     return quote(name.replace("~", "~0").replace("/", "~1"), safe="")
 
 
+def map_subschemas(schema: Mapping[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """A copy of ``schema`` with ``change`` applied to each schema it holds one level down (each entry of
+    ``properties``, ``$defs`` and ``definitions``, each of ``anyOf``, ``oneOf``, ``allOf`` and
+    ``prefixItems``, ``items`` and ``additionalProperties``); every other value (an ``enum``, a
+    ``const``, a ``$ref``) stays as it is. ``change`` recurses, if it should."""
+    out = dict(schema)
+    for keyword, value in schema.items():
+        if keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[keyword] = {name: change(sub) for name, sub in value.items()}
+        elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
+            out[keyword] = [change(sub) for sub in value]
+        elif keyword in _SCHEMA_VALUES:
+            out[keyword] = change(value)
+    return out
+
+
 def embed_schema(schema: Any, at: str) -> Any:
     """``schema`` rewritten to live at the pointer ``at`` (``#/$defs/tool``) inside another schema: every
     local ``$ref`` (to its ``$defs``, its ``properties`` or itself) then names the same part of it there.
@@ -196,18 +212,10 @@ def embed_schema(schema: Any, at: str) -> Any:
     stays as it is."""
     if not isinstance(schema, Mapping):
         return schema
-    out: dict[str, Any] = {}
-    for keyword, value in schema.items():
-        if keyword == "$ref" and isinstance(value, str) and (value == "#" or value.startswith("#/")):
-            out[keyword] = at + value[1:]
-        elif keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
-            out[keyword] = {name: embed_schema(sub, at) for name, sub in value.items()}
-        elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
-            out[keyword] = [embed_schema(sub, at) for sub in value]
-        elif keyword in _SCHEMA_VALUES:
-            out[keyword] = embed_schema(value, at)
-        else:
-            out[keyword] = value
+    out = map_subschemas(schema, lambda sub: embed_schema(sub, at))
+    ref = out.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = at + ref[1:]
     return out
 
 

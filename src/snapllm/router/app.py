@@ -116,15 +116,6 @@ class _Request:
     features: dict[str, str] | None = None
 
 
-def error_response(error: RequestError) -> Response:
-    return Response(
-        status_code=error.status_code,
-        content_type=JSON,
-        body=json.dumps(error.to_body()),
-        headers=error.headers,
-    )
-
-
 class RouterApp:
     """The resolver, its routes and the Powertools utilities around it."""
 
@@ -207,12 +198,7 @@ class RouterApp:
             self._check_edge(event)
         except RequestError as refused:
             self._request.error_type = type(refused).__name__
-            result = {
-                "statusCode": refused.status_code,
-                "headers": {"Content-Type": JSON, **refused.headers},
-                "body": json.dumps(refused.to_body()),
-                "isBase64Encoded": False,
-            }
+            result = refused.to_http().to_lambda()
         else:
             result = self.resolver.resolve(event, context)
         # OpenAI's header, which clients read as the request's id (the SDKs' ``_request_id``): API Gateway's
@@ -454,7 +440,8 @@ class RouterApp:
             "request failed" if error.status_code >= 500 else "request rejected",
             extra={"status": error.status_code, "error_type": type(error).__name__, "param": error.param},
         )
-        return error_response(error)
+        http = error.to_http()
+        return Response(status_code=http.status_code, headers=http.headers, body=http.body)
 
     @staticmethod
     def _json(status: int, body: dict[str, Any]) -> Response[dict[str, Any]]:

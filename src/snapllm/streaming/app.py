@@ -58,9 +58,10 @@ AFTER_RESTORE_PATH = "/_snapllm/snapstart/after-restore"
 INVOKE_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
 
 
-def error_response(error: RequestError) -> JSONResponse:
-    """A request error as an HTTP response: its status, its headers, the OpenAI error body."""
-    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers)
+def error_response(error: RequestError) -> Response:
+    """A request error as a Starlette response (:meth:`~snapllm.errors.RequestError.to_http`)."""
+    http = error.to_http()
+    return Response(http.body, status_code=http.status_code, headers=http.headers)
 
 
 def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> Deadline:

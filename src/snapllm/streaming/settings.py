@@ -1,7 +1,7 @@
 """Settings of the streaming function's web app, read from environment variables by ``create_app``.
 
 The function loads its model from the inference function's variables
-(:class:`~snapllm.inference.settings.InferenceEnvironment`); these are the app's own::
+(:data:`~snapllm.inference.settings.INFERENCE_ENVIRONMENT`); these are the app's own::
 
     settings = StreamingEnvironment.from_env()
     settings.max_body_bytes, settings.stream_timeout_s, settings.service

@@ -16,13 +16,13 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from snapllm.engine.loader import S3ModelLoader
 from snapllm.engine.settings import LoaderSettings, MiB, ModelSource
-from snapllm.inference.settings import InferenceEnvironment
+from snapllm.inference.settings import LoaderEnvironment
 from snapllm_dev import sam
 from snapllm_dev.local.faults import FaultProxy, parse_fault
 from snapllm_dev.local.kinds import model_function
@@ -54,7 +54,7 @@ class _Case:
 
 def measure(deployment: LocalDeployment, settings: LoaderSettings, rounds: int) -> dict[str, Any]:
     """Median load time, ratio to the clean load, retries and faults fired, per case."""
-    settings = replace(settings, read_timeout_s=STALL_READ_TIMEOUT_S)
+    settings = settings.model_copy(update={"read_timeout_s": STALL_READ_TIMEOUT_S})
     source = ModelSource(
         bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256, name="bench"
     )
@@ -126,7 +126,7 @@ def render(result: dict[str, Any]) -> str:
 def run(args: argparse.Namespace, model: Path) -> int:
     with LocalDeployment.start(sam.load(args.template), model_path=model) as deployment:
         with deployment.function(model_function(deployment.template).name) as function:
-            settings = InferenceEnvironment.from_env(function.environment).loader_settings()
+            settings = LoaderEnvironment.from_env(function.environment).loader_settings()
         result = measure(deployment, settings, args.rounds)
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0

@@ -25,7 +25,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +221,7 @@ class LocalAgent:
         )
 
     def with_settings(self, **changes: Any) -> AgentSettings:
-        return replace(self.settings, **changes)
+        return AgentSettings(**{**dict(self.settings), **changes})
 
     def run(
         self,
