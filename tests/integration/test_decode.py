@@ -16,7 +16,7 @@ from snapllm.engine.model import Engine, TokenDelta
 from snapllm.engine.settings import EngineSettings
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import engine_request, parse_invoke
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 @pytest.fixture(scope="module")

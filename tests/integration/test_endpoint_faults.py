@@ -25,7 +25,7 @@ from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.faults import Fault, FaultProxy, StreamFault
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
-from tests.integration.llama_server import start_llama_cpp_server
+from tests.support.llama_server import start_llama_cpp_server
 
 CHAT = {"model": "always-on", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
 

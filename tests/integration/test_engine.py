@@ -17,7 +17,7 @@ from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import CALLER_DEADLINE_KEY, parse_request
 from snapllm.protocol.responses_api import engine_request, parse_invoke
-from tests.conftest import LONG_GENERATION
+from tests.support.generation import LONG_GENERATION
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
 

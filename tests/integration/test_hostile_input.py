@@ -35,9 +35,9 @@ from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
-from tests.hostile_schemas import HOSTILE
-from tests.integration.llama_server import start_llama_cpp_server
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
+from tests.support.hostile_schemas import HOSTILE
+from tests.support.llama_server import start_llama_cpp_server
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess, shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.serve_fixture import MODEL, shared_server
+from tests.support.serve import MODEL, shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from langchain_openai import ChatOpenAI
 from snapllm.errors import ConfigurationError
 from snapllm_dev.local.stack import model_name
 from snapllm_dev.packaged_models import gemma3_270m_path
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
+from tests.support.paths import TEMPLATE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess, shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
+from tests.support.paths import TEMPLATE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 

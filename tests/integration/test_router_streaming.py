@@ -14,7 +14,7 @@ from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.requests import parse_request
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, create_app
-from tests.conftest import LONG_GENERATION
+from tests.support.generation import LONG_GENERATION
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import REPO
-from tests.integration.serve_fixture import shared_server
+from tests.support.paths import REPO
+from tests.support.serve import shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from tests.integration.serve_fixture import shared_server
+from tests.support.serve import shared_server
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,8 @@ import pytest
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
+from tests.support.paths import TEMPLATE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 
