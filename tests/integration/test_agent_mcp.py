@@ -22,10 +22,8 @@ from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.errors import MAX_ERROR_TEXT_BYTES
 from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
-from snapllm_dev.local.durable import LocalAgent, LocalRun, agent_settings, approve
+from snapllm_dev.local.durable import LocalAgent, LocalRun, approve
 from snapllm_dev.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
-from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.session import LocalDeployment
 from tests.support.mcp_server import (
     INVALID_PATHS,
     LONG_ERROR_BYTES,
@@ -36,17 +34,6 @@ from tests.support.mcp_server import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
-    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
-        function.init()
-        function.snapshot()
-        with function.restore() as environment:
-            yield LocalAgent(
-                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
-            )
 
 
 @pytest.fixture

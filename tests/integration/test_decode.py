@@ -19,11 +19,6 @@ from snapllm.protocol.responses_api import engine_request, parse_invoke
 from tests.support.paths import REPO
 
 
-@pytest.fixture(scope="module")
-def engine(model_path) -> Engine:
-    return Engine.load(str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2")
-
-
 def _uses_grammar(body: dict[str, Any]) -> bool:
     text = body.get("text")
     return "response_format" in body or "tools" in body or (isinstance(text, dict) and "format" in text)

@@ -22,11 +22,6 @@ from tests.support.generation import LONG_GENERATION
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
 
 
-@pytest.fixture(scope="module")
-def engine(model_path) -> Engine:
-    return Engine.load(str(model_path), EngineSettings(threads=1, max_tokens=256), model_name="smollm2")
-
-
 def test_chat_uses_the_models_template_and_reports_usage_and_timings(engine):
     request = parse_request(
         {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}

@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 
 from tests.support.hostile_schemas import HOSTILE
-from tests.support.serve import MODEL, shared_server
+from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,7 @@ def _stream(url: str, body: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["buffered", "streamed"])
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_a_hostile_schema_is_answered_within_its_bound_while_others_are_served(name, streamed):
-    server = shared_server()
+def test_a_hostile_schema_is_answered_within_its_bound_while_others_are_served(server, name, streamed):
     chat_url = f"{server.base_url}/chat/completions"
     schema, refusal = HOSTILE[name]
     hostile = {
