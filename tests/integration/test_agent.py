@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,7 @@ import pytest
 from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.tools import BuiltinTools, ReadExcerpt
 from snapllm.errors import InferenceThrottledError
-from snapllm_dev.local.durable import LocalAgent, LocalRun, agent_settings, approve, no_answer, reject
-from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.local.durable import LocalAgent, LocalRun, approve, no_answer, reject
 
 pytestmark = pytest.mark.slow
 
@@ -31,17 +28,6 @@ NOTES = (
     "only pays for paging memory back in. Snapshots hold everything in memory, including random seeds, "
     "so seed per request after restore.\n"
 )
-
-
-@pytest.fixture(scope="module")
-def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
-    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
-        function.init()
-        function.snapshot()
-        with function.restore() as environment:
-            yield LocalAgent(
-                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
-            )
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
-from tests.integration.mcp_server import ToolServer
+from tests.support.mcp_server import ToolServer
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
-"""The agent's tools from a real MCP server: the ``mcp`` SDK's server over streamable HTTP on 127.0.0.1 (see
-``mcp_server.py``), the real model (SmolLM2 restored from its local snapshot) choosing the calls, the local
-S3 endpoint, and the SDK's testing runner playing the durable service.
+"""The agent's tools from a real MCP server: the ``mcp`` SDK's server over streamable HTTP on 127.0.0.1
+(see :mod:`tests.support.mcp_server`), the real model (SmolLM2 restored from its local snapshot) choosing the
+calls, the local S3 endpoint, and the SDK's testing runner playing the durable service.
 
 Each test offers the model one or two of the server's tools (``tools`` in the server's configuration) and
 names no document, so the built-in tools are not offered: whatever the small model plans, it calls the tool
@@ -22,11 +22,9 @@ from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.errors import MAX_ERROR_TEXT_BYTES
 from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
-from snapllm_dev.local.durable import LocalAgent, LocalRun, agent_settings, approve
+from snapllm_dev.local.durable import LocalAgent, LocalRun, approve
 from snapllm_dev.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
-from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.session import LocalDeployment
-from tests.integration.mcp_server import (
+from tests.support.mcp_server import (
     INVALID_PATHS,
     LONG_ERROR_BYTES,
     PNG,
@@ -36,17 +34,6 @@ from tests.integration.mcp_server import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
-    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
-        function.init()
-        function.snapshot()
-        with function.restore() as environment:
-            yield LocalAgent(
-                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
-            )
 
 
 @pytest.fixture

@@ -20,9 +20,10 @@ from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
-from snapllm_dev.local.durable import LocalAgent, agent_settings
+from snapllm_dev.local.durable import LocalAgent
 from snapllm_dev.local.durable_service import LocalDurableLambda
 from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.session import LocalDeployment
 
 pytestmark = pytest.mark.slow
@@ -34,33 +35,24 @@ NOTES = (
 
 @pytest.fixture(scope="module")
 def api(
-    deployment: LocalDeployment,
+    deployment: LocalDeployment, environment: RestoredEnvironment, agent: LocalAgent
 ) -> Iterator[tuple[APIGatewayHttpResolver, LocalDurableLambda, str, LocalAgent]]:
-    with deployment.function("InferenceFunction", SNAPLLM_THREADS="1") as function:
-        function.init()
-        function.snapshot()
-        with function.restore() as environment:
-            agent = LocalAgent(
-                deployment, agent_settings(deployment.template), LocalInferenceClient(environment)
-            )
-            key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
-            deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
-            with agent.durable_service() as service:
-                routes.configure(
-                    AgentRuns(service, function_arn=service.function_arn, records=agent.run_records())
-                )
-                # Mounted as the router function mounts it: next to the OpenAI routes, behind the router's
-                # validation and error handlers.
-                routes_table = json.dumps({"smollm2": "local:InferenceFunction"})
-                router = RouterApp(
-                    RouterSettings.from_env({"SNAPLLM_ROUTES": routes_table}),
-                    {"smollm2": LocalInferenceClient(environment)},
-                    routers=[routes.router],
-                )
-                try:
-                    yield router.resolver, service, f"s3://{agent.settings.artifacts_bucket}/{key}", agent
-                finally:
-                    routes.configure(None)
+    key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
+    deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
+    with agent.durable_service() as service:
+        routes.configure(AgentRuns(service, function_arn=service.function_arn, records=agent.run_records()))
+        # Mounted as the router function mounts it: next to the OpenAI routes, behind the router's
+        # validation and error handlers.
+        routes_table = json.dumps({"smollm2": "local:InferenceFunction"})
+        router = RouterApp(
+            RouterSettings.from_env({"SNAPLLM_ROUTES": routes_table}),
+            {"smollm2": LocalInferenceClient(environment)},
+            routers=[routes.router],
+        )
+        try:
+            yield router.resolver, service, f"s3://{agent.settings.artifacts_bucket}/{key}", agent
+        finally:
+            routes.configure(None)
 
 
 def _call(resolver: APIGatewayHttpResolver, method: str, path: str, body: Any = None, **headers: str):

@@ -9,9 +9,9 @@ import openai
 import pytest
 
 from snapllm_dev.local.processes import stop_process
-from tests.conftest import TEMPLATE
-from tests.integration.llama_server import start_llama_cpp_server
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
+from tests.support.llama_server import start_llama_cpp_server
+from tests.support.paths import TEMPLATE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 

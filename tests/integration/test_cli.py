@@ -3,24 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from tests.conftest import REPO, TEST_THREADS
-
-ENV = {**os.environ, "SNAPLLM_THREADS": TEST_THREADS}
-
-
-def snapllm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "snapllm_dev.cli", *args],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from tests.support.cli import snapllm
 
 
 def test_local_invoke_prints_the_response_on_stdout_and_timings_on_stderr():

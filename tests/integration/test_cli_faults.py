@@ -8,7 +8,7 @@ import time
 import pytest
 
 from snapllm.inference.settings import LoaderEnvironment
-from tests.integration.test_cli import snapllm
+from tests.support.cli import snapllm
 
 CHAT = ("local", "invoke", "InferenceFunction", "-e", "events/inference/chat.json")
 # Tighter than the defaults (181 s per part), so that the bound the failing invoke is held to means something.

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TEST_THREADS
+from tests.support.generation import TEST_THREADS
+from tests.support.paths import REPO
 
 MARKER = "SNAPLLM_TEST_CLI_CASE_MARKER"  # not read by snapllm: a name no function declares or is given
 # A case that misbehaves (starts serving, say) is stopped here; a correct one ends in seconds.

@@ -23,8 +23,8 @@ from snapllm import errors
 from snapllm.protocol.metrics import status_class
 from snapllm_dev import sam
 from snapllm_dev.local.s3 import free_port
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
+from tests.support.paths import TEMPLATE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 

@@ -18,21 +18,8 @@ from snapllm.engine.types import TokenDelta
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
-from tests.conftest import REPO
-
-
-def _serving(engine: Engine) -> OpenAIServing:
-    return OpenAIServing(engine, max_tokens=256, max_prompt_chars=32_000)
-
-
-@pytest.fixture(scope="module")
-def engine(model_path) -> Engine:
-    return Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2")
-
-
-@pytest.fixture(scope="module")
-def serving(engine) -> OpenAIServing:
-    return _serving(engine)
+from tests.support.generation import serving_over
+from tests.support.paths import REPO
 
 
 def _lazy_and_eager(engine: Engine, serving: OpenAIServing, body: dict[str, Any]):
@@ -191,7 +178,7 @@ def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_
     drafting = Engine.load(
         str(model_path), EngineSettings(threads=1), model_name="smollm2", draft=PromptLookup()
     )
-    serving = _serving(drafting)
+    serving = serving_over(drafting)
     document = (Path(REPO) / "events/agent/documents/snapstart.md").read_text()[:1200]
     question = [{"role": "user", "content": f"{document}\n\nQuote the first sentence above."}]
     request = {"messages": question, "temperature": 0, "max_tokens": 48, "seed": 5}

@@ -23,18 +23,9 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.faults import Fault, FaultProxy, StreamFault
-from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
-from tests.integration.llama_server import start_llama_cpp_server
 
 CHAT = {"model": "always-on", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
-
-
-@pytest.fixture(scope="module")
-def endpoint(model_path):
-    process, base_url = start_llama_cpp_server(model_path)
-    yield base_url
-    stop_process(process)
 
 
 def _through(fault: Fault | None):
@@ -44,12 +35,13 @@ def _through(fault: Fault | None):
     return rule
 
 
-def test_clean_answer_through_the_proxy(endpoint):
-    upstream = endpoint.removesuffix("/v1")
+def test_clean_answer_through_the_proxy(always_on_endpoint):
+    upstream = always_on_endpoint.removesuffix("/v1")
     with FaultProxy(upstream, rule=_through(None)) as proxy:
         body = HttpInferenceClient(f"{proxy.url}/v1").invoke(CHAT)
     assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"]
-    text = HttpInferenceClient(endpoint).invoke({"prompt": "The capital of France is", "max_tokens": 3})
+    completion = {"prompt": "The capital of France is", "max_tokens": 3}
+    text = HttpInferenceClient(always_on_endpoint).invoke(completion)
     assert text["object"] == "text_completion"
 
 
@@ -65,8 +57,8 @@ def test_clean_answer_through_the_proxy(endpoint):
     ],
     ids=["reset", "close", "stall", "500", "503", "429"],
 )
-def test_faults_become_the_projects_errors(endpoint, fault, error, status):
-    with FaultProxy(endpoint.removesuffix("/v1"), rule=_through(fault)) as proxy:
+def test_faults_become_the_projects_errors(always_on_endpoint, fault, error, status):
+    with FaultProxy(always_on_endpoint.removesuffix("/v1"), rule=_through(fault)) as proxy:
         # A stall must end by the read timeout; every other fault must fire first, after the server's
         # answer, which can take over a second on a loaded machine.
         read_timeout_s = 1.0 if fault.stream is StreamFault.STALL else 15.0
@@ -103,20 +95,20 @@ def _post(router: RouterApp, body: dict) -> dict:
 
 
 @pytest.mark.parametrize("status", [503, 429])
-def test_router_falls_back_on_throttle_or_unavailable_and_counts_it(endpoint, status):
-    with FaultProxy(endpoint.removesuffix("/v1"), rule=_through(Fault(status=status))) as proxy:
-        router = _router(f"{proxy.url}/v1", endpoint)
+def test_router_falls_back_on_throttle_or_unavailable_and_counts_it(always_on_endpoint, status):
+    with FaultProxy(always_on_endpoint.removesuffix("/v1"), rule=_through(Fault(status=status))) as proxy:
+        router = _router(f"{proxy.url}/v1", always_on_endpoint)
         result = _post(router, CHAT)
     assert result["statusCode"] == 200, result["body"]
     assert json.loads(result["body"])["choices"][0]["message"]["content"]
     assert router.fallbacks == {("always-on", "backup"): 1}
 
 
-def test_router_does_not_fall_back_on_a_failure_and_maps_it(endpoint):
+def test_router_does_not_fall_back_on_a_failure_and_maps_it(always_on_endpoint):
     with FaultProxy(
-        endpoint.removesuffix("/v1"), rule=_through(Fault(stream=StreamFault.RESET, after=20))
+        always_on_endpoint.removesuffix("/v1"), rule=_through(Fault(stream=StreamFault.RESET, after=20))
     ) as proxy:
-        router = _router(f"{proxy.url}/v1", endpoint)
+        router = _router(f"{proxy.url}/v1", always_on_endpoint)
         result = _post(router, CHAT)
     assert result["statusCode"] == 502
     assert json.loads(result["body"])["error"]["code"] == "inference_failed"

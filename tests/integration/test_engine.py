@@ -19,25 +19,9 @@ from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import inference_request, parse_invoke
-from snapllm.protocol.serving import OpenAIServing
-from tests.conftest import LONG_GENERATION
+from tests.support.generation import LONG_GENERATION, serving_over
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
-
-
-@pytest.fixture(scope="module")
-def engine(model_path) -> Engine:
-    return Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2")
-
-
-def _serving(engine: Engine, max_tokens: int = 256) -> OpenAIServing:
-    return OpenAIServing(engine, max_tokens=max_tokens, max_prompt_chars=32_000)
-
-
-@pytest.fixture(scope="module")
-def serving(engine) -> OpenAIServing:
-    """The OpenAI protocol over the engine: what the function serves."""
-    return _serving(engine)
 
 
 def test_chat_uses_the_models_template_and_reports_usage_and_timings(serving):
@@ -94,7 +78,9 @@ def test_max_tokens_is_capped_by_configuration(serving):
 
 
 def test_context_window_limits(model_path):
-    small = _serving(Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=64), model_name="small"))
+    small = serving_over(
+        Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=64), model_name="small")
+    )
     with pytest.raises(ContextLengthExceededError, match="context window is 64 tokens") as caught:
         small.generate(parse_request({"prompt": "word " * 100}))
     assert caught.value.param == "prompt"
@@ -149,7 +135,9 @@ def test_weights_are_not_repacked_into_a_second_copy(engine):
 def test_repacking_can_be_chosen(model_path):
     repacking = Engine.load(str(model_path), EngineSettings(threads=1, repack_weights=True), model_name="r")
     assert repacking.llama.model_params.use_extra_bufts is True
-    assert _serving(repacking).generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
+    assert (
+        serving_over(repacking).generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
+    )
 
 
 def test_warm_up_leaves_only_the_chat_templates_common_prefix_behind(engine, serving):

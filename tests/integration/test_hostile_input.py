@@ -26,18 +26,15 @@ import uvicorn
 
 from snapllm.inference.client import HttpInferenceClient
 from snapllm.inference.runtime import InferenceRuntime
-from snapllm.inference.settings import InferenceSettings
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm.streaming.app import create_app
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
-from tests.hostile_schemas import HOSTILE
-from tests.integration.llama_server import start_llama_cpp_server
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
+from tests.support.hostile_schemas import HOSTILE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -414,21 +411,8 @@ def _http(url: str) -> EntryPoint:
 
 
 @pytest.fixture(scope="module")
-def runtime(deployment) -> InferenceRuntime:
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in deployment.environment(SNAPLLM_MAX_TOKENS="16", SNAPLLM_THREADS="1").items():
-            patch.setenv(name, value)
-        return InferenceRuntime.initialize(InferenceSettings.from_env())
-
-
-@pytest.fixture(scope="module")
-def environment(deployment) -> Iterator[Any]:
-    """A restored InferenceFunction environment: the direct invoke, and the router's inference client."""
-    with deployment.function("InferenceFunction", SNAPLLM_MAX_TOKENS="16") as function:
-        function.init()
-        function.snapshot()
-        with function.restore() as restored:
-            yield restored
+def inference_overrides() -> dict[str, str]:
+    return {"SNAPLLM_MAX_TOKENS": "16"}
 
 
 def _router_entry(environment: Any, endpoint: str | None = None) -> EntryPoint:
@@ -486,19 +470,15 @@ def _invoke_entry(environment: Any) -> EntryPoint:
 
 
 @pytest.fixture(scope="module")
-def entry_points(runtime, environment, model_path) -> Iterator[dict[str, EntryPoint]]:
-    llama_server, endpoint = start_llama_cpp_server(model_path)
-    try:
-        with _stream_server(runtime) as stream_url:
-            yield {
-                "http": _http(shared_server().url),
-                "router": _router_entry(environment),
-                "router-always-on": _router_entry(environment, endpoint),
-                "stream": _http(stream_url),
-                "invoke": _invoke_entry(environment),
-            }
-    finally:
-        stop_process(llama_server)
+def entry_points(runtime, environment, server, always_on_endpoint) -> Iterator[dict[str, EntryPoint]]:
+    with _stream_server(runtime) as stream_url:
+        yield {
+            "http": _http(server.url),
+            "router": _router_entry(environment),
+            "router-always-on": _router_entry(environment, always_on_endpoint),
+            "stream": _http(stream_url),
+            "invoke": _invoke_entry(environment),
+        }
 
 
 # --- The table -------------------------------------------------------------------------------------------

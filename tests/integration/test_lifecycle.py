@@ -14,7 +14,8 @@ from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 from snapllm_dev import sam
 from snapllm_dev.local.lifecycle import LocalFunctionError
 from snapllm_dev.local.session import LocalDeployment
-from tests.conftest import LONG_GENERATION, TEMPLATE, TEST_THREADS
+from tests.support.generation import LONG_GENERATION, TEST_THREADS
+from tests.support.paths import TEMPLATE
 
 CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12}
 

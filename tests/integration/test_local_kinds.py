@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import REPO, TEMPLATE
-from tests.integration.test_cli import snapllm
+from tests.support.cli import snapllm
+from tests.support.paths import REPO, TEMPLATE
 
 
 def _with_second_inference_function(scratch: Path) -> Path:

@@ -23,7 +23,7 @@ from snapllm.deploy.upload import MiB, UploadSettings
 from snapllm.errors import StackError
 from snapllm_dev.local.s3 import LOCAL_CREDENTIALS
 from snapllm_dev.model_push.push import CAPABILITIES, DeployedStack, push_model, update_model_digest
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 KEY = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 TEMPLATE = {

@@ -29,8 +29,7 @@ from snapllm.errors import (
 )
 from snapllm_dev.local.faults import Fault, FaultProxy, parse_fault
 from snapllm_dev.local.s3 import free_port
-
-from .model_source_servers import FileServer, ResponseRecorder, self_signed_certificate
+from tests.support.model_source_servers import FileServer, ResponseRecorder, self_signed_certificate
 
 BUCKET = "snapllm-model-source-tests"
 STACK_ID = "arn:aws:cloudformation:us-east-1:123456789012:stack/snapllm/1"

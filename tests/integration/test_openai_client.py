@@ -9,21 +9,11 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.serve_fixture import MODEL, shared_server
+from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow
 
 MESSAGES = [{"role": "user", "content": "Say hello in three words."}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    return shared_server()
-
-
-@pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=60)
 
 
 def test_models_lists_the_routed_model(client):

@@ -14,8 +14,8 @@ from langchain_openai import ChatOpenAI
 from snapllm.errors import ConfigurationError
 from snapllm_dev.local.stack import model_name
 from snapllm_dev.packaged_models import gemma3_270m_path
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess, shared_server
+from tests.support.paths import TEMPLATE
+from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +28,6 @@ CITY = {
 WEATHER = {"name": "get_weather", "description": "The current weather in a city", "parameters": CITY}
 TIME = {"name": "get_time", "description": "The local time in a city", "parameters": CITY}
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-@pytest.fixture(scope="module")
-def client() -> openai.OpenAI:
-    return openai.OpenAI(base_url=shared_server().base_url, api_key="local", max_retries=0, timeout=60)
 
 
 # --- GET /v1/models/{model} -----
@@ -250,12 +245,12 @@ def test_gemma_chats_with_its_familys_turns(gemma):
 
 
 @pytest.mark.parametrize("responses_api", [False, True], ids=["chat", "responses"])
-def test_langchain_sees_a_cut_call_as_an_invalid_call_not_as_the_answer(responses_api):
+def test_langchain_sees_a_cut_call_as_an_invalid_call_not_as_the_answer(server, responses_api):
     # LangChain turns a call whose arguments are not complete JSON into an invalid tool call: an agent
     # then has no text answer to show (it showed the broken call as its final answer when it was text).
     model = ChatOpenAI(
         model=MODEL,
-        base_url=shared_server().base_url,
+        base_url=server.base_url,
         api_key="local",
         max_tokens=14,
         temperature=0,

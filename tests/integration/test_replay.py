@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
-from tests.integration.test_cli import ENV, snapllm
+from tests.support.cli import ENV, snapllm
+from tests.support.paths import REPO
 
 
 def test_every_event_in_the_repository_replays_as_recorded():

@@ -10,7 +10,6 @@ reproducible (this API has no seed). The server allows 96 tokens per answer, eno
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -24,8 +23,7 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -59,16 +57,15 @@ class Place(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServeProcess]:
-    with ServeProcess.start(
-        template=TEMPLATE, env={**SERVE_ENV, "SNAPLLM_MAX_TOKENS": str(MAX_TOKENS)}
-    ) as running:
-        yield running
+def serve_overrides() -> dict[str, str]:
+    """A server of the module's own, whose max_tokens leave room for whole JSON answers and tool calls."""
+    return {"SNAPLLM_MAX_TOKENS": str(MAX_TOKENS)}
 
 
 @pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=120)
+def inference_overrides() -> dict[str, str]:
+    """The direct invoke under the same limit as the server, so the two give the same shapes."""
+    return {"SNAPLLM_MAX_TOKENS": str(MAX_TOKENS)}
 
 
 # --- Whole responses --------------------------------------------------------------------------------------
@@ -243,15 +240,6 @@ def test_what_needs_server_state_is_refused_by_name(client, fields, param, reaso
 
 
 # --- The same request as a direct invoke and as an API Gateway event ----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def environment(deployment) -> Iterator[Any]:
-    with deployment.function("InferenceFunction", SNAPLLM_MAX_TOKENS=str(MAX_TOKENS)) as function:
-        function.init()
-        function.snapshot()
-        with function.restore() as restored:
-            yield restored
 
 
 def _router(environment: Any) -> RouterApp:

@@ -10,11 +10,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from snapllm.engine.types import TokenDelta
-from snapllm.inference.runtime import InferenceRuntime
-from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.requests import parse_request
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, create_app
-from tests.conftest import LONG_GENERATION
+from tests.support.generation import LONG_GENERATION
 
 pytestmark = pytest.mark.slow
 
@@ -22,18 +20,13 @@ CHAT = {"messages": [{"role": "user", "content": "Count to five."}], "max_tokens
 
 
 @pytest.fixture(scope="module")
-def runtime(deployment) -> InferenceRuntime:
-    with pytest.MonkeyPatch.context() as patch:
-        env = deployment.environment(
-            SNAPLLM_MAX_TOKENS="16", SNAPLLM_THREADS="1", SNAPLLM_MAX_PROMPT_CHARS="500"
-        )
-        for name, value in env.items():
-            patch.setenv(name, value)
-        return InferenceRuntime.initialize(InferenceSettings.from_env())
+def inference_overrides() -> dict[str, str]:
+    return {"SNAPLLM_MAX_TOKENS": "16", "SNAPLLM_MAX_PROMPT_CHARS": "500"}
 
 
 @pytest.fixture(scope="module")
 def client(runtime) -> TestClient:
+    """The streaming function's app on the runtime (this module's client is not the OpenAI SDK)."""
     return TestClient(create_app(runtime, max_body_bytes=8192))
 
 

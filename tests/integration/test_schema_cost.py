@@ -1,11 +1,11 @@
 """Every hostile schema class has a bounded cost on the real server, and does not hold up anyone else.
 
-Against ``snapllm local serve`` (real model, real TCP), each class of :mod:`tests.hostile_schemas` is sent
-as a ``response_format`` (buffered through the router, and streamed through the streaming function) at
-the same moment as a ``/health`` request, a small chat request and a small stream. The hostile request
-must be answered (its 400 naming the construct, or a valid answer) within :data:`HOSTILE_BOUND_S`, and the
-other three within :data:`OTHERS_BOUND_S`. Before the grammar's cost was bounded, some of these classes
-held a CPU for minutes (``(a?){4096}``: 56 s for each token's grammar check alone).
+Against ``snapllm local serve`` (real model, real TCP), each class of :mod:`tests.support.hostile_schemas` is
+sent as a ``response_format`` (buffered through the router, and streamed through the streaming function) at
+the same moment as a ``/health`` request, a small chat request and a small stream. The hostile request must be
+answered (its 400 naming the construct, or a valid answer) within :data:`HOSTILE_BOUND_S`, and the other three
+within :data:`OTHERS_BOUND_S`. Before the grammar's cost was bounded, some of these classes held a CPU for
+minutes (``(a?){4096}``: 56 s for each token's grammar check alone).
 
 The bounds are generous for a busy 2-core machine running the model on one thread: the requests take a
 few seconds here. The router serves one request at a time (as one Lambda environment does), so ``/health``
@@ -24,8 +24,8 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.hostile_schemas import HOSTILE
-from tests.integration.serve_fixture import MODEL, shared_server
+from tests.support.hostile_schemas import HOSTILE
+from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,7 @@ def _stream(url: str, body: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["buffered", "streamed"])
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_a_hostile_schema_is_answered_within_its_bound_while_others_are_served(name, streamed):
-    server = shared_server()
+def test_a_hostile_schema_is_answered_within_its_bound_while_others_are_served(server, name, streamed):
     chat_url = f"{server.base_url}/chat/completions"
     schema, refusal = HOSTILE[name]
     hostile = {

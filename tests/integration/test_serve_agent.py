@@ -13,15 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import REPO
-from tests.integration.serve_fixture import shared_server
+from tests.support.paths import REPO
+from tests.support.serve import ServeProcess
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=shared_server().url, timeout=60) as client:
+def api(server: ServeProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
         yield client
 
 

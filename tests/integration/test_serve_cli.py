@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import SERVE_ENV, ServeProcess
+from tests.support.paths import TEMPLATE
+from tests.support.serve import SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from tests.integration.serve_fixture import shared_server
+from tests.support.serve import ServeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,7 @@ NO_POSITIVE_CASES = {("POST", "/v1/agent/runs")}
 
 
 @pytest.fixture(scope="module")
-def openapi_schema():
-    server = shared_server()
+def openapi_schema(server: ServeProcess):
     return schemathesis.openapi.from_url(f"{server.url}/openapi.json"), server.url
 
 

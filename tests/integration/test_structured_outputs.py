@@ -20,12 +20,17 @@ import pytest
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
-from tests.conftest import TEMPLATE
-from tests.integration.serve_fixture import MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow
 
 MAX_TOKENS = 96
+
+
+@pytest.fixture(scope="module")
+def serve_overrides() -> dict[str, str]:
+    """A server of the module's own, whose max_tokens leave room for whole JSON answers and tool calls."""
+    return {"SNAPLLM_MAX_TOKENS": str(MAX_TOKENS)}
 
 
 class Color(StrEnum):
@@ -88,19 +93,6 @@ TOOLS = [
     )
 ]
 WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ServeProcess.start(
-        template=TEMPLATE, env={**SERVE_ENV, "SNAPLLM_MAX_TOKENS": str(MAX_TOKENS)}
-    ) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=120)
 
 
 def test_parse_returns_validated_objects_for_every_prompt(client):

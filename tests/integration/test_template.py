@@ -10,7 +10,7 @@ import pytest
 
 from snapllm_dev import sam
 from snapllm_dev.sam import read as load_template
-from tests.conftest import REPO, TEMPLATE
+from tests.support.paths import REPO, TEMPLATE
 
 SAM = REPO / ".tools" / "bin" / "sam"
 

@@ -12,7 +12,7 @@ from snapllm_dev.deploycheck.calls import AwsCall, aws_calls
 from snapllm_dev.deploycheck.cli import check
 from snapllm_dev.deploycheck.redeploy import check_redeploys
 from snapllm_dev.deploycheck.transform import transformed
-from tests.conftest import REPO, TEMPLATE
+from tests.support.paths import REPO, TEMPLATE
 
 MODEL_DIGEST_FROM_THE_COPY = (
     "SNAPLLM_MODEL_SHA256: !If [HasModelSource, !GetAtt ModelObject.Sha256, !Ref ModelSha256]"

@@ -1,8 +1,9 @@
 """Schemas to grammars: what is refused and why, what it costs, and that what a grammar generates validates.
 
 Texts are drawn from each grammar by llama.cpp's own grammar sampler over the real model's vocabulary
-(:mod:`tests.grammar_sampler`; no weights are evaluated, only the vocabulary is loaded), so these tests
-check the grammars llama.cpp would enforce, not a model of them. ``jsonschema`` is the judge of validity.
+(:mod:`tests.support.grammar_sampler`; no weights are evaluated, only the vocabulary is loaded), so these
+tests check the grammars llama.cpp would enforce, not a model of them. ``jsonschema`` is the judge of
+validity.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from snapllm.protocol.json_grammar import MAX_PATTERN_SIZE, schema_grammar
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.structured import check_schema, parse_tool_calls, tool_call_schema
 from snapllm_dev.packaged_models import default_model_path
-from tests.grammar_sampler import GrammarSampler
-from tests.hostile_schemas import HOSTILE, dag
+from tests.support.grammar_sampler import GrammarSampler
+from tests.support.hostile_schemas import HOSTILE, dag
 
 # Checking and building any schema below stays well under this (they take milliseconds on one core; the
 # bound leaves room for a busy machine). Before, some classes took minutes in the request path.

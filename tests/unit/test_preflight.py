@@ -20,7 +20,7 @@ from snapllm_dev.preflight.elf import is_elf, read_elf
 from snapllm_dev.preflight.package import scan_package
 from snapllm_dev.preflight.regions import region_of, region_problems
 from snapllm_dev.preflight.rules import LWA_SNAPSTART_MIN_LAYER
-from tests.conftest import TEMPLATE as REPO_TEMPLATE
+from tests.support.paths import TEMPLATE as REPO_TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[2]
 

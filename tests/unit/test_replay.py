@@ -10,7 +10,7 @@ import pytest
 from snapllm_dev.replay.cli import Verdict, check, deadlines, render
 from snapllm_dev.replay.events import Approval, Manifest, ReplaySetupError
 from snapllm_dev.replay.masks import MASKS, drawn_seed, masks_for, normalize, unseeded_sample
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 RUN_ID = "7c1e4a52-9f3b-4d8e-a6c0-2b5d8e1f4a93"
 MANIFEST = """

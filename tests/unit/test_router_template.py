@@ -5,7 +5,7 @@ from __future__ import annotations
 from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH
 from snapllm_dev import sam
 from snapllm_dev.sam import read as load_template
-from tests.conftest import TEMPLATE
+from tests.support.paths import TEMPLATE
 
 
 def resources() -> dict:

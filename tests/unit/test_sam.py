@@ -11,7 +11,7 @@ from snapllm.errors import ConfigurationError
 from snapllm_dev import sam
 from snapllm_dev.local.environment import function_environment
 from snapllm_dev.local.kinds import Kind, kind_of, model_function
-from tests.conftest import TEMPLATE
+from tests.support.paths import TEMPLATE
 
 SMALL = """\
 Parameters:

@@ -28,7 +28,7 @@ from snapllm_dev.samlocal.scenario import (
     run_finished,
 )
 from snapllm_dev.samlocal.stage import OVERLAY_NAME, _write_overlay
-from tests.conftest import REPO, TEMPLATE
+from tests.support.paths import REPO, TEMPLATE
 
 # stderr of `sam local invoke InferenceFunction` (SAM 1.170, the stand-in image), less the function's logs.
 INVOKE_STDERR = """No current session found, using default AWS::AccountId

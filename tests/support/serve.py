@@ -1,4 +1,8 @@
-"""One ``snapllm local serve`` per test session, shared by the OpenAI-client and schemathesis tests.
+"""``snapllm local serve`` as a child process: the whole local stack over real TCP, as a user starts it, for
+the tests that talk to it as a client would (OpenAI SDK, LangChain, schemathesis, httpx).
+
+:func:`shared_server` is one such server per test session, shared by the modules that need no settings of
+their own (``tests/integration/conftest.py`` hands it out as the ``server`` fixture).
 
 Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too)
 and the error paths are easy to reach (64 KB bodies, 2,000-character prompts).
@@ -21,7 +25,8 @@ import httpx
 from snapllm_dev.local.lwa import LocalServeError
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
-from tests.conftest import TEMPLATE, TEST_THREADS
+from tests.support.generation import TEST_THREADS
+from tests.support.paths import TEMPLATE
 
 SERVE_ENV = {
     "SNAPLLM_THREADS": TEST_THREADS,

@@ -12,7 +12,7 @@ import httpx
 
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
-from tests.conftest import TEST_THREADS
+from tests.support.generation import TEST_THREADS
 
 
 def start_llama_cpp_server(model_path) -> tuple[subprocess.Popen[bytes], str]:

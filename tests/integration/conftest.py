@@ -1,0 +1,112 @@
+"""Fixtures the integration modules share: the model loaded in this process, the InferenceFunction
+restored from its local snapshot, the inference runtime, the agent over it, ``snapllm local serve`` with
+an OpenAI client on it, and llama-cpp-python's server as an always-on endpoint.
+
+Each is module-scoped (a loaded model costs seconds), and a module sets its own limits by overriding the
+fixture that holds them: ``inference_overrides`` for the function and the runtime, ``serve_overrides`` for
+the server. A module that sets no server limits shares the session's one server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from snapllm.engine.model import Engine
+from snapllm.engine.settings import EngineSettings
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.serving import OpenAIServing
+from snapllm_dev.local.durable import LocalAgent, agent_settings
+from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.lifecycle import RestoredEnvironment
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.session import LocalDeployment
+from tests.support.generation import TEST_THREADS, serving_over
+from tests.support.llama_server import start_llama_cpp_server
+from tests.support.paths import TEMPLATE
+from tests.support.serve import SERVE_ENV, ServeProcess, shared_server
+
+
+@pytest.fixture(scope="module")
+def engine(model_path) -> Engine:
+    """The packaged model loaded in this process, with no function around it."""
+    return Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2")
+
+
+@pytest.fixture(scope="module")
+def serving(engine) -> OpenAIServing:
+    """The OpenAI protocol over :func:`engine`: what the functions serve, without a function around it."""
+    return serving_over(engine)
+
+
+@pytest.fixture(scope="module")
+def inference_overrides() -> dict[str, str]:
+    """The module's InferenceFunction variables over the template's (for ``environment`` and ``runtime``)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def environment(
+    deployment: LocalDeployment, inference_overrides: dict[str, str]
+) -> Iterator[RestoredEnvironment]:
+    """The InferenceFunction initialized, snapshotted and restored: the direct invoke, and what the router's
+    local inference client calls."""
+    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **inference_overrides}
+    with deployment.function("InferenceFunction", **overrides) as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as restored:
+            yield restored
+
+
+@pytest.fixture(scope="module")
+def runtime(deployment: LocalDeployment, inference_overrides: dict[str, str]) -> InferenceRuntime:
+    """The inference runtime in this process, set up from the function's environment as Lambda would."""
+    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **inference_overrides}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in deployment.environment(**overrides).items():
+            patch.setenv(name, value)
+        return InferenceRuntime.initialize(InferenceSettings.from_env())
+
+
+@pytest.fixture(scope="module")
+def agent(deployment: LocalDeployment, environment: RestoredEnvironment) -> LocalAgent:
+    """The agent of the template, its model calls going to the restored InferenceFunction."""
+    return LocalAgent(deployment, agent_settings(deployment.template), LocalInferenceClient(environment))
+
+
+@pytest.fixture(scope="module")
+def serve_overrides() -> dict[str, str]:
+    """The module's server variables over :data:`tests.support.serve.SERVE_ENV`; any gives the module a
+    server of its own."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def server(serve_overrides: dict[str, str]) -> Iterator[ServeProcess]:
+    """``snapllm local serve`` on the repository's template."""
+    if not serve_overrides:
+        yield shared_server()
+        return
+    with ServeProcess.start(template=TEMPLATE, env={**SERVE_ENV, **serve_overrides}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server: ServeProcess) -> openai.OpenAI:
+    """The OpenAI SDK on ``server``, without retries (a retry would hide an error)."""
+    return openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def always_on_endpoint(model_path) -> Iterator[str]:
+    """llama-cpp-python's own server on the packaged model: the base URL (``.../v1``) of an always-on
+    endpoint, as the router's per-model targets reach one."""
+    process, base_url = start_llama_cpp_server(model_path)
+    try:
+        yield base_url
+    finally:
+        stop_process(process)
