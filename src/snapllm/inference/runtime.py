@@ -45,7 +45,7 @@ class InferenceRuntime:
         self.engine = engine
         self.settings = settings
         self.serving = OpenAIServing(
-            engine, max_tokens=settings.engine.max_tokens, max_prompt_chars=settings.engine.max_prompt_chars
+            engine, max_tokens=settings.serving.max_tokens, max_prompt_chars=settings.serving.max_prompt_chars
         )
         self.download = download
         self.environment_id = uuid.uuid4().hex
@@ -91,7 +91,7 @@ class InferenceRuntime:
 
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
-        bodies = self.serving.warm_up_bodies(max(1, self.settings.engine.warmup_tokens))
+        bodies = self.serving.warm_up_bodies(max(1, self.settings.serving.warmup_tokens))
         with phases.measure("warm_up"):
             # Through the handler first, so decoding, validation, rendering and logging have run once too.
             for body in bodies:
@@ -140,7 +140,7 @@ class InferenceRuntime:
                     "the whole completion",
                     param="stream",
                 )
-            deadline = invoke_deadline(context, margin_ms=self.settings.engine.deadline_margin_ms)
+            deadline = invoke_deadline(context, margin_ms=self.settings.serving.deadline_margin_ms)
             response, generation = self.serving.complete(request, deadline=deadline)
         except RequestError as exc:
             return self._reject(exc, request_id)

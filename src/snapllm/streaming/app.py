@@ -66,7 +66,7 @@ def error_response(error: RequestError) -> Response:
 
 def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> Deadline:
     """The invoke's deadline from LWA's ``x-amzn-lambda-context`` header, less the engine's margin."""
-    margin_s = runtime.settings.engine.deadline_margin_ms / 1000.0
+    margin_s = runtime.settings.serving.deadline_margin_ms / 1000.0
     raw = request.headers.get("x-amzn-lambda-context")
     if raw:
         try:

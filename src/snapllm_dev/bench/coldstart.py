@@ -150,7 +150,9 @@ def _measure_invokes(
         bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256, name="bench"
     )
     runtime = InferenceRuntime.initialize(
-        InferenceSettings(model=source, loader=settings.loader, engine=settings.engine),
+        InferenceSettings(
+            model=source, loader=settings.loader, engine=settings.engine, serving=settings.serving
+        ),
         S3ModelLoader(deployment.s3.client(), settings.loader),
     )
     runtime.before_snapshot()

@@ -21,6 +21,7 @@ from typing import Any
 from snapllm.engine.decode import PromptLookup
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
+from snapllm.inference.settings import ServingSettings
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus
@@ -60,7 +61,7 @@ def measure(plain: Engine, drafting: Engine, *, rounds: int, tokens: int) -> dic
     results: dict[str, dict[str, Any]] = {}
     limit = max(tokens, 16)
     servings = {
-        side: OpenAIServing(engine, max_tokens=limit, max_prompt_chars=EngineSettings().max_prompt_chars)
+        side: OpenAIServing(engine, max_tokens=limit, max_prompt_chars=ServingSettings().max_prompt_chars)
         for side, engine in (("plain", plain), ("drafting", drafting))
     }
     for name, prompts in PROMPT_SETS.items():
@@ -102,7 +103,7 @@ def measure(plain: Engine, drafting: Engine, *, rounds: int, tokens: int) -> dic
 
 def run(args: argparse.Namespace) -> int:
     threads = args.threads or available_cpus()
-    settings = EngineSettings(threads=threads, max_tokens=max(args.tokens, 16))
+    settings = EngineSettings(threads=threads)
     path = str(model_path(args.model))
     plain = Engine.load(path, settings, model_name=Path(path).stem, draft=None)
     drafting = Engine.load(path, settings, model_name=Path(path).stem, draft=DRAFTS[args.draft]())

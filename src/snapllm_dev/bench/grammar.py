@@ -36,6 +36,7 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest
 from snapllm.errors import SnapllmError
+from snapllm.inference.settings import ServingSettings
 from snapllm.protocol.constraints import chat_grammar
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
 from snapllm.protocol.serving import OpenAIServing
@@ -100,10 +101,12 @@ Sample = tuple[float, int]
 
 
 def engine_side(
-    engine: Engine, settings: EngineSettings, grammar_check: GrammarCheck = "lazy"
+    engine: Engine, serving_settings: ServingSettings, grammar_check: GrammarCheck = "lazy"
 ) -> Callable[[dict[str, Any]], Sample]:
     serving = OpenAIServing(
-        engine, max_tokens=settings.max_tokens, max_prompt_chars=settings.max_prompt_chars
+        engine,
+        max_tokens=serving_settings.max_tokens,
+        max_prompt_chars=serving_settings.max_prompt_chars,
     )
 
     def send(request: dict[str, Any]) -> Sample:
@@ -220,15 +223,18 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"threads": threads, "rounds": args.rounds, "models": {}}
     for model_name in args.model or list(MODELS):
         path = MODELS[model_name]()
-        settings = EngineSettings(threads=threads, max_tokens=max(args.tokens, 16))
+        settings = EngineSettings(threads=threads)
+        serving_settings = ServingSettings(max_tokens=max(args.tokens, 16))
         try:
             engine = Engine.load(str(path), settings, model_name=model_name)
         except (SnapllmError, OSError, ValueError) as exc:
             print(f"snapllm bench grammar: {exc}", file=sys.stderr)
             return 2
-        sides: dict[str, Callable[[dict[str, Any]], Sample]] = {"snapllm": engine_side(engine, settings)}
+        sides: dict[str, Callable[[dict[str, Any]], Sample]] = {
+            "snapllm": engine_side(engine, serving_settings)
+        }
         if args.eager:
-            sides["snapllm eager"] = engine_side(engine, settings, "eager")
+            sides["snapllm eager"] = engine_side(engine, serving_settings, "eager")
         with _peer(args.peer, path, threads=threads, n_ctx=settings.n_ctx) as peer_url:
             if peer_url is not None:
                 sides["llama-server"] = peer_side(peer_url)
