@@ -68,8 +68,8 @@ def _raise_exception(message: str) -> None:
     raise ValueError(message)
 
 
-def _strftime_now(format: str) -> str:
-    return datetime.now().strftime(format)
+def _strftime_now(pattern: str) -> str:
+    return datetime.now().strftime(pattern)
 
 
 def _json_or_text(text: str) -> Any:
