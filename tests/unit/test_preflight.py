@@ -341,6 +341,21 @@ def test_model_weights_in_a_package_are_caught(tmp_path, capsys):
     ]
 
 
+def test_developer_tooling_in_a_layer_is_caught(tmp_path, capsys):
+    build = make_build(
+        tmp_path,
+        layers={
+            "Lib": {"python/snapllm/__init__.py": b"", "python/snapllm_dev/cli.py": b""},
+            "Other": {"python/snapllm/__init__.py": b""},
+        },
+    )
+    code, errors = run_preflight(build, capsys)
+    assert code == 1
+    assert errors == [
+        "ERROR Fn: Lib ships snapllm_dev, the developer tooling: the layer should copy src/snapllm only"
+    ]
+
+
 @pytest.mark.parametrize(
     ("tag", "problem"),
     [

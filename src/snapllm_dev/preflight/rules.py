@@ -60,6 +60,8 @@ DURABLE_TIMEOUT_RANGE = (1, 31_622_400)
 DURABLE_RETENTION_RANGE = (1, 90)
 #: The layer version of Lambda Web Adapter v1.1.0, the first release that calls the SnapStart hook paths.
 LWA_SNAPSTART_MIN_LAYER = 30
+#: The top-level package of the developer tooling, which no function ships.
+TOOLING_PACKAGE = "snapllm_dev"
 LWA_SNAPSTART_HOOKS = ("AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH", "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH")
 _LWA_LAYER_VERSION = re.compile(r":layer:LambdaAdapterLayer(?:Arm64|X86):(\d+)$")
 
@@ -368,6 +370,20 @@ def check_weights(target: Target) -> list[Finding]:
     ]
 
 
+def check_tooling(target: Target) -> list[Finding]:
+    """No developer tooling ships: the layer holds the runtime (``snapllm``), never ``snapllm_dev``, which the
+    runtime does not import (an import-linter contract) and which would only add bytes to every function."""
+    return [
+        _error(
+            target.function,
+            f"{pkg.name} ships {TOOLING_PACKAGE}, the developer tooling: "
+            "the layer should copy src/snapllm only",
+        )
+        for pkg in target.packages
+        if TOOLING_PACKAGE in _import_roots(pkg, layer=pkg is not target.code)
+    ]
+
+
 def check_region(target: Target) -> list[Finding]:
     """The region offers every Lambda feature the function uses (the table in :mod:`.regions`)."""
     if target.region is None:
@@ -410,6 +426,7 @@ RULES: tuple[Rule, ...] = (
     check_snapstart,
     check_durable,
     check_weights,
+    check_tooling,
     check_web_adapter,
     check_overrides,
     check_region,
