@@ -2,13 +2,13 @@
 
 import pytest
 
+from snapllm.engine.types import Timings
 from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     Generation,
-    Timings,
     parse_request,
 )
 

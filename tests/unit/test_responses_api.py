@@ -10,6 +10,7 @@ from openai._models import construct_type
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import request_features
@@ -18,8 +19,6 @@ from snapllm.protocol.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     Generation,
-    Timings,
-    TokenLogprob,
     ToolCall,
 )
 from snapllm.protocol.responses_api import (

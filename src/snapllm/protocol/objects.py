@@ -23,14 +23,13 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_serializer, model_serializer
 
+from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import ErrorResponse, UnknownModelError
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     FinishReason,
     Generation,
     InferenceRequest,
-    Timings,
-    TokenLogprob,
     ToolCall,
 )
 from snapllm.protocol.responses_api import (

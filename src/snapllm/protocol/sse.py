@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from snapllm.engine.types import TokenLogprob
 from snapllm.errors import RequestError
 from snapllm.protocol.objects import (
     ChatChunkChoice,
@@ -51,7 +52,6 @@ from snapllm.protocol.requests import (
     FinishReason,
     Generation,
     InferenceRequest,
-    TokenLogprob,
 )
 from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest
 
