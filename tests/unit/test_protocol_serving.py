@@ -138,26 +138,25 @@ def test_a_chat_renders_with_the_models_template_up_to_the_answer():
     )
 
 
-def test_tools_in_the_generic_format_for_a_template_without_tools():
-    body = {
+def _tool_conversation(question: str, city: str, *, assistant_content: str | None) -> dict:
+    """A chat with tools whose assistant called get_weather(city) as call_1, answered "Sunny"."""
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city}, ensure_ascii=False)},
+    }
+    return {
         "messages": [
-            {"role": "user", "content": "Weather in Paris?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                    }
-                ],
-            },
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": assistant_content, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
         ],
         "tools": [WEATHER],
     }
-    prompt = _render(CHATML, body)
+
+
+def test_tools_in_the_generic_format_for_a_template_without_tools():
+    prompt = _render(CHATML, _tool_conversation("Weather in Paris?", "Paris", assistant_content=None))
     # The tools are described in a system message the template did not have; the earlier call is the JSON
     # the model would have generated; the result is a user turn naming the call it answers.
     assert prompt.startswith("<|im_start|>system\nYou can call these functions: [")
@@ -167,25 +166,7 @@ def test_tools_in_the_generic_format_for_a_template_without_tools():
 
 
 def test_tools_natively_for_a_template_that_renders_them():
-    body = {
-        "messages": [
-            {"role": "user", "content": "Météo ?"},
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Nîmes"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
-        ],
-        "tools": [WEATHER],
-    }
-    prompt = _render(NATIVE_TOOLS, body)
+    prompt = _render(NATIVE_TOOLS, _tool_conversation("Météo ?", "Nîmes", assistant_content=""))
     tools = json.loads(prompt[len("[tools ") : prompt.index("][user")])
     assert tools == [{"type": "function", "function": WEATHER["function"]}]
     # Arguments reach the template as values, non-ASCII kept as such by tojson.
