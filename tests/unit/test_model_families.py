@@ -121,7 +121,10 @@ def test_text_is_not_read_as_a_call(tool_format: ToolCallFormat):
 
 
 def test_hermes_reads_the_spacing_models_write():
-    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    text = (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    )
     assert HERMES.parse(text, SCHEMAS) == [("get_weather", '{"city": "Paris"}'), ("get_time", "{}")]
     assert HERMES.parse_cut('<tool_call>\n{"name": "get_weather", "arguments": {"ci', SCHEMAS) == [
         ("get_weather", '{"ci')
