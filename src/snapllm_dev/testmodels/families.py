@@ -113,11 +113,12 @@ FAMILIES: dict[str, Family] = {
 #: names, with the BOS and EOS texts their tokenizers use).
 TEMPLATE_ONLY: dict[str, tuple[str, str, str]] = {
     "phi-3.5-mini (for phi-4-mini)": ("microsoft-Phi-3.5-mini-instruct", "<s>", "<|endoftext|>"),
-    "smollm3": ("HuggingFaceTB-SmolLM3-3B", "<|im_start|>", "<|im_end|>"),
+    "smollm3": ("HuggingFaceTB-SmolLM3-3B", "", "<|im_end|>"),
     "granite3.3": ("ibm-granite-granite-3.3-2B-Instruct", "<|end_of_text|>", "<|end_of_text|>"),
     "granite4.0": ("ibm-granite-granite-4.0", "<|end_of_text|>", "<|end_of_text|>"),
     "mistral-small3.2": ("Mistral-Small-3.2-24B-Instruct-2506", "<s>", "</s>"),
     "hermes3": ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "<|begin_of_text|>", "<|eot_id|>"),
+    "llama3.1-corpus": ("meta-llama-Llama-3.1-8B-Instruct", "<|begin_of_text|>", "<|eot_id|>"),
     "llama3.3": ("meta-llama-Llama-3.3-70B-Instruct", "<|begin_of_text|>", "<|eot_id|>"),
     "qwen3-corpus": ("Qwen-Qwen3-0.6B", "", "<|im_end|>"),
 }
