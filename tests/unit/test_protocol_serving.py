@@ -74,7 +74,10 @@ class ScriptedEngine:
     def special_tokens(self) -> tuple[str, str]:
         return "<s>", "<|im_end|>"
 
-    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
+    def control_tokens(self) -> frozenset[str]:
+        return frozenset({"<|im_start|>", "<|im_end|>"})
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         return ([1] if add_bos else []) + [ord(c) for c in text]
 
     def accepts_grammar(self, grammar: str) -> bool:

@@ -6,7 +6,7 @@ field in no list is unknown: a typo, refused as ``unrecognized request argument`
 installed ``openai`` package's TypedDicts and fails on any field without a decision, so a new client
 version shows up as a failing test rather than as broken users::
 
-    decision("chat", "reasoning_effort")   # Decision(kind="ignored", reason="...")
+    decision("chat", "verbosity")   # Decision(kind="ignored", reason="...")
 
 The Responses API (``responses``) is served statelessly: nothing it asks OpenAI's service to keep
 (``store: true``, ``previous_response_id``, ``conversation``, ``background``) can be honoured here.
@@ -74,7 +74,7 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "prompt_cache_key": _PREFIX_CACHE_KEY,
         "prompt_cache_retention": _ignored("the prompt prefix cache lives as long as the environment"),
         "prompt_cache_options": _ignored("the prompt prefix cache lives as long as the environment"),
-        "reasoning_effort": _ignored("the models served here have no reasoning mode to adjust"),
+        "reasoning_effort": SUPPORTED,  # a reasoning model's thinking budget; "none" switches it off
         "verbosity": _ignored("a hint for reasoning models; length is set by max_tokens here"),
         "audio": _refused("the models served here take and produce text only"),
         "functions": _refused("the deprecated functions API is not served; send tools instead"),

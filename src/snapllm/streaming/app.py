@@ -40,7 +40,7 @@ from snapllm.protocol.edge import RouteTable, check_content_type, check_headers,
 from snapllm.protocol.metrics import CompletionMetrics, request_features
 from snapllm.protocol.objects import Health, ModelList
 from snapllm.protocol.responses_api import AnyRequest, inference_request
-from snapllm.protocol.serving import Required, StreamItem
+from snapllm.protocol.serving import ReasoningDelta, Required, StreamItem
 from snapllm.protocol.sse import StreamEncoder
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -107,6 +107,8 @@ async def _events(
                 return
             if isinstance(item, TokenDelta):
                 yield encoder.delta(item.text, item.logprobs)
+            elif isinstance(item, ReasoningDelta):
+                yield encoder.reasoning(item.text)
             else:
                 metrics.succeeded(item)
                 yield encoder.finish(item)
