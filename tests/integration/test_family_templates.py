@@ -106,6 +106,11 @@ CASES: dict[str, Case] = {
         {"enable_thinking": False},
         needs="enable_thinking",
     ),
+    "thinking on (reasoning_effort high)": Case(
+        {"messages": [QUESTION], "reasoning_effort": "high"},
+        {"enable_thinking": True},
+        needs="enable_thinking",
+    ),
     "reasoning_effort low": Case(
         {"messages": [SYSTEM, QUESTION], "reasoning_effort": "low"},
         {"reasoning_effort": "low"},
@@ -125,6 +130,9 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ("gpt-oss", "reasoning_effort low"): "snapllm.protocol.families has no gpt-oss family: reasoning_effort "
     "never reaches the template, which then writes its default 'Reasoning: medium'",
     ("gpt-oss", "reasoning_effort high"): "as for reasoning_effort low",
+    ("deepseek-r1-distill", "thinking on (reasoning_effort high)"): "the DeepSeekR1 family passes no "
+    "enable_thinking for reasoning_effort, and this template closes the thinking unless enable_thinking is "
+    "true ({% if not enable_thinking %}</think>{% endif %})",
 }
 
 
