@@ -12,6 +12,7 @@ import pytest
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm_dev.testmodels.arguments import FAMILY_NAMES as CLI_FAMILY_NAMES
+from tests.support.cli import snapllm
 from tests.support.family_models import FAMILY_NAMES, family_model, reference_tokenizer
 from tests.support.generation import serving_over
 
@@ -43,6 +44,17 @@ TEXTS = [
 
 def test_the_commands_family_choices_are_the_families():
     assert sorted(CLI_FAMILY_NAMES) == FAMILY_NAMES
+
+
+def test_the_command_prints_each_cached_models_path_and_size():
+    models = [family_model(name) for name in ("qwen3", "gpt-oss")]
+    run = snapllm("test-models", "--family", "qwen3", "--family", "gpt-oss")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["qwen3", "gpt-oss"]
+    for line, model in zip(lines, models, strict=True):
+        assert line.endswith(str(model.path))
+        assert f"{model.path.stat().st_size / 1e6:.1f} MB" in line
 
 
 @pytest.fixture(scope="module", params=FAMILY_NAMES)
