@@ -12,6 +12,8 @@ import pytest
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm_dev.testmodels.arguments import FAMILY_NAMES as CLI_FAMILY_NAMES
+from snapllm_dev.testmodels.arguments import SHAPE_NAMES
+from snapllm_dev.testmodels.build import SHAPES
 from tests.support.cli import snapllm
 from tests.support.family_models import FAMILY_NAMES, family_model, reference_tokenizer
 from tests.support.generation import serving_over
@@ -42,8 +44,9 @@ TEXTS = [
 ]
 
 
-def test_the_commands_family_choices_are_the_families():
+def test_the_commands_choices_are_the_families_and_shapes():
     assert sorted(CLI_FAMILY_NAMES) == FAMILY_NAMES
+    assert list(SHAPE_NAMES) == list(SHAPES)
 
 
 def test_the_command_prints_each_cached_models_path_and_size():
