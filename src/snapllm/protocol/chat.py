@@ -304,7 +304,7 @@ class ChatRenderer:
                     }
                     for call in m.tool_calls
                 ]
-                messages.append({"role": role, "content": m.text(), "tool_calls": calls})
+                messages.append({"role": role, "content": m.text(), "tool_calls": calls, **_thought(m)})
             elif m.tool_calls:
                 text = generic_tool_call_text([(c.function.name, c.function.arguments) for c in m.tool_calls])
                 messages.append({"role": role, "content": (m.text() + "\n" + text).lstrip("\n")})
@@ -315,8 +315,15 @@ class ChatRenderer:
                 content = f"Result of the call {m.tool_call_id} to {name}: {m.text()}"
                 messages.append({"role": "user", "content": content})
             else:
-                messages.append({"role": role, "content": m.text()})
+                messages.append({"role": role, "content": m.text(), **_thought(m)})
         return messages
+
+
+def _thought(message: Any) -> dict[str, str]:
+    """An earlier answer's thinking, sent back, under the names templates read it by (Qwen3's
+    ``reasoning_content``, gpt-oss's ``thinking``)."""
+    thought = getattr(message, "reasoning_content", None)
+    return {"reasoning_content": thought, "thinking": thought} if isinstance(thought, str) else {}
 
 
 def _pieces(prompt: str, layout: str, messages: list[dict[str, Any]]) -> tuple[tuple[str, bool], ...]:

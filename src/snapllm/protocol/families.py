@@ -22,6 +22,7 @@ from snapllm.protocol.tool_formats import (
     DEEPSEEK,
     GENERIC,
     GRANITE,
+    HARMONY,
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
@@ -80,6 +81,35 @@ class Qwen3(ModelFamily):
 
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
         return {} if effort is None else {"enable_thinking": effort != "none"}
+
+
+class GptOss(ModelFamily):
+    """gpt-oss (harmony): thinking on the analysis channel, the answer on the final channel, calls as
+    messages to ``functions.NAME``; the channels are control tokens, so they are written into the text.
+    ``reasoning_effort`` goes to the template, which writes it into the system message."""
+
+    name = "gpt-oss"
+    markers = ("<|channel|>",)
+    architectures = ("gpt-oss",)
+    thinking = ThinkingMarkers(
+        "<|channel|>analysis<|message|>",
+        "<|end|>",
+        close="<|end|><|start|>assistant",
+        answer_headers=(
+            "<|start|>assistant<|channel|>final<|message|>",
+            "<|channel|>final<|message|>",
+            "<|start|>assistant",
+        ),
+        resume="<|start|>assistant",
+        answer_prefix="<|channel|>final<|message|>",
+    )
+    tool_calls = HARMONY
+    special_text = True
+
+    def template_kwargs(self, effort: str | None) -> dict[str, Any]:
+        # The template knows low, medium and high; the others are the nearest of those.
+        levels = {"none": "low", "minimal": "low", "xhigh": "high"}
+        return {} if effort is None else {"reasoning_effort": levels.get(effort, effort)}
 
 
 class DeepSeekR1(ModelFamily):
@@ -151,6 +181,7 @@ class Gemma(ModelFamily):
 
 #: Every family, most specific first: the first whose markers the template holds is the model's.
 FAMILIES: tuple[type[ModelFamily], ...] = (
+    GptOss,
     DeepSeekR1,
     Qwen3,
     ThinkingChatML,

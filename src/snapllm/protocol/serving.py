@@ -34,6 +34,7 @@ from snapllm.engine.types import (
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
+    RequestError,
     UnknownModelError,
     UnsupportedParameterError,
 )
@@ -166,6 +167,8 @@ class OpenAIServing:
         self.family: ModelFamily = detect_family(
             self._chat.source if self._chat else "", architecture=architecture
         )
+        #: The warm-up paths the model's template refused (see :meth:`warm_up_bodies`).
+        self.warm_up_refusals: list[str] = []
         # A render may write this much: the longest prompt, and room for the template's markup and tools.
         self._max_rendered = 4 * max_prompt_chars + 262_144
 
@@ -483,16 +486,31 @@ class OpenAIServing:
     # --- Warm-up ------------------------------------------------------------------------------------------
 
     def warm_up_bodies(self, max_tokens: int) -> list[dict[str, Any]]:
-        """The warm-up requests as bodies for this model, generating ``max_tokens`` each."""
-        return [
-            {
+        """The warm-up requests as bodies for this model, generating ``max_tokens`` each: every path the
+        model serves. A path the model's own template refuses (gpt-oss's template raises on a tool without a
+        description...) is left out and named in :attr:`warm_up_refusals`: requests that take it get the
+        same 400, and the rest of the model is served."""
+        bodies = []
+        self.warm_up_refusals.clear()
+        for body in WARMUP_REQUESTS:
+            if not self.supports_chat and "prompt" not in body:  # a base model serves text only
+                continue
+            sized = {
                 **body,
                 "model": self.model_name,
                 "max_output_tokens" if "input" in body else "max_tokens": max_tokens,
             }
-            for body in WARMUP_REQUESTS
-            if self.supports_chat or "prompt" in body  # a base model serves text only
-        ]
+            try:
+                self.prepare(inference_request(self.parse(sized)))
+            except RequestError as exc:
+                path = (
+                    ", ".join(field for field in body if field not in ("messages", "input", "prompt"))
+                    or "chat"
+                )
+                self.warm_up_refusals.append(f"{path}: {exc.message}")
+                continue
+            bodies.append(sized)
+        return bodies
 
     def warm_up(self, bodies: list[dict[str, Any]]) -> None:
         """Generate and stream each body, so compute buffers, the sampler, the chat template and every path
@@ -513,6 +531,13 @@ class OpenAIServing:
         """The tokens every single-user-message chat begins with, as this model's template formats it."""
         if self._chat is None:
             return []
+        try:
+            return self._common_chat_prefix()
+        except RequestError:  # a template that refuses a lone user message serves no chat to prime for
+            return []
+
+    def _common_chat_prefix(self) -> list[int]:
+        assert self._chat is not None
         first, second = (
             self.engine.tokenize(
                 self._chat.render(ChatCompletionRequest(messages=[{"role": "user", "content": text}])).prompt,
