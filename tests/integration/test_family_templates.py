@@ -127,9 +127,6 @@ TEMPLATE_NAMES = [*FAMILIES, "deepseek-v3", *TEMPLATE_ONLY, "smollm2"]
 
 #: Where snapllm's prompt differs from the reference's today, and why (each is in the helper's report).
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("gpt-oss", "reasoning_effort low"): "snapllm.protocol.families has no gpt-oss family: reasoning_effort "
-    "never reaches the template, which then writes its default 'Reasoning: medium'",
-    ("gpt-oss", "reasoning_effort high"): "as for reasoning_effort low",
     ("deepseek-r1-distill", "thinking on (reasoning_effort high)"): "the DeepSeekR1 family passes no "
     "enable_thinking for reasoning_effort, and this template closes the thinking unless enable_thinking is "
     "true ({% if not enable_thinking %}</think>{% endif %})",
