@@ -152,6 +152,9 @@ def reference_prompt(source: FamilyTemplate, case: Case) -> str:
         add_generation_prompt=True,
         bos_token=source.bos_token,
         eos_token=source.eos_token,
+        # The variables snapllm passes for a request without a reasoning_effort (a thinking switch on, as
+        # llama-server sets it), then the case's own.
+        **detect_family(source.template).template_kwargs(None),
         **case.reference_variables,
     )
     return rendered[0][0]

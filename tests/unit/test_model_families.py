@@ -81,8 +81,12 @@ def test_a_template_names_its_family(template, architecture, family):
 def test_thinking_is_switched_through_the_template_only_where_it_has_a_switch():
     assert detect_family("enable_thinking <think>").template_kwargs("none") == {"enable_thinking": False}
     assert detect_family("enable_thinking <think>").template_kwargs("high") == {"enable_thinking": True}
-    assert detect_family("enable_thinking <think>").template_kwargs(None) == {}
+    assert detect_family("enable_thinking <think>").template_kwargs(None) == {"enable_thinking": True}
     assert detect_family("<｜Assistant｜>").template_kwargs("none") == {}
+    assert detect_family("<｜Assistant｜>{{ enable_thinking }}").template_kwargs(None) == {
+        "enable_thinking": True
+    }
+    assert detect_family("<|im_start|>{{ enable_thinking }}").template_kwargs("none") == {}
 
 
 def _check_calls(calls: list[tuple[str, str]] | None, text: str) -> None:

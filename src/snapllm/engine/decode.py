@@ -341,7 +341,8 @@ class Decoder:
                 self.drafted += len(guesses)
                 self._decode([*pending, *guesses], outputs=1 + len(guesses))
                 accepted_length = len(self.cached) - len(guesses)
-                rows = list(range(len(guesses) + 1))
+                # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
+                rows = list(range(len(pending) - 1, len(pending) + len(guesses)))
         finally:
             samplers.close()
             self._truncate(accepted_length)

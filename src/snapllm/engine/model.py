@@ -234,7 +234,7 @@ class Engine:
         self._llama = llama
         self._decoder = Decoder(llama)
         self._draft = draft
-        self._control_tokens: frozenset[str] | None = None
+        self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
         self._lock = threading.Lock()
         self._model_name = model_name
@@ -329,17 +329,24 @@ class Engine:
         return self._llama.tokenize(text.encode(), add_bos=add_bos, special=special)
 
     def control_tokens(self) -> frozenset[str]:
-        """The text of every control token (what text must never turn into), read once from the vocabulary."""
-        if self._control_tokens is None:
+        """The text of every control token: text that must never turn into one (read once)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_CONTROL)
+
+    def user_tokens(self) -> frozenset[str]:
+        """The text of every user-defined token: llama.cpp turns such text into the token wherever it is
+        written, parsing special tokens or not (Qwen's ``<tool_call>``, gpt-oss's ``<|channel|>``)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_USER_DEFINED)
+
+    def _token_texts(self, attribute: int) -> frozenset[str]:
+        if attribute not in self._token_texts_by_attribute:
             vocab = self._llama._model.vocab
-            control = low_level.LLAMA_TOKEN_ATTR_CONTROL
             texts = (
                 low_level.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
                 for token in range(self._decoder.n_vocab)
-                if low_level.llama_vocab_get_attr(vocab, token) & control
+                if low_level.llama_vocab_get_attr(vocab, token) & attribute
             )
-            self._control_tokens = frozenset(text for text in texts if text)
-        return self._control_tokens
+            self._token_texts_by_attribute[attribute] = frozenset(text for text in texts if text)
+        return self._token_texts_by_attribute[attribute]
 
     def accepts_grammar(self, grammar: str) -> bool:
         """Whether llama.cpp parses ``grammar``: one it refuses would otherwise reach the sampler chain as a

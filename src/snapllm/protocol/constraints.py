@@ -57,7 +57,11 @@ def chat_grammar(
     resume = literal(thinking.resume) if thinking.resume else "spacing"
     think = f"think-body {literal(thinking.end)} {resume}"
     if state == "optional":
-        think = f"( {literal(thinking.start)} {think} )?"
+        think = (
+            f"{literal(thinking.start)} {think}"
+            if thinking.always
+            else f"( {literal(thinking.start)} {think} )?"
+        )
     thought = text_without(thinking.end, "think-body") + _SPACING
     return f"root ::= {think} ( {expression} )\n{thought}{rules}", tool_calls
 

@@ -31,6 +31,8 @@ from snapllm.protocol.tool_formats import (
 )
 
 THINK_TAGS = ThinkingMarkers("<think>", "</think>")
+#: Qwen3's thinking: when it is on, every answer opens with it.
+QWEN3_THINKING = ThinkingMarkers("<think>", "</think>", always=True)
 
 
 class ModelFamily:
@@ -47,6 +49,10 @@ class ModelFamily:
     #: in them, as gpt-oss's channels are).
     special_text: ClassVar[bool] = False
 
+    def __init__(self, template: str = "") -> None:
+        #: Whether the template switches the thinking on and off (``enable_thinking``, as Qwen3's does).
+        self.thinking_switch = self.thinking is not None and "enable_thinking" in template
+
     @classmethod
     def matches(cls, template: str, architecture: str) -> bool:
         if template:
@@ -54,8 +60,10 @@ class ModelFamily:
         return architecture in cls.architectures
 
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
-        """Template variables that carry the request's ``reasoning_effort`` (none for most families)."""
-        return {}
+        """Template variables that carry the request's ``reasoning_effort``: a template with a thinking
+        switch gets it on unless the effort is "none" (as llama-server sets it: some templates leave the
+        thinking off when the variable is missing)."""
+        return {"enable_thinking": effort != "none"} if self.thinking_switch else {}
 
     def describe(self) -> dict[str, str]:
         """What was detected, for people (``snapllm preflight --model``)."""
@@ -72,15 +80,12 @@ class Qwen3(ModelFamily):
     name = "qwen3"
     markers = ("enable_thinking",)
     architectures = ("qwen3", "qwen3moe", "smollm3")
-    thinking = THINK_TAGS
+    thinking = QWEN3_THINKING
     tool_calls = HERMES
 
     @classmethod
     def matches(cls, template: str, architecture: str) -> bool:
         return super().matches(template, architecture) and (not template or "<think>" in template)
-
-    def template_kwargs(self, effort: str | None) -> dict[str, Any]:
-        return {} if effort is None else {"enable_thinking": effort != "none"}
 
 
 class GptOss(ModelFamily):
@@ -199,5 +204,5 @@ def detect_family(template: str, *, architecture: str = "") -> ModelFamily:
     architecture = architecture.lower()
     for family in FAMILIES:
         if family.matches(template, architecture):
-            return family()
-    return ModelFamily()
+            return family(template)
+    return ModelFamily(template)

@@ -40,6 +40,9 @@ class ThinkingMarkers:
     resume: str = ""
     #: What a constrained answer that is not a tool call starts with (its channel's header).
     answer_prefix: str = ""
+    #: Whether the model always thinks when its thinking is on (Qwen3 opens ``<think>`` every time): a
+    #: constrained answer then requires the thinking, as the model was trained to write it.
+    always: bool = False
 
     @property
     def closing_text(self) -> str:

@@ -160,7 +160,10 @@ class OpenAIServing:
         self.model_name = engine.model_name
         self.fingerprint = fingerprint(engine.identity)
         self._chat = ChatRenderer.for_model(
-            engine.metadata, *engine.special_tokens(), control_tokens=engine.control_tokens()
+            engine.metadata,
+            *engine.special_tokens(),
+            control_tokens=engine.control_tokens(),
+            user_tokens=engine.user_tokens(),
         )
         architecture = str(engine.metadata.get("general.architecture", ""))
         #: What the model's family writes: its thinking and its tool calls.
