@@ -125,16 +125,6 @@ CASES: dict[str, Case] = {
 
 TEMPLATE_NAMES = [*FAMILIES, "deepseek-v3", *TEMPLATE_ONLY, "smollm2"]
 
-#: Where snapllm's prompt differs from the reference's today, and why (each is in the helper's report).
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("gpt-oss", "reasoning_effort low"): "snapllm.protocol.families has no gpt-oss family: reasoning_effort "
-    "never reaches the template, which then writes its default 'Reasoning: medium'",
-    ("gpt-oss", "reasoning_effort high"): "as for reasoning_effort low",
-    ("deepseek-r1-distill", "thinking on (reasoning_effort high)"): "the DeepSeekR1 family passes no "
-    "enable_thinking for reasoning_effort, and this template closes the thinking unless enable_thinking is "
-    "true ({% if not enable_thinking %}</think>{% endif %})",
-}
-
 
 @functools.cache
 def templates() -> dict[str, FamilyTemplate]:
@@ -157,8 +147,7 @@ def reference_prompt(source: FamilyTemplate, case: Case) -> str:
         eos_token=source.eos_token,
         # The variables snapllm passes for a request without a reasoning_effort (a thinking switch on, as
         # llama-server sets it), then the case's own.
-        **detect_family(source.template).template_kwargs(None),
-        **case.reference_variables,
+        **{**detect_family(source.template).template_kwargs(None), **case.reference_variables},
     )
     return rendered[0][0]
 
@@ -203,8 +192,7 @@ def test_snapllm_renders_each_template_as_the_reference_does(name):
     outcomes = {
         case_name: outcome(source, case) for case_name, case in CASES.items() if case.needs in source.template
     }
-    differing = {case for case, result in outcomes.items() if result == "differs"}
-    assert differing == {case for family, case in KNOWN_DIFFERENCES if family == name}, outcomes
+    assert "differs" not in outcomes.values(), outcomes
 
 
 def test_every_template_renders_a_plain_chat_equal_to_the_reference():

@@ -26,7 +26,7 @@ from snapllm_dev.testmodels.sources import cache_root, corpus_template
 from snapllm_dev.testmodels.vocab import Vocabulary, read_vocabulary, write_vocabulary
 
 #: Bumped whenever what a recipe writes changes, so that older cached files are not reused.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class Shape:
     feed_forward: int
     heads: int
     kv_heads: int
+    #: Weights as random Q4_0 blocks (the benchmark sizes), else random F16 values.
+    quantized: bool = False
     context: int = 4096
 
     @property
@@ -47,7 +49,14 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {
-    "tiny": Shape("tiny", layers=2, embedding=64, feed_forward=128, heads=4, kv_heads=2)
+    shape.name: shape
+    for shape in (
+        Shape("tiny", layers=2, embedding=64, feed_forward=128, heads=4, kv_heads=2),
+        # Real models' sizes (SmolLM2-135M's, Llama 3.2 1B's and 3B's), for benchmarks: Q4_0, as deployed.
+        Shape("135m", layers=30, embedding=576, feed_forward=1536, heads=9, kv_heads=3, quantized=True),
+        Shape("1b", layers=16, embedding=2048, feed_forward=8192, heads=32, kv_heads=8, quantized=True),
+        Shape("3b", layers=28, embedding=3072, feed_forward=8192, heads=24, kv_heads=8, quantized=True),
+    )
 }
 
 
@@ -107,6 +116,10 @@ def build(name: str, shape: str = "tiny") -> TestModel:
         vocabulary = read_vocabulary(tokenizer_json, family.tokenizer_model)
         _write(path, family, size, vocabulary, template, bos=bos, eos=eos, add_bos=facts["add_bos"])
         facts_path.write_text(json.dumps(facts))
+        # Files of older recipes of this family and shape are never read again.
+        for older in path.parent.glob(f"{name}-{shape}-*"):
+            if older.stem != path.stem:
+                older.unlink(missing_ok=True)
     facts = json.loads(facts_path.read_text())
     return TestModel(name, path, tokenizer_json, template, bos, eos, family.end_of_turn, facts["add_bos"])
 
@@ -131,7 +144,6 @@ def _write(
     partial = path.with_suffix(f".partial-{os.getpid()}")
     writer = gguf.GGUFWriter(str(partial), family.architecture)
     writer.add_name(f"snapllm test model: {family.name} ({shape.name}, random weights)")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     _hyperparameters(writer, family, shape)
     write_vocabulary(writer, vocabulary, family.pre)
     if bos:
@@ -143,12 +155,24 @@ def _write(
     if family.tokenizer_model == "llama":
         writer.add_add_space_prefix(False)
     writer.add_chat_template(template)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if shape.quantized else gguf.LlamaFileType.MOSTLY_F16)
     seed = int.from_bytes(hashlib.sha256(family.name.encode()).digest()[:8], "little")
-    for name, array in _tensors(family, shape, len(vocabulary.tokens), np.random.default_rng(seed)):
-        writer.add_tensor(name, array)
+    rng = np.random.default_rng(seed)
+    layout = _layout(family, shape, len(vocabulary.tokens))
+    # The tensors are described first and written one by one, so a large shape never holds all its weights.
+    for tensor in layout:
+        kind = _stored_type(tensor, shape)
+        byte_shape = gguf.quant_shape_to_byte_shape(tensor.dims, kind) if kind == Q4_0 else tensor.dims
+        dtype = np.dtype(np.uint8 if kind == Q4_0 else np.float16 if kind == F16 else np.float32)
+        nbytes = int(np.prod(byte_shape)) * dtype.itemsize
+        writer.add_tensor_info(
+            tensor.name, byte_shape, dtype, nbytes, raw_dtype=kind if kind == Q4_0 else None
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in layout:
+        writer.write_tensor_data(_values(tensor, _stored_type(tensor, shape), rng))
     writer.close()
     partial.rename(path)
 
@@ -173,25 +197,51 @@ def _hyperparameters(writer: gguf.GGUFWriter, family: Family, shape: Shape) -> N
         writer.add_expert_feed_forward_length(shape.feed_forward // 2)
 
 
-def _tensors(
-    family: Family, shape: Shape, vocab: int, rng: np.random.Generator
-) -> list[tuple[str, np.ndarray]]:
-    """Each tensor's GGUF name and values; numpy shapes are ggml's dimensions reversed."""
+Q4_0, F16, F32 = gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
+#: A Q4_0 block's scale: random nibbles (-8..7) times it give weights of about the usual initial size.
+_Q4_0_SCALE = np.float16(0.005)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """One tensor: its GGUF name, its dimensions (numpy's order: ggml's reversed) and its values: random
+    weights, or ``fill`` everywhere (norm weights 1, biases 0), stored as F32."""
+
+    name: str
+    dims: tuple[int, ...]
+    fill: float | None = None
+    float32: bool = False
+
+
+def _stored_type(tensor: _Tensor, shape: Shape) -> gguf.GGMLQuantizationType:
+    if tensor.fill is not None or tensor.float32:
+        return F32
+    return Q4_0 if shape.quantized else F16
+
+
+def _values(tensor: _Tensor, kind: gguf.GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
+    if tensor.fill is not None:
+        return np.full(tensor.dims, tensor.fill, dtype=np.float32)
+    if kind == Q4_0:
+        # Random blocks written directly (no float weights to quantize): 2 bytes of scale, 16 of nibbles.
+        block_size, type_size = gguf.GGML_QUANT_SIZES[Q4_0]
+        blocks = rng.integers(0, 256, (*tensor.dims[:-1], tensor.dims[-1] // block_size, type_size), np.uint8)
+        blocks[..., :2] = np.frombuffer(_Q4_0_SCALE.tobytes(), dtype=np.uint8)
+        return blocks.reshape(*tensor.dims[:-1], -1)
+    values = rng.standard_normal(tensor.dims, dtype=np.float32) * 0.02
+    return values if kind == F32 else values.astype(np.float16)
+
+
+def _layout(family: Family, shape: Shape, vocab: int) -> list[_Tensor]:
+    """Each tensor the architecture's graph loads, as llama.cpp names and shapes it."""
     names = gguf.TENSOR_NAMES
     kind = gguf.MODEL_TENSOR
-    embd, hd = shape.embedding, shape.head_dim
+    embd, hd, ff = shape.embedding, shape.head_dim, shape.feed_forward
     q, kv = shape.heads * hd, shape.kv_heads * hd
-
-    def matrix(*dims: int) -> np.ndarray:
-        return (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float16)
-
-    def vector(size: int, value: float = 1.0) -> np.ndarray:
-        return np.full(size, value, dtype=np.float32)
-
-    tensors = [(names[kind.TOKEN_EMBD] + ".weight", matrix(vocab, embd))]
-    tensors.append((names[kind.OUTPUT_NORM] + ".weight", vector(embd)))
+    tensors = [_Tensor(names[kind.TOKEN_EMBD] + ".weight", (vocab, embd))]
+    tensors.append(_Tensor(names[kind.OUTPUT_NORM] + ".weight", (embd,), fill=1.0))
     if not family.tied_output:
-        tensors.append((names[kind.OUTPUT] + ".weight", matrix(vocab, embd)))
+        tensors.append(_Tensor(names[kind.OUTPUT] + ".weight", (vocab, embd)))
     arch = family.architecture
     for layer in range(shape.layers):
 
@@ -199,43 +249,46 @@ def _tensors(
             return names[tensor].format(bid=layer) + "." + suffix
 
         tensors += [
-            (name(kind.ATTN_NORM), vector(embd)),
-            (name(kind.ATTN_Q), matrix(q, embd)),
-            (name(kind.ATTN_K), matrix(kv, embd)),
-            (name(kind.ATTN_V), matrix(kv, embd)),
-            (name(kind.ATTN_OUT), matrix(embd, q)),
+            _Tensor(name(kind.ATTN_NORM), (embd,), fill=1.0),
+            _Tensor(name(kind.ATTN_Q), (q, embd)),
+            _Tensor(name(kind.ATTN_K), (kv, embd)),
+            _Tensor(name(kind.ATTN_V), (kv, embd)),
+            _Tensor(name(kind.ATTN_OUT), (embd, q)),
         ]
         if arch in ("qwen2", "gpt-oss"):
             tensors += [
-                (name(kind.ATTN_Q, "bias"), vector(q, 0.0)),
-                (name(kind.ATTN_K, "bias"), vector(kv, 0.0)),
-                (name(kind.ATTN_V, "bias"), vector(kv, 0.0)),
+                _Tensor(name(kind.ATTN_Q, "bias"), (q,), fill=0.0),
+                _Tensor(name(kind.ATTN_K, "bias"), (kv,), fill=0.0),
+                _Tensor(name(kind.ATTN_V, "bias"), (kv,), fill=0.0),
             ]
         if arch in ("qwen3", "gemma3"):
-            tensors += [(name(kind.ATTN_Q_NORM), vector(hd)), (name(kind.ATTN_K_NORM), vector(hd))]
-        if arch in ("gemma3", "gpt-oss"):
-            tensors.append((name(kind.ATTN_POST_NORM), vector(embd)))
-        if arch == "gpt-oss":
-            experts, ff = family.experts, shape.feed_forward // 2
             tensors += [
-                (name(kind.ATTN_OUT, "bias"), vector(embd, 0.0)),
-                (name(kind.ATTN_SINKS), vector(shape.heads, 0.0)),
-                (name(kind.FFN_GATE_INP), matrix(experts, embd).astype(np.float32)),
-                (name(kind.FFN_GATE_INP, "bias"), vector(experts, 0.0)),
-                (name(kind.FFN_GATE_EXP), matrix(experts, ff, embd)),
-                (name(kind.FFN_UP_EXP), matrix(experts, ff, embd)),
-                (name(kind.FFN_DOWN_EXP), matrix(experts, embd, ff)),
-                (name(kind.FFN_GATE_EXP, "bias"), np.zeros((experts, ff), dtype=np.float32)),
-                (name(kind.FFN_UP_EXP, "bias"), np.zeros((experts, ff), dtype=np.float32)),
-                (name(kind.FFN_DOWN_EXP, "bias"), np.zeros((experts, embd), dtype=np.float32)),
+                _Tensor(name(kind.ATTN_Q_NORM), (hd,), fill=1.0),
+                _Tensor(name(kind.ATTN_K_NORM), (hd,), fill=1.0),
+            ]
+        if arch in ("gemma3", "gpt-oss"):
+            tensors.append(_Tensor(name(kind.ATTN_POST_NORM), (embd,), fill=1.0))
+        if arch == "gpt-oss":
+            experts, expert_ff = family.experts, ff // 2
+            tensors += [
+                _Tensor(name(kind.ATTN_OUT, "bias"), (embd,), fill=0.0),
+                _Tensor(name(kind.ATTN_SINKS), (shape.heads,), fill=0.0),
+                _Tensor(name(kind.FFN_GATE_INP), (experts, embd), float32=True),
+                _Tensor(name(kind.FFN_GATE_INP, "bias"), (experts,), fill=0.0),
+                _Tensor(name(kind.FFN_GATE_EXP), (experts, expert_ff, embd)),
+                _Tensor(name(kind.FFN_UP_EXP), (experts, expert_ff, embd)),
+                _Tensor(name(kind.FFN_DOWN_EXP), (experts, embd, expert_ff)),
+                _Tensor(name(kind.FFN_GATE_EXP, "bias"), (experts, expert_ff), fill=0.0),
+                _Tensor(name(kind.FFN_UP_EXP, "bias"), (experts, expert_ff), fill=0.0),
+                _Tensor(name(kind.FFN_DOWN_EXP, "bias"), (experts, embd), fill=0.0),
             ]
             continue
         tensors += [
-            (name(kind.FFN_NORM), vector(embd)),
-            (name(kind.FFN_GATE), matrix(shape.feed_forward, embd)),
-            (name(kind.FFN_UP), matrix(shape.feed_forward, embd)),
-            (name(kind.FFN_DOWN), matrix(embd, shape.feed_forward)),
+            _Tensor(name(kind.FFN_NORM), (embd,), fill=1.0),
+            _Tensor(name(kind.FFN_GATE), (ff, embd)),
+            _Tensor(name(kind.FFN_UP), (ff, embd)),
+            _Tensor(name(kind.FFN_DOWN), (embd, ff)),
         ]
         if arch == "gemma3":
-            tensors.append((name(kind.FFN_POST_NORM), vector(embd)))
+            tensors.append(_Tensor(name(kind.FFN_POST_NORM), (embd,), fill=1.0))
     return tensors
