@@ -147,14 +147,6 @@ def test_snapllm_serves_a_chat_with_the_familys_template(family, family_serving)
     assert generation.prompt_tokens > 10
 
 
-# A gpt-oss answer forced by a response_format grammar keeps its channel header in message.content
-# ('<|channel|>final<|message|>{...}'), also when it stops.
-HARMONY_HEADER_KEPT = "gpt-oss: a response_format answer keeps '<|channel|>final<|message|>' in its content"
-FORCED_FAILS = {
-    ("gpt-oss", "json_object"): (AssertionError, HARMONY_HEADER_KEPT),
-}
-
-
 @pytest.mark.parametrize(
     "constraint",
     [
@@ -179,11 +171,7 @@ FORCED_FAILS = {
     ],
     ids=["json_object", "tool_choice required"],
 )
-def test_a_forced_answer_comes_back_in_its_shape(family, family_serving, constraint, request):
-    shape = "json_object" if "response_format" in constraint else "tool_choice required"
-    known = FORCED_FAILS.get((family.family, shape))
-    if known:
-        request.applymarker(pytest.mark.xfail(raises=known[0], strict=True, reason=known[1]))
+def test_a_forced_answer_comes_back_in_its_shape(family, family_serving, constraint):
     body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 24, **constraint}
     response, _ = family_serving.complete(family_serving.parse({**body, "temperature": 0.0}), deadline=None)
     message = response["choices"][0]["message"]
@@ -193,18 +181,7 @@ def test_a_forced_answer_comes_back_in_its_shape(family, family_serving, constra
         assert message["content"].startswith("{")
 
 
-# llama.cpp gives gpt-oss's <|channel|>, <|message|>, <|start|>, <|constrain|> and <|end|> the USER_DEFINED
-# type (ALWAYS_PARSED): the engine's control_tokens() (CONTROL type only) does not list them, and text is
-# tokenized into them even with special parsing off, so a message can write the harmony markup of a turn.
-MARKUP_FROM_TEXT = {
-    "gpt-oss": "gpt-oss's harmony tokens are USER_DEFINED in llama.cpp: message text becomes them",
-}
-
-
-def test_message_text_never_becomes_the_templates_control_tokens(family, family_serving, request):
-    if family.family in MARKUP_FROM_TEXT:
-        reason = MARKUP_FROM_TEXT[family.family]
-        request.applymarker(pytest.mark.xfail(raises=AssertionError, strict=True, reason=reason))
+def test_message_text_never_becomes_the_templates_control_tokens(family, family_serving):
     spec = json.loads(family.tokenizer_json.read_text(encoding="utf-8"))
     # The special tokens the template writes (its turn markup), and those llama.cpp always parses.
     markup = {

@@ -160,11 +160,12 @@ class ChatRenderer:
         environment.filters["tojson"] = _tojson
         self._template = environment.from_string(template)
         self.source = template
-        # The tokens a message's text must not become: the control tokens, and the user-defined tokens the
-        # template writes as its markup (llama.cpp turns their text into them even as plain text: a message
-        # that holds one is tokenized in pieces that cut it). Longest first, so a token that begins another
+        # The tokens a message's text must not become: the control tokens, and the user-defined tokens that
+        # are markup: those the template writes, and those shaped like control tokens (gpt-oss's harmony
+        # tokens are user-defined in llama.cpp). llama.cpp turns their text into them even as plain text, so
+        # a message that holds one is tokenized in pieces that cut it. Longest first, so a token that begins another
         # is not matched in its place.
-        markup = control_tokens | {text for text in user_tokens if text in template}
+        markup = control_tokens | {t for t in user_tokens if t in template or _marker_shaped(t)}
         texts = sorted(markup, key=len, reverse=True)
         self._control = re.compile("|".join(map(re.escape, texts))) if texts else None
         self._bos_token = bos_token
@@ -339,6 +340,13 @@ class ChatRenderer:
             else:
                 messages.append({"role": role, "content": m.text(), **_thought(m)})
         return messages
+
+
+def _marker_shaped(text: str) -> bool:
+    """Whether a token's text is written like a control token (``<|constrain|>``, ``<｜User｜>``)."""
+    return (text.startswith("<|") and text.endswith("|>")) or (
+        text.startswith("<｜") and text.endswith("｜>")
+    )
 
 
 def _thought(message: Any) -> dict[str, str]:

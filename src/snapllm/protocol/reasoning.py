@@ -53,7 +53,7 @@ class ThinkingMarkers:
         tail = prompt.rstrip()
         if tail.endswith(self.start.rstrip()):
             return "open"
-        if tail.endswith(self.end.rstrip()) or any(tail.endswith(h.rstrip()) for h in self.answer_headers):
+        if tail.endswith(self.end.rstrip()):
             return "closed"
         return "optional"
 
@@ -73,6 +73,10 @@ class ThinkingMarkers:
             return reasoning.strip(), ""
         return reasoning.strip(), self.answer(answer)
 
+    def splits(self, state: ThinkingState) -> bool:
+        """Whether an answer from this state has anything to take apart (thinking, or a header)."""
+        return state != "closed" or bool(self.answer_headers)
+
     def _body(self, text: str, state: ThinkingState) -> str | None:
         if state == "open":
             return text
@@ -88,7 +92,8 @@ class ReasoningSplitter:
         self.markers = markers
         # "before": the model may open its thinking; "thinking"; "header": past the end marker, before
         # the answer header; "answer".
-        self._phase = {"open": "thinking", "optional": "before", "closed": "answer"}[state]
+        closed = "header" if markers.answer_headers else "answer"
+        self._phase = {"open": "thinking", "optional": "before", "closed": closed}[state]
         self._held = ""
 
     def feed(self, text: str) -> list[tuple[PieceKind, str]]:

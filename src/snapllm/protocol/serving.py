@@ -340,7 +340,7 @@ class OpenAIServing:
         markers = self.family.thinking
         splitter = (
             ReasoningSplitter(markers, state=prepared.thinking)
-            if markers and prepared.thinking != "closed"
+            if markers and markers.splits(prepared.thinking)
             else None
         )
         calls = prepared.tool_calls
@@ -414,7 +414,7 @@ class OpenAIServing:
         text = completion.text
         reasoning: str | None = None
         markers = self.family.thinking
-        if markers is not None and prepared.thinking != "closed":
+        if markers is not None and markers.splits(prepared.thinking):
             reasoning, text = markers.split(text, state=prepared.thinking)
         finish_reason: FinishReason = completion.finish
         calls: tuple[ToolCall, ...] = ()
