@@ -163,8 +163,8 @@ class ChatRenderer:
         # The tokens a message's text must not become: the control tokens, and the user-defined tokens that
         # are markup: those the template writes, and those shaped like control tokens (gpt-oss's harmony
         # tokens are user-defined in llama.cpp). llama.cpp turns their text into them even as plain text, so
-        # a message that holds one is tokenized in pieces that cut it. Longest first, so a token that begins another
-        # is not matched in its place.
+        # a message that holds one is tokenized in pieces that cut it. Longest first, so a token that begins
+        # another is not matched in its place.
         markup = control_tokens | {t for t in user_tokens if t in template or _marker_shaped(t)}
         texts = sorted(markup, key=len, reverse=True)
         self._control = re.compile("|".join(map(re.escape, texts))) if texts else None
