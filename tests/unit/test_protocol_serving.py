@@ -14,7 +14,11 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from llama_cpp import Llama
 
 from snapllm.engine.types import Completion, Deadline, EngineRequest, Finish, Timings, TokenDelta
 from snapllm.errors import (
@@ -28,6 +32,8 @@ from snapllm.protocol.chat import MAX_RENDER_SECONDS, ChatRenderer
 from snapllm.protocol.chat_templates import GEMMA_TURNS
 from snapllm.protocol.requests import Generation, parse_request
 from snapllm.protocol.serving import OpenAIServing, fingerprint
+from snapllm_dev.packaged_models import default_model_path
+from tests.support.grammar_sampler import GrammarSampler
 
 #: A ChatML template in the style of SmolLM2's (written for this test), with a default system prompt.
 CHATML = (
@@ -366,3 +372,70 @@ def test_a_hostile_chat_template_costs_a_bounded_render_and_a_400(name):
     assert refused.value.to_http().status_code == 400
     text = serving.prepare(parse_request({"prompt": "Still serving."}))
     assert text.engine_request.tokens
+
+
+FLAG = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+# Templates whose text names a family (as a real template's markup does): the family's call format is used.
+FAMILY_MARKS = {
+    "json": "",
+    "hermes": "{# tools <tool_call> #}",
+    "llama3-json": "{# tools <|start_header_id|> #}",
+    "deepseek": "{# tools <｜Assistant｜> <｜tool▁calls▁begin｜> #}",
+    "harmony": "{# tools <|channel|> #}",
+}
+
+
+@pytest.fixture(scope="module")
+def sampler() -> GrammarSampler:
+    return GrammarSampler(Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False))
+
+
+def test_a_json_answer_shaped_like_a_call_stays_an_answer():
+    # The answer branch of tools + "auto" + json_object may write the shape of a call; its arguments break
+    # the tool's schema (no "city", an unknown "town"), so the call branch cannot have written it.
+    shaped = '{"name": "get_weather", "arguments": {"town": "Paris"}}'
+    serving = _serving(ScriptedEngine(answers=[shaped]))
+    request = parse_request(
+        _chat(tools=[WEATHER], tool_choice="auto", response_format={"type": "json_object"})
+    )
+    answer = serving.generate(request)
+    assert answer.tool_calls == () and answer.text == shaped and answer.finish_reason == "stop"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    family=st.sampled_from(sorted(FAMILY_MARKS)),
+    tools=st.sampled_from([[WEATHER], [WEATHER, TIME]]),
+    choice=st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "get_weather"}}]),
+    form=st.sampled_from(
+        [None, {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "f", "schema": FLAG}}]
+    ),
+    seed=st.integers(0, 1000),
+)
+def test_a_call_is_a_call_only_when_the_call_branch_made_it(family, tools, choice, form, seed, sampler):
+    engine = ScriptedEngine(template=CHATML + FAMILY_MARKS[family])
+    serving = _serving(engine, max_tokens=400)
+    assert serving.family.tool_calls.name == family
+    fields = {"tools": tools, "tool_choice": choice, **({"response_format": form} if form else {})}
+    request = parse_request(_chat(**fields))
+    grammar = serving.prepare(request).engine_request.grammar
+    assert grammar is not None
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
+    for text in sampler.texts(grammar, count=3, seed=seed, max_tokens=150):
+        engine.answers = [text]
+        answer = serving.generate(request)
+        if answer.tool_calls:
+            for call in answer.tool_calls:
+                jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+            assert answer.finish_reason == "tool_calls"
+            continue
+        # Not calls: only where the model may answer, and then in the response_format's shape.
+        assert choice == "auto", text
+        if form is not None:
+            value = json.loads(answer.text)
+            jsonschema.validate(value, FLAG if form["type"] == "json_schema" else {"type": "object"})
