@@ -113,7 +113,7 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "service_tier": _ignored("there is one tier: every request runs on the same function"),
         "prompt_cache_key": _PREFIX_CACHE_KEY,
         "prompt_cache_retention": _ignored("the prompt prefix cache lives as long as the environment"),
-        "reasoning": _ignored("the models served here have no reasoning mode to adjust"),
+        "reasoning": SUPPORTED,  # effort, as chat's reasoning_effort; the thinking comes back as an item
         "max_tool_calls": _ignored("it caps calls to built-in tools, and there are none here"),
         "stream_options": _ignored("stream events are not padded against side channels here"),
         "previous_response_id": _refused(

@@ -44,6 +44,7 @@ from snapllm.protocol.requests import (
     DecidedRequest,
     InferenceRequest,
     OpenAIName,
+    ReasoningEffort,
     Turn,
     check_tool_turns,
     check_tools,
@@ -235,6 +236,16 @@ def _input_form(value: Any) -> str | None:
 ResponsesToolChoice = Literal["none", "auto", "required"] | FunctionToolChoice
 
 
+def _without_reasoning_items(data: dict[str, Any]) -> dict[str, Any]:
+    """The request without the ``reasoning`` items of earlier output sent back as input: a client that sends
+    a response's output back whole sends them, and a model reads its earlier answers without their
+    thinking (its template drops it too)."""
+    items = data.get("input")
+    if not isinstance(items, list) or not any(_item_kind(item) == "reasoning" for item in items):
+        return data
+    return {**data, "input": [item for item in items if _item_kind(item) != "reasoning"]}
+
+
 def _refuse_unservable(data: dict[str, Any]) -> None:
     """Built-in tools, other tool choices, stored items and non-text content: refused by name and reason,
     before the models' own errors would list every branch of a union."""
@@ -266,7 +277,7 @@ def _refuse_unservable(data: dict[str, Any]) -> None:
         if isinstance(kind, str) and kind not in _ITEM_TYPES:
             raise UnsupportedParameterError(
                 f"input.{index} is a {kind!r} item; only message, function_call and function_call_output "
-                "items are served here (no built-in tools, no reasoning items)",
+                "items are served here (no built-in tools; reasoning items sent back are left out)",
                 param="input",
             )
         parts = item.get("content") if isinstance(item, dict) else None
@@ -280,6 +291,16 @@ def _refuse_unservable(data: dict[str, Any]) -> None:
                     "(send input_text parts or a string)",
                     param="input",
                 )
+
+
+class ReasoningConfig(BaseModel):
+    """``reasoning``: a reasoning model's thinking budget (``effort``, as ``reasoning_effort`` in chat); the
+    thinking comes back whole as a ``reasoning`` item, so ``summary`` changes nothing here."""
+
+    model_config = STRICT
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class ResponsesRequest(DecidedRequest):
@@ -304,6 +325,7 @@ class ResponsesRequest(DecidedRequest):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: ResponsesToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -324,6 +346,7 @@ class ResponsesRequest(DecidedRequest):
     @classmethod
     def _servable(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            data = _without_reasoning_items(data)
             _refuse_unservable(data)
         return data
 
@@ -404,6 +427,8 @@ class ResponsesRequest(DecidedRequest):
             body["seed"] = self.seed
         if self.max_output_tokens is not None:
             body["max_completion_tokens"] = self.max_output_tokens
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            body["reasoning_effort"] = self.reasoning.effort
         if self.tools:
             body["tools"] = [
                 {"type": "function", "function": tool.model_dump(exclude={"type"}, exclude_none=True)}
