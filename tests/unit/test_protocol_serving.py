@@ -420,7 +420,7 @@ def test_a_json_answer_shaped_like_a_call_stays_an_answer():
 def test_a_call_is_a_call_only_when_the_call_branch_made_it(family, tools, choice, form, seed, sampler):
     engine = ScriptedEngine(template=CHATML + FAMILY_MARKS[family])
     serving = _serving(engine, max_tokens=400)
-    assert serving.family.tool_calls.name == family
+    assert serving.tool_format.name == family
     fields = {"tools": tools, "tool_choice": choice, **({"response_format": form} if form else {})}
     request = parse_request(_chat(**fields))
     grammar = serving.prepare(request).engine_request.grammar

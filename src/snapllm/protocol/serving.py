@@ -61,7 +61,7 @@ from snapllm.protocol.responses_api import (
 )
 from snapllm.protocol.sse import StreamEncoder, encoder_for
 from snapllm.protocol.structured import arguments_valid, cut_call_error
-from snapllm.protocol.tool_formats import ToolCallFormat
+from snapllm.protocol.tool_formats import GENERIC, ToolCallFormat
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,9 @@ class OpenAIServing:
         self.family: ModelFamily = detect_family(
             self._chat.source if self._chat else "", architecture=architecture
         )
+        #: How calls are written: the family's own format when the template takes tools (and describes that
+        #: format to the model), else the generic JSON format snapllm describes in the system message.
+        self.tool_format = self.family.tool_calls if self._chat and self._chat.native_tools else GENERIC
         #: The warm-up paths the model's template refused (see :meth:`warm_up_bodies`).
         self.warm_up_refusals: list[str] = []
         # A render may write this much: the longest prompt, and room for the template's markup and tools.
@@ -226,7 +229,7 @@ class OpenAIServing:
             param = "messages"
             tokens, thinking, span = self._thinking(request, chat.prompt, tokens, deadline)
             grammar, tool_calls = chat_grammar(
-                request, tool_format=self.family.tool_calls, thinking=self.family.thinking, state=thinking
+                request, tool_format=self.tool_format, thinking=self.family.thinking, state=thinking
             )
             if grammar is not None and not self.engine.accepts_grammar(grammar):
                 # snapllm.protocol.json_grammar refuses, by name, every schema it cannot write a grammar for.
@@ -344,7 +347,7 @@ class OpenAIServing:
             else None
         )
         calls = prepared.tool_calls
-        opener = self.family.tool_calls.opener
+        opener = self.tool_format.opener
         answer = ""  # the answer's text so far (the thinking apart)
         sent = 0  # how much of it went out
         holding = calls is not None
@@ -419,7 +422,7 @@ class OpenAIServing:
         finish_reason: FinishReason = completion.finish
         calls: tuple[ToolCall, ...] = ()
         if prepared.tool_calls is not None:
-            tool_format = self.family.tool_calls
+            tool_format = self.tool_format
             prose, call_text = _calls_part(text, tool_format)
             names = prepared.tool_names
             if finish_reason == "stop":
