@@ -60,6 +60,7 @@ class ScriptedEngine:
     answers: list[str] = field(default_factory=list)
     template: str | None = CHATML
     n_ctx: int = 4096
+    n_vocab: int = 0x110000  # tokens are characters
     model_name: str = "scripted"
     identity: str = "digest|llama-cpp-python x|snapllm y"
     grammar_ok: bool = True

@@ -52,13 +52,23 @@ _SHARED: dict[str, Decision] = {
     "stream_options": SUPPORTED,
     "temperature": SUPPORTED,
     "top_p": SUPPORTED,
-    "logit_bias": SUPPORTED,  # empty only: refused otherwise, with the reason
+    "logit_bias": SUPPORTED,  # token ids of the served model's vocabulary
     "user": _NOTHING_STORED,
+}
+#: The sampling fields of llama-server and vLLM (not OpenAI's): served on every endpoint.
+LOCAL_SAMPLING: dict[str, Decision] = {
+    "top_k": SUPPORTED,
+    "min_p": SUPPORTED,
+    "typical_p": SUPPORTED,
+    "repeat_penalty": SUPPORTED,
+    "repetition_penalty": SUPPORTED,  # vLLM's name for repeat_penalty
+    "repeat_last_n": SUPPORTED,
 }
 
 FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
     "chat": {
         **_SHARED,
+        **LOCAL_SAMPLING,
         "messages": SUPPORTED,
         "max_completion_tokens": SUPPORTED,
         "top_logprobs": SUPPORTED,
@@ -85,12 +95,14 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
     },
     "completion": {
         **_SHARED,
+        **LOCAL_SAMPLING,
         "prompt": SUPPORTED,
         "best_of": SUPPORTED,  # 1 only: refused otherwise, with the reason
         "echo": SUPPORTED,  # false only: refused otherwise, with the reason
         "suffix": SUPPORTED,  # empty only: fill-in-the-middle is refused, with the reason
     },
     "responses": {
+        **LOCAL_SAMPLING,
         "model": SUPPORTED,
         "input": SUPPORTED,
         "instructions": SUPPORTED,

@@ -41,6 +41,12 @@ MAX_STOP_SEQUENCES = 4
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
 MAX_COMPLETION_LOGPROBS = 5
 MAX_SEED = 2**32 - 1
+# OpenAI's limits on logit_bias: at most 300 tokens, each biased by -100 to 100.
+MAX_LOGIT_BIAS_TOKENS = 300
+MAX_LOGIT_BIAS = 100.0
+# llama.cpp takes top_k and the penalty window as C ints; any value past the vocabulary (or the context
+# window) means the whole of it, so the cost is bounded by those, not by the number sent.
+MAX_SAMPLER_INT = 2**31 - 1
 # Strict: JSON types are never converted ("10" is not an integer, true is not 1); an int is still a float.
 STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -335,7 +341,74 @@ class DecidedRequest(RequestBody):
         return {k: v for k, v in data.items() if k not in dropped} if dropped else data
 
 
-class GenerationParameters(DecidedRequest):
+class LocalSamplingFields(BaseModel):
+    """The sampling fields local-model servers take beyond OpenAI's, under their names: llama-server's
+    ``top_k``, ``min_p``, ``typical_p``, ``repeat_penalty`` and ``repeat_last_n``, and vLLM's
+    ``repetition_penalty`` (the same penalty). Each left out keeps the engine's default
+    (:class:`snapllm.engine.types.Sampling`), so a request without them is answered as before they existed.
+    """
+
+    model_config = STRICT
+    top_k: Annotated[int, Field(ge=-1, le=MAX_SAMPLER_INT)] | None = Field(
+        default=None, description="Sample among the k most likely tokens; 0 or -1: all of them (default 40)."
+    )
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="Drop tokens less likely than min_p times the most likely (default 0.05)."
+    )
+    typical_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="Locally typical sampling; 1.0 turns it off (the default)."
+    )
+    repeat_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = Field(
+        default=None, description="Divide the logits of recently seen tokens by this (default 1.0: off)."
+    )
+    repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = Field(
+        default=None, description="vLLM's name for repeat_penalty."
+    )
+    repeat_last_n: Annotated[int, Field(ge=-1, le=MAX_SAMPLER_INT)] | None = Field(
+        default=None,
+        description="How many recent tokens the penalties look at; 0: none, -1: the context (default 64).",
+    )
+
+    @model_validator(mode="after")
+    def _one_repeat_penalty(self) -> LocalSamplingFields:
+        both = self.repeat_penalty is not None and self.repetition_penalty is not None
+        if both and self.repeat_penalty != self.repetition_penalty:
+            raise InvalidRequestError(
+                "repeat_penalty and repetition_penalty are one setting under two names and disagree; "
+                "send one of them",
+                param="repetition_penalty",
+            )
+        return self
+
+    @property
+    def sampler_settings(self) -> dict[str, Any]:
+        """The fields sent, under the engine's names (:class:`snapllm.engine.types.Sampling`)."""
+        penalty = self.repeat_penalty if self.repeat_penalty is not None else self.repetition_penalty
+        given = {
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "typical_p": self.typical_p,
+            "repeat_penalty": penalty,
+            "penalty_last_n": self.repeat_last_n,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
+
+def _check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
+    """OpenAI's rules: token ids (as JSON keys, so strings) mapped to a bias from -100 to 100, at most 300."""
+    if value is None:
+        return None
+    if len(value) > MAX_LOGIT_BIAS_TOKENS:
+        raise ValueError(f"at most {MAX_LOGIT_BIAS_TOKENS} tokens may be biased, got {len(value)}")
+    for key, bias in value.items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 10):
+            raise ValueError(f'invalid key {key!r}: keys are token ids, such as "50256"')
+        if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            raise ValueError(f"the bias of token {key} is {bias}; biases go from -100 to 100")
+    return value
+
+
+class GenerationParameters(DecidedRequest, LocalSamplingFields):
     """Sampling and limits shared by chat and text completions."""
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
@@ -358,6 +431,11 @@ class GenerationParameters(DecidedRequest):
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        return _check_logit_bias(value)
+
     @field_validator("stop")
     @classmethod
     def _stop_sequences(cls, value: str | list[str] | None) -> list[str] | None:
@@ -376,8 +454,6 @@ class GenerationParameters(DecidedRequest):
             raise UnsupportedParameterError("only n=1 is supported", param="n")
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
-        if self.logit_bias:
-            raise UnsupportedParameterError("logit_bias is not supported", param="logit_bias")
         if (
             self.max_tokens is not None
             and self.max_completion_tokens is not None
@@ -392,6 +468,11 @@ class GenerationParameters(DecidedRequest):
     def logprobs_count(self) -> int | None:
         """How many alternatives to report per token (0: only the chosen one), or None for no logprobs."""
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def token_biases(self) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token id, bias) pairs."""
+        return tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items())
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -43,6 +43,7 @@ from snapllm.protocol.requests import (
     ChatCompletionRequest,
     DecidedRequest,
     InferenceRequest,
+    LocalSamplingFields,
     OpenAIName,
     Turn,
     check_tool_turns,
@@ -282,7 +283,7 @@ def _refuse_unservable(data: dict[str, Any]) -> None:
                 )
 
 
-class ResponsesRequest(DecidedRequest):
+class ResponsesRequest(DecidedRequest, LocalSamplingFields):
     """``POST /v1/responses`` and the ``input`` form of a direct invoke.
 
     :attr:`chat` is the same request as a chat completion, which is what the engine runs.
@@ -400,6 +401,7 @@ class ResponsesRequest(DecidedRequest):
         }
         if self.model is not None:
             body["model"] = self.model
+        body.update(self.model_dump(include=set(LocalSamplingFields.model_fields), exclude_none=True))
         if self.seed is not None:
             body["seed"] = self.seed
         if self.max_output_tokens is not None:

@@ -189,12 +189,17 @@ class OpenAIServing:
                 param=param,
             )
         seed = request.seed if request.seed is not None else secrets.randbits(32)
+        settings = request.sampler_settings
+        if settings.get("penalty_last_n") == -1:
+            settings["penalty_last_n"] = n_ctx  # llama-server's -1: the whole context
         sampling = Sampling(
             temperature=request.temperature,
             top_p=request.top_p,
             seed=seed,
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
+            logit_bias=self._token_biases(request),
+            **settings,
         )
         forced = getattr(request, "forced_tools", None) or []
         tools = getattr(request, "tools", None) or []
@@ -212,6 +217,19 @@ class OpenAIServing:
             tool_calls=tool_calls,
             tool_names=tuple(f.name for f in forced) or tuple(t.function.name for t in tools),
         )
+
+    def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token, bias) pairs, each token in this model's vocabulary (else a 400)."""
+        biases = request.token_biases
+        n_vocab = self.engine.n_vocab
+        for token, _ in biases:
+            if token >= n_vocab:
+                raise InvalidRequestError(
+                    f"logit_bias: token id {token} is not in this model's vocabulary "
+                    f"(ids 0 to {n_vocab - 1})",
+                    param="logit_bias",
+                )
+        return biases
 
     # --- Generation ---------------------------------------------------------------------------------------
 
