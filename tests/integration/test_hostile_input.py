@@ -11,30 +11,24 @@ same entry point afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 
 from snapllm.inference.client import HttpInferenceClient
-from snapllm.inference.runtime import InferenceRuntime
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
-from snapllm.streaming.app import create_app
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.s3 import free_port
 from tests.support.hostile_schemas import HOSTILE
 from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
+from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow
 
@@ -440,24 +434,6 @@ def _router_entry(environment: Any, endpoint: str | None = None) -> EntryPoint:
     return send
 
 
-@contextlib.contextmanager
-def _stream_server(runtime: InferenceRuntime) -> Iterator[str]:
-    """The streaming app under uvicorn on loopback, as Lambda Web Adapter reaches it (real HTTP parsing)."""
-    app = create_app(runtime, max_body_bytes=MAX_BODY_BYTES)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _invoke_entry(environment: Any) -> EntryPoint:
     def send(case: Case) -> Answer:
         # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does.
@@ -471,7 +447,7 @@ def _invoke_entry(environment: Any) -> EntryPoint:
 
 @pytest.fixture(scope="module")
 def entry_points(runtime, environment, server, always_on_endpoint) -> Iterator[dict[str, EntryPoint]]:
-    with _stream_server(runtime) as stream_url:
+    with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES) as stream_url:
         yield {
             "http": _http(server.url),
             "router": _router_entry(environment),

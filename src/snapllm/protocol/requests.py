@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -33,7 +36,7 @@ from pydantic import (
 
 from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.edge import check_json_value
+from snapllm.protocol.edge import MAX_JSON_DEPTH, check_json_value, json_text_depth
 from snapllm.protocol.fields import Endpoint, decision
 from snapllm.protocol.structured import check_schema
 
@@ -75,18 +78,34 @@ class TextPart(BaseModel):
     text: str
 
 
+def _arguments_depth(arguments: str) -> str:
+    """Refuse call arguments whose JSON nests deeper than any request may: a template or the generic tool
+    format decodes them, and Python's decoder fails on deep nesting (a RecursionError, near 1,000 levels)
+    rather than refusing it. Counted over the text, without decoding it."""
+    if json_text_depth(arguments) > MAX_JSON_DEPTH:
+        raise ValueError(f"the arguments nest deeper than {MAX_JSON_DEPTH} levels")
+    return arguments
+
+
+#: A call's ``arguments`` sent back: a JSON string, nesting no deeper than a request body may.
+ArgumentsText = Annotated[str, AfterValidator(_arguments_depth)]
+# What a client sends back of an earlier answer's call is whatever its SDK dumped: keys beyond these
+# (another server's extras) are dropped rather than refused.
+_SENT_BACK = ConfigDict(extra="ignore", strict=True)
+
+
 class FunctionCall(BaseModel):
     """The function an earlier assistant turn called; ``arguments`` is a JSON string, as OpenAI's."""
 
-    model_config = STRICT
+    model_config = _SENT_BACK
     name: str
-    arguments: str
+    arguments: ArgumentsText
 
 
 class ToolCallIn(BaseModel):
     """A tool call of an earlier assistant turn, sent back with the conversation."""
 
-    model_config = STRICT
+    model_config = _SENT_BACK
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
@@ -94,7 +113,13 @@ class ToolCallIn(BaseModel):
 
 class ChatMessage(BaseModel):
     """A chat turn. ``content`` is a string or a list of text parts; an assistant turn that called tools
-    carries ``tool_calls`` (and may have no content); a ``tool`` turn answers one call by its id."""
+    carries ``tool_calls`` (and may have no content); a ``tool`` turn answers one call by its id.
+
+    An earlier answer comes back as the client got it: the fields OpenAI's answers carry (``refusal``,
+    ``annotations``, ``audio``, the deprecated ``function_call``) and ``reasoning_content`` (what reasoning
+    servers return and chat templates read) are accepted on any message, and ``name`` on any role.
+    ``reasoning_content`` is given to the chat template; the others do not reach the prompt.
+    """
 
     model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
@@ -103,6 +128,10 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: dict[str, Any] | None = None
+    function_call: FunctionCall | None = None
+    reasoning_content: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -122,7 +151,8 @@ class ChatMessage(BaseModel):
 
     @model_validator(mode="after")
     def _roles(self) -> ChatMessage:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+        called = self.tool_calls or self.function_call
+        if self.content is None and not (self.role == "assistant" and called):
             raise ValueError("content may be null only in an assistant message with tool_calls")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
@@ -136,6 +166,16 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+    def prompt_chars(self) -> int:
+        """How many characters of this message can reach the prompt: its text, its calls' names and
+        arguments, and its reasoning (a sent-back call counts toward the prompt's limit as text does)."""
+        calls = self.tool_calls or []
+        return (
+            len(self.text())
+            + sum(len(call.function.name) + len(call.function.arguments) for call in calls)
+            + len(self.reasoning_content or "")
+        )
 
 
 class FunctionSchema(Protocol):
@@ -317,28 +357,46 @@ class NamedToolChoice(BaseModel):
 class DecidedRequest(RequestBody):
     """A request of one of OpenAI's endpoints, whose fields are decided in one table.
 
-    Fields of OpenAI's request types that snapllm refuses or ignores are decided in
-    :data:`snapllm.protocol.fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
-    one that no field here declares is dropped before validation.
+    Fields that snapllm refuses or ignores are decided in :data:`snapllm.protocol.fields.FIELD_DECISIONS`:
+    a refused one is answered with its reason, an ignored one that no field here declares is dropped before
+    validation. A top-level field in no table is unknown: it is dropped too, and named in
+    :attr:`ignored_fields` (each entry point logs it and names it in a response header), as clients expect
+    of an OpenAI-compatible server when they send a field it does not know.
     """
 
     endpoint: ClassVar[Endpoint]
+    _ignored_fields: tuple[str, ...] = PrivateAttr(default=())
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _decided(cls, data: Any) -> Any:
+    def _decided(cls, data: Any, handler: ModelWrapValidatorHandler[DecidedRequest]) -> DecidedRequest:
         if not isinstance(data, dict):
-            return data
-        dropped = []
+            return handler(data)
+        dropped: list[str] = []
+        unknown: list[str] = []
         for field in data:
             found = decision(cls.endpoint, field) if isinstance(field, str) else None
             if found is None:
+                if field not in cls.model_fields:
+                    unknown.append(field)
                 continue
             if found.kind == "refused":
                 raise UnsupportedParameterError(f"{field} is not supported: {found.reason}", param=field)
             if found.kind == "ignored" and field not in cls.model_fields:
                 dropped.append(field)
-        return {k: v for k, v in data.items() if k not in dropped} if dropped else data
+        if unknown:
+            # What is dropped unread still passes the edge's checks: a name or value that is not Unicode
+            # text, or nests too deep, is refused as it would be in a known field.
+            check_json_value({field: data[field] for field in unknown})
+        leaving = {*dropped, *unknown}
+        request = handler({k: v for k, v in data.items() if k not in leaving} if leaving else data)
+        request._ignored_fields = tuple(unknown)
+        return request
+
+    @property
+    def ignored_fields(self) -> tuple[str, ...]:
+        """The unknown top-level fields the request sent, which were ignored (in the order sent)."""
+        return self._ignored_fields
 
 
 class LocalSamplingFields(BaseModel):
@@ -537,12 +595,41 @@ class ChatCompletionRequest(GenerationParameters):
         return self.parallel_tool_calls is not False and not isinstance(self.tool_choice, NamedToolChoice)
 
 
+def _prompt_form(value: Any) -> str | None:
+    """Which form a ``prompt`` takes: text, a batch of texts, token ids, or a batch of token-id lists (told
+    apart by the first element; an empty list is an empty prompt of tokens)."""
+    if isinstance(value, str):
+        return "type=text"
+    if not isinstance(value, list):
+        return None
+    first = value[0] if value else 0
+    if isinstance(first, str):
+        return "type=texts"
+    return "type=token_lists" if isinstance(first, list) else "type=tokens"
+
+
+TokenIds = list[Annotated[int, Field(ge=0)]]
+#: OpenAI's ``prompt``: text or token ids, alone or as a batch. A batch of one is served; more is a 400.
+Prompt = Annotated[
+    Annotated[str, Tag("type=text")]
+    | Annotated[list[str], Field(min_length=1, max_length=1), Tag("type=texts")]
+    | Annotated[TokenIds, Tag("type=tokens")]
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=1), Tag("type=token_lists")],
+    Discriminator(
+        _prompt_form,
+        custom_error_type="invalid_prompt",
+        custom_error_message="prompt must be a string, a list of strings, a list of token ids or a list "
+        "of lists of token ids",
+    ),
+]
+
+
 class CompletionRequest(GenerationParameters):
     """``POST /v1/completions`` and the plain form of a direct invoke."""
 
     endpoint: ClassVar[Endpoint] = "completion"
 
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    prompt: Prompt
     # Text completions take a number here: how many alternatives to report per token (OpenAI's max is 5).
     logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None  # type: ignore[assignment]
     echo: bool = False
@@ -564,8 +651,20 @@ class CompletionRequest(GenerationParameters):
         return self.logprobs
 
     @property
-    def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def text(self) -> str | None:
+        """The prompt's text; None for a prompt of token ids."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return prompt
+        return prompt[0] if prompt and isinstance(prompt[0], str) else None
+
+    @property
+    def tokens(self) -> list[int] | None:
+        """The prompt's token ids, as sent; None for a prompt of text."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], str)):
+            return None
+        return prompt[0] if prompt and isinstance(prompt[0], list) else prompt  # type: ignore[return-value]
 
 
 InferenceRequest = ChatCompletionRequest | CompletionRequest
@@ -609,11 +708,12 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError
     return InvalidRequestError(message, param=param)
 
 
-def prompt_text(request: InferenceRequest) -> tuple[str, str]:
-    """The text the model will read and the field it came from (``messages`` or ``prompt``)."""
+def prompt_chars(request: InferenceRequest) -> tuple[int, str]:
+    """How many characters of the request can reach the prompt, and the field they come from (``messages``
+    or ``prompt``; a prompt of token ids has none: its tokens are checked against the context window)."""
     if isinstance(request, ChatCompletionRequest):
-        return "".join(message.text() for message in request.messages), "messages"
-    return request.text, "prompt"
+        return sum(message.prompt_chars() for message in request.messages), "messages"
+    return len(request.text or ""), "prompt"
 
 
 _JSON_TYPE_NAMES = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))

@@ -40,6 +40,7 @@ from snapllm.protocol.requests import (
     MAX_SEED,
     MAX_TOP_LOGPROBS,
     STRICT,
+    ArgumentsText,
     ChatCompletionRequest,
     DecidedRequest,
     InferenceRequest,
@@ -132,7 +133,7 @@ class FunctionCallItem(BaseModel):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
-    arguments: str
+    arguments: ArgumentsText
     id: str | None = None
     status: ItemStatus | None = None
     parsed_arguments: Any = None  # what the official SDK's parse() added to a call sent back

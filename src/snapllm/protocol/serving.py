@@ -51,6 +51,9 @@ from snapllm.protocol.sse import StreamEncoder, encoder_for
 from snapllm.protocol.structured import cut_call_error, parse_cut_tool_calls, parse_tool_calls
 
 StreamItem = TokenDelta | Generation
+#: What a stream yields for a token whose text it holds back (a tool call's, sent whole at the end): no
+#: text, nothing to send, and a point where the consumer may stop generation by closing the stream.
+HELD = TokenDelta("")
 #: The field that tells a route's requests apart: chat completions, text completions, responses.
 Required = Literal["messages", "prompt", "input"]
 
@@ -176,8 +179,12 @@ class OpenAIServing:
                     param=where,
                 )
         else:
-            tokens = self.engine.tokenize(request.text, add_bos=True)
             param = "prompt"
+            tokens = request.tokens
+            if tokens is None:
+                tokens = self.engine.tokenize(request.text or "", add_bos=True)
+            else:
+                self._check_vocabulary(tokens, param="prompt")
         if not tokens:
             # llama.cpp cannot sample without at least one token of context (an empty prompt for a model
             # that adds no BOS token fails inside sampling).
@@ -221,15 +228,18 @@ class OpenAIServing:
     def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
         """``logit_bias`` as (token, bias) pairs, each token in this model's vocabulary (else a 400)."""
         biases = request.token_biases
-        n_vocab = self.engine.n_vocab
-        for token, _ in biases:
-            if token >= n_vocab:
-                raise InvalidRequestError(
-                    f"logit_bias: token id {token} is not in this model's vocabulary "
-                    f"(ids 0 to {n_vocab - 1})",
-                    param="logit_bias",
-                )
+        self._check_vocabulary([token for token, _ in biases], param="logit_bias")
         return biases
+
+    def _check_vocabulary(self, tokens: list[int], *, param: str) -> None:
+        """Refuse token ids the model does not have (the request models refuse negative ones)."""
+        n_vocab = self.engine.n_vocab
+        outside = next((token for token in tokens if token >= n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"{param}: token id {outside} is not in this model's vocabulary (ids 0 to {n_vocab - 1})",
+                param=param,
+            )
 
     # --- Generation ---------------------------------------------------------------------------------------
 
@@ -264,6 +274,9 @@ class OpenAIServing:
                 if holding:
                     started = "".join(pieces)
                     if prepared.tool_calls == "all" or not started or started[0] in "{[":
+                        # Nothing to send yet, but the consumer gets control back after every token:
+                        # one whose client has gone closes the stream here, which stops generation.
+                        yield HELD
                         continue
                     holding = False
                     yield TokenDelta(started)
