@@ -3,7 +3,7 @@
 import pytest
 
 from snapllm.engine.types import Timings
-from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
+from snapllm.errors import InvalidRequestError, UnsupportedParameterError
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import (
     ChatCompletionRequest,

@@ -597,7 +597,7 @@ class ChatCompletionRequest(GenerationParameters):
 
 def _prompt_form(value: Any) -> str | None:
     """Which form a ``prompt`` takes: text, a batch of texts, token ids, or a batch of token-id lists (told
-    apart by the first element; an empty list is an empty prompt of tokens)."""
+    apart by the first element; an empty list is an empty prompt of tokens, refused)."""
     if isinstance(value, str):
         return "type=text"
     if not isinstance(value, list):
@@ -608,7 +608,7 @@ def _prompt_form(value: Any) -> str | None:
     return "type=token_lists" if isinstance(first, list) else "type=tokens"
 
 
-TokenIds = list[Annotated[int, Field(ge=0)]]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 #: OpenAI's ``prompt``: text or token ids, alone or as a batch. A batch of one is served; more is a 400.
 Prompt = Annotated[
     Annotated[str, Tag("type=text")]
