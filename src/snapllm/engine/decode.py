@@ -78,8 +78,8 @@ class _Samplers:
             low_level.llama_sampler_chain_add(
                 self.adjustments, low_level.llama_sampler_init_logit_bias(n_vocab, len(biases), biases)
             )
-        # The window is at most the context: no token before it could be repeated.
-        last_n = min(sampling.penalty_last_n, n_ctx)
+        # The window is at most the context (-1: all of it): no token before it could be repeated.
+        last_n = n_ctx if sampling.penalty_last_n < 0 else min(sampling.penalty_last_n, n_ctx)
         low_level.llama_sampler_chain_add(
             self.adjustments,
             low_level.llama_sampler_init_penalties(

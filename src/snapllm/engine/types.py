@@ -37,7 +37,8 @@ class Sampling:
 
     The defaults are llama.cpp's sampler chain as llama-cpp-python's ``create_completion`` runs it: the 40
     best tokens, typical sampling off (1.0), min-p 0.05, no repetition penalty (1.0) over the last 64 tokens.
-    ``top_k`` 0 keeps the whole vocabulary; ``penalty_last_n`` 0 turns the penalties off. ``logit_bias``
+    ``top_k`` 0 (or less) keeps the whole vocabulary; ``penalty_last_n`` 0 turns the penalties off, and -1
+    (or more than the context window) makes them look at the whole context. ``logit_bias``
     pairs (token id, bias) are added to those tokens' logits before anything else, at temperature 0 too.
     """
 

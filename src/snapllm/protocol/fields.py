@@ -80,7 +80,10 @@ _SHARED: dict[str, Decision] = {
     "frequency_penalty": _served("-2 to 2, over the last repeat_last_n tokens"),
     "presence_penalty": _served("-2 to 2, over the last repeat_last_n tokens"),
     "max_tokens": _MAX_TOKENS,
-    "n": _validated("1 only: more choices per request would multiply its cost past the deadline"),
+    "n": _validated(
+        "1 only: an environment generates one answer at a time, so n answers would take n times as long "
+        "within one invoke's deadline; send n requests (they run in parallel environments)"
+    ),
     "seed": _SEED,
     "stop": _served("up to 4 non-empty strings"),
     "stream": _STREAM,

@@ -118,7 +118,7 @@ class ChatMessage(BaseModel):
     An earlier answer comes back as the client got it: the fields OpenAI's answers carry (``refusal``,
     ``annotations``, ``audio``, the deprecated ``function_call``) and ``reasoning_content`` (what reasoning
     servers return and chat templates read) are accepted on any message, and ``name`` on any role.
-    ``reasoning_content`` is given to the chat template; the others do not reach the prompt.
+    ``reasoning_content`` is kept for chat templates that read it; the others do not reach the prompt.
     """
 
     model_config = STRICT

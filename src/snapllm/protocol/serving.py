@@ -196,9 +196,6 @@ class OpenAIServing:
                 param=param,
             )
         seed = request.seed if request.seed is not None else secrets.randbits(32)
-        settings = request.sampler_settings
-        if settings.get("penalty_last_n") == -1:
-            settings["penalty_last_n"] = n_ctx  # llama-server's -1: the whole context
         sampling = Sampling(
             temperature=request.temperature,
             top_p=request.top_p,
@@ -206,7 +203,7 @@ class OpenAIServing:
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
             logit_bias=self._token_biases(request),
-            **settings,
+            **request.sampler_settings,
         )
         forced = getattr(request, "forced_tools", None) or []
         tools = getattr(request, "tools", None) or []
