@@ -207,6 +207,11 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         **LOCAL_IGNORED,
         **LOCAL_REFUSED,
         **LOCAL_SAMPLING,
+        # Chat fields a client may send here too: they would change the answer, and this API has none.
+        **dict.fromkeys(
+            ("logit_bias", "stop", "presence_penalty", "frequency_penalty", "n", "max_tokens"),
+            _refused("not a Responses API field; /v1/chat/completions serves it"),
+        ),
         "model": _MODEL,
         "input": _served("a string, or message, function_call and function_call_output items with text"),
         "instructions": _served("a system message before the input"),
