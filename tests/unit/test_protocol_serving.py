@@ -10,6 +10,7 @@ the same path with the real model.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.chat import ChatRenderer
+from snapllm.protocol.chat import MAX_RENDER_SECONDS, ChatRenderer
 from snapllm.protocol.chat_templates import GEMMA_TURNS
 from snapllm.protocol.requests import Generation, parse_request
 from snapllm.protocol.serving import OpenAIServing, fingerprint
@@ -75,7 +76,13 @@ class ScriptedEngine:
     def special_tokens(self) -> tuple[str, str]:
         return "<s>", "<|im_end|>"
 
-    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
+    def control_tokens(self) -> frozenset[str]:
+        return frozenset({"<|im_start|>", "<|im_end|>"})
+
+    def user_tokens(self) -> frozenset[str]:
+        return frozenset()
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         return ([1] if add_bos else []) + [ord(c) for c in text]
 
     def accepts_grammar(self, grammar: str) -> bool:
@@ -333,3 +340,31 @@ def test_warm_up_runs_every_path_and_primes_the_common_chat_prefix():
     assert {r.max_tokens for r in engine.requests} == {2}
     default_prompt = "<|im_start|>system\nBe helpful.<|im_end|>\n<|im_start|>user\n"
     assert engine.primed == engine.tokenize(default_prompt, add_bos=False)
+
+
+# Chat templates that a model file could carry, each trying to hold the function: every one is refused with
+# a 400 naming the messages, within the render's bounds (MAX_RENDER_SECONDS), and the serving still works.
+HOSTILE_TEMPLATES = {
+    "raises": "{{ raise_exception('Conversation roles must alternate') }}",
+    "loops": "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+    "repeats a string": "{{ 'x' * 1000000000 }}",
+    "raises to a power": "{{ 10 ** 100000000 }}",
+    "recurses": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "writes a huge prompt": (
+        "{% for m in messages %}{% for i in range(100000) %}{{ m.content }}{% endfor %}{% endfor %}"
+    ),
+    "reads outside the sandbox": "{{ messages.__class__.__mro__[1].__subclasses__() }}",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
+def test_a_hostile_chat_template_costs_a_bounded_render_and_a_400(name):
+    serving = _serving(ScriptedEngine(template=HOSTILE_TEMPLATES[name]))
+    started = time.perf_counter()
+    with pytest.raises(InvalidRequestError) as refused:
+        serving.prepare(parse_request(_chat("Hello there, " * 50)))
+    assert time.perf_counter() - started < MAX_RENDER_SECONDS + 1.5
+    assert refused.value.param == "messages" and "chat template" in refused.value.message
+    assert refused.value.to_http().status_code == 400
+    text = serving.prepare(parse_request({"prompt": "Still serving."}))
+    assert text.engine_request.tokens

@@ -25,7 +25,8 @@ the sampled token; each guess the sampler confirms saves a forward pass. The sam
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,7 +34,7 @@ import llama_cpp.llama_cpp as low_level
 import numpy as np
 from llama_cpp import Llama
 
-from snapllm.engine.types import Sampling
+from snapllm.engine.types import Sampling, SpanBudget
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
@@ -63,6 +64,46 @@ class Sampled:
     end_of_generation: bool
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()
+
+
+class SpanTracker:
+    """Follows one request's :class:`SpanBudget` through the generated text, and says when to close it.
+
+    The text is read with control tokens written out (a span may be marked by them); ``tokens`` counts the
+    tokens inside the span, the closing ones included."""
+
+    def __init__(self, budget: SpanBudget, piece: Callable[[int], bytes]) -> None:
+        self.budget = budget
+        self._piece = piece
+        self._opening = budget.opening.encode()
+        self._closing = budget.closing.strip().encode()
+        self._phase = "before" if self._opening else "inside"
+        self._text = b""
+        self.tokens = 0
+
+    def closing_due(self, token: int) -> tuple[int, ...]:
+        """Read ``token``; the tokens to write now to close the span (none while it may go on)."""
+        if self._phase == "after":
+            return ()
+        self._text += self._piece(token)
+        if self._phase == "before":
+            started = self._text.lstrip()
+            if started.startswith(self._opening):
+                self._phase, self._text = "inside", started[len(self._opening) :]
+            elif not self._opening.startswith(started):
+                self._phase = "after"
+            return ()
+        self.tokens += 1
+        if self._closing in self._text:
+            self._phase = "after"
+            return ()
+        self._text = self._text[-len(self._closing) :]
+        late = self.budget.close_by is not None and time.monotonic() >= self.budget.close_by
+        if self.tokens >= self.budget.max_tokens or late:
+            self._phase = "after"
+            self.tokens += len(self.budget.closing_tokens)
+            return self.budget.closing_tokens
+        return ()
 
 
 class _Samplers:
@@ -171,6 +212,7 @@ class Decoder:
         self.drafted = 0
         self.drafted_accepted = 0
         self._pieces: dict[int, bytes] = {}
+        self._special_pieces: dict[int, bytes] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
 
     def __del__(self) -> None:
@@ -180,11 +222,18 @@ class Decoder:
             self._batch = None
 
     def piece(self, token: int) -> bytes:
-        """The bytes a token stands for in generated text (special tokens stand for nothing)."""
-        data = self._pieces.get(token)
+        """The bytes a token stands for in generated text (control tokens stand for nothing)."""
+        return self._cached_piece(token, self._pieces, special=False)
+
+    def special_piece(self, token: int) -> bytes:
+        """The bytes of a token with control tokens written out (``<|end|>``)."""
+        return self._cached_piece(token, self._special_pieces, special=True)
+
+    def _cached_piece(self, token: int, cache: dict[int, bytes], *, special: bool) -> bytes:
+        data = cache.get(token)
         if data is None:
-            size = low_level.llama_token_to_piece(self._vocab, token, self._piece_buffer, 256, 0, False)
-            data = self._pieces[token] = self._piece_buffer.raw[: max(0, size)]
+            size = low_level.llama_token_to_piece(self._vocab, token, self._piece_buffer, 256, 0, special)
+            data = cache[token] = self._piece_buffer.raw[: max(0, size)]
         return data
 
     # --- The KV cache ---------------------------------------------------------------------------------------
@@ -251,6 +300,7 @@ class Decoder:
         logprobs: int | None = None,
         limit: int | None = None,
         draft: PromptLookup | None = None,
+        span: SpanTracker | None = None,
     ) -> Iterator[Sampled]:
         """Sample after ``prompt`` until the caller stops iterating, ``limit`` tokens are out, or an
         end-of-generation token (yielded, flagged, and never evaluated) comes.
@@ -280,6 +330,18 @@ class Decoder:
                     history.append(picked.token)
                     if limit is not None and produced >= limit:
                         return
+                    closing = span.closing_due(picked.token) if span is not None else ()
+                    if closing:
+                        for token in closing:
+                            if samplers.grammar is not None and not self._allowed(samplers, token):
+                                break
+                            samplers.accept(token)
+                            yield Sampled(token, False, None if logprobs is None else 0.0)
+                            produced += 1
+                            history.append(token)
+                            if limit is not None and produced >= limit:
+                                return
+                        break  # the guesses after the closing are not the span's continuation
                     if i < len(guesses) and guesses[i] == picked.token:
                         # The guess is in the cache already, and the next row holds the logits after it.
                         accepted_length += 1
@@ -288,15 +350,16 @@ class Decoder:
                     break
                 # The cache holds the accepted tokens; anything after them was a wrong guess.
                 self._truncate(accepted_length)
-                last = history[-1]
-                room = self._n_batch - 1
+                pending = history[len(self.cached) :]  # the last token picked, and any closing written
+                room = self._n_batch - len(pending)
                 if limit is not None:
                     room = min(room, limit - produced - 1)
                 guesses = _lookup(history, len(prompt), draft, room) if draft is not None else []
                 self.drafted += len(guesses)
-                self._decode([last, *guesses], outputs=1 + len(guesses))
+                self._decode([*pending, *guesses], outputs=1 + len(guesses))
                 accepted_length = len(self.cached) - len(guesses)
-                rows = list(range(len(guesses) + 1))
+                # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
+                rows = list(range(len(pending) - 1, len(pending) + len(guesses)))
         finally:
             samplers.close()
             self._truncate(accepted_length)

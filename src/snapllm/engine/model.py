@@ -26,7 +26,7 @@ from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 
 from snapllm import __version__ as snapllm_version
-from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled
+from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -79,8 +79,10 @@ class _Completion:
         stop: list[str],
         max_tokens: int,
         progress: _GenerationProgress,
+        span: SpanTracker | None = None,
     ) -> None:
         self._tokens = tokens
+        self.span = span
         self._piece = piece
         self._stop = [s for s in stop if s]
         self._max_tokens = max_tokens
@@ -232,6 +234,7 @@ class Engine:
         self._llama = llama
         self._decoder = Decoder(llama)
         self._draft = draft
+        self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
         self._lock = threading.Lock()
         self._model_name = model_name
@@ -325,9 +328,30 @@ class Engine:
             vocab.token_get_text(eos) if eos != -1 else "",
         )
 
-    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
-        """``text`` as tokens, special tokens written in it (``<|im_start|>``) parsed as such."""
-        return self._llama.tokenize(text.encode(), add_bos=add_bos, special=True)
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        """``text`` as tokens; with ``special``, control tokens written in it (``<|im_start|>``) are parsed
+        as such, else they are text like any other."""
+        return self._llama.tokenize(text.encode(), add_bos=add_bos, special=special)
+
+    def control_tokens(self) -> frozenset[str]:
+        """The text of every control token: text that must never turn into one (read once)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_CONTROL)
+
+    def user_tokens(self) -> frozenset[str]:
+        """The text of every user-defined token: llama.cpp turns such text into the token wherever it is
+        written, parsing special tokens or not (Qwen's ``<tool_call>``, gpt-oss's ``<|channel|>``)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_USER_DEFINED)
+
+    def _token_texts(self, attribute: int) -> frozenset[str]:
+        if attribute not in self._token_texts_by_attribute:
+            vocab = self._llama._model.vocab
+            texts = (
+                low_level.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
+                for token in range(self._decoder.n_vocab)
+                if low_level.llama_vocab_get_attr(vocab, token) & attribute
+            )
+            self._token_texts_by_attribute[attribute] = frozenset(text for text in texts if text)
+        return self._token_texts_by_attribute[attribute]
 
     def accepts_grammar(self, grammar: str) -> bool:
         """Whether llama.cpp parses ``grammar``: one it refuses would otherwise reach the sampler chain as a
@@ -436,6 +460,8 @@ class Engine:
             self._decoder.reset()
         recorder = progress.logprobs
         max_tokens = min(request.max_tokens, self.n_ctx - len(request.tokens))
+        piece = self._decoder.special_piece if request.special_text else self._decoder.piece
+        span = SpanTracker(request.span, self._decoder.special_piece) if request.span else None
         tokens = self._decoder.tokens(
             list(request.tokens),
             request.sampling,
@@ -444,9 +470,10 @@ class Engine:
             logprobs=None if recorder is None else recorder.top,
             limit=max_tokens,
             draft=self._draft,
+            span=span,
         )
         return _Completion(
-            tokens, self._decoder.piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress
+            tokens, piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress, span=span
         )
 
 
@@ -463,4 +490,5 @@ def _result(
         timings=progress.timings(completion.completion_tokens),
         deadline_reached=progress.deadline_reached,
         logprobs=None if recorder is None else tuple(recorder.tokens)[: completion.completion_tokens],
+        span_tokens=completion.span.tokens if completion.span else 0,
     )

@@ -56,6 +56,20 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class SpanBudget:
+    """A part of the answer, from ``opening`` (from the first token when it is "") to ``closing``, that may
+    take at most ``max_tokens`` tokens and must close by ``close_by`` (a ``time.monotonic()`` value): past
+    either, the engine writes ``closing_tokens`` (the tokens of ``closing``) itself and generation goes on
+    after them. A reasoning model's thinking is one such part."""
+
+    opening: str
+    closing: str
+    closing_tokens: tuple[int, ...]
+    max_tokens: int
+    close_by: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineRequest:
     """One generation: the prompt's tokens and how to continue them.
 
@@ -72,6 +86,10 @@ class EngineRequest:
     grammar: str | None = None
     top_logprobs: int | None = None
     reuse_cache: bool = True
+    #: Whether control tokens (``<|channel|>``) are written into the text, for a model whose output format
+    #: is made of them; otherwise they stand for nothing.
+    special_text: bool = False
+    span: SpanBudget | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,8 @@ class Completion:
     timings: Timings
     deadline_reached: bool = False
     logprobs: tuple[TokenLogprob, ...] | None = None
+    #: Tokens generated inside the request's span (the ones the engine wrote to close it included).
+    span_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,7 +171,11 @@ class TextEngine(Protocol):
 
     def special_tokens(self) -> tuple[str, str]: ...
 
-    def tokenize(self, text: str, *, add_bos: bool) -> list[int]: ...
+    def control_tokens(self) -> frozenset[str]: ...
+
+    def user_tokens(self) -> frozenset[str]: ...
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]: ...
 
     def accepts_grammar(self, grammar: str) -> bool: ...
 

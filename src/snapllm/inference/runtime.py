@@ -92,6 +92,8 @@ class InferenceRuntime:
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
         bodies = self.serving.warm_up_bodies(max(1, self.settings.serving.warmup_tokens))
+        for refusal in self.serving.warm_up_refusals:
+            logger.warning("warm-up path refused by the model's chat template", extra={"refusal": refusal})
         with phases.measure("warm_up"):
             # Through the handler first, so decoding, validation, rendering and logging have run once too.
             for body in bodies:

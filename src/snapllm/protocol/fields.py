@@ -15,7 +15,7 @@ A top-level field in no list is unknown: it is accepted and ignored, logged as a
 do for fields a newer client sends. A unit test walks the installed ``openai`` package's TypedDicts and
 fails on any field without a decision, and docs/api.md holds :func:`field_table` as written here::
 
-    decision("chat", "reasoning_effort")   # Decision(kind="ignored", reason="...")
+    decision("chat", "verbosity")   # Decision(kind="ignored", reason="...")
 
 The Responses API (``responses``) is served statelessly: nothing it asks OpenAI's service to keep
 (``store: true``, ``previous_response_id``, ``conversation``, ``background``) can be honoured here.
@@ -177,7 +177,14 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "prompt_cache_key": _PREFIX_CACHE_KEY,
         "prompt_cache_retention": _CACHE_LIFETIME,
         "prompt_cache_options": _CACHE_LIFETIME,
-        "reasoning_effort": _NO_REASONING,
+        "reasoning_effort": _served(
+            "a reasoning model's thinking budget (none, minimal, low, medium by default, high, xhigh); "
+            '"none" switches thinking off'
+        ),
+        "chat_template_kwargs": _served(
+            'extra chat template variables, as llama-server and vLLM take them ({"enable_thinking": false}); '
+            "the variables the request itself sets cannot be replaced"
+        ),
         "verbosity": _ignored("a hint for reasoning models; length is set by max_tokens here"),
         "audio": _refused("the models served here take and produce text only"),
         "functions": _refused("the deprecated functions API is not served; send tools instead"),

@@ -538,6 +538,22 @@ class GenerationParameters(DecidedRequest, LocalSamplingFields):
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+#: The variables a chat template gets from the request itself, which ``chat_template_kwargs`` cannot replace.
+TEMPLATE_VARIABLES = frozenset(
+    {
+        "messages",
+        "tools",
+        "tool_choice",
+        "functions",
+        "function_call",
+        "bos_token",
+        "eos_token",
+        "add_generation_prompt",
+        "raise_exception",
+        "strftime_now",
+    }
+)
 
 
 class ChatCompletionRequest(GenerationParameters):
@@ -551,6 +567,12 @@ class ChatCompletionRequest(GenerationParameters):
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     modalities: list[Literal["text", "audio"]] | None = None
+    #: How much the model may think before it answers (a reasoning model's thinking budget; "none" switches
+    #: thinking off where the template can, and otherwise closes it at once).
+    reasoning_effort: ReasoningEffort | None = None
+    #: Extra variables for the chat template, as llama-server and vLLM take them: ``{"enable_thinking":
+    #: false}`` switches a Qwen3 model's thinking off.
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _chat_supported(self) -> ChatCompletionRequest:
@@ -567,6 +589,13 @@ class ChatCompletionRequest(GenerationParameters):
         )
         if isinstance(self.response_format, JSONSchemaResponseFormat):
             check_schema(self.response_format.json_schema.json_schema, param="response_format")
+        reserved = sorted(TEMPLATE_VARIABLES.intersection(self.chat_template_kwargs or {}))
+        if reserved:
+            raise InvalidRequestError(
+                f"chat_template_kwargs: {', '.join(reserved)} come from the request itself and cannot be "
+                "set here",
+                param="chat_template_kwargs",
+            )
         turns = (
             (index, m.role, [c.id for c in m.tool_calls or []], m.tool_call_id)
             for index, m in enumerate(self.messages)
@@ -766,8 +795,8 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 
 @dataclass(frozen=True)
 class Generation:
-    """What one request produced, as the protocol renders it: the engine's completion, its tool calls
-    (with them, ``text`` is the raw call JSON) and the fingerprint of what generated it."""
+    """What one request produced, as the protocol renders it: the answer's text (with tool calls, the text
+    written before them), its tool calls, its thinking, and the fingerprint of what generated it."""
 
     text: str
     finish_reason: FinishReason
@@ -780,6 +809,10 @@ class Generation:
     cached_tokens: int = 0
     logprobs: tuple[TokenLogprob, ...] | None = None
     system_fingerprint: str | None = None
+    #: A reasoning model's thinking (None: the model did not think), told apart from ``text``, and the
+    #: tokens it took.
+    reasoning: str | None = None
+    reasoning_tokens: int = 0
 
     def usage(self) -> dict[str, int]:
         return {

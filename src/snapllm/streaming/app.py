@@ -41,7 +41,7 @@ from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.metrics import CompletionMetrics, request_features
 from snapllm.protocol.objects import Health, ModelList
 from snapllm.protocol.responses_api import AnyRequest, inference_request
-from snapllm.protocol.serving import Required, StreamItem
+from snapllm.protocol.serving import ReasoningDelta, Required, StreamItem
 from snapllm.protocol.sse import StreamEncoder
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -109,6 +109,8 @@ async def _events(
             if isinstance(item, TokenDelta):
                 if item.text or item.logprobs:  # a held token (HELD) has nothing to send
                     yield encoder.delta(item.text, item.logprobs)
+            elif isinstance(item, ReasoningDelta):
+                yield encoder.reasoning(item.text)
             else:
                 metrics.succeeded(item)
                 yield encoder.finish(item)

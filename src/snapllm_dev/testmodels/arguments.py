@@ -1,0 +1,25 @@
+"""The arguments of ``snapllm test-models`` (run by :mod:`snapllm_dev.testmodels.cli`), declared without
+importing numpy or gguf: a usage error costs no start-up."""
+
+from __future__ import annotations
+
+import argparse
+
+#: The families, as :data:`snapllm_dev.testmodels.families.FAMILIES` names them (kept here so the parser
+#: imports nothing heavy; a test checks the two agree).
+FAMILY_NAMES = ("qwen3", "qwen2.5", "llama3.1", "llama3.2", "gemma3", "deepseek-r1-distill", "gpt-oss")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    build = commands.add_parser(
+        "test-models",
+        help="write small GGUF models of each family (random weights, real tokenizer and chat template)",
+    )
+    build.add_argument(
+        "--family",
+        action="append",
+        choices=FAMILY_NAMES,
+        help="a family to build (repeat for more; default: all)",
+    )
+    build.add_argument("--shape", choices=("tiny",), default="tiny", help="the models' size")
+    build.set_defaults(implementation="snapllm_dev.testmodels.cli")
