@@ -67,6 +67,7 @@ class ScriptedEngine:
     answers: list[str] = field(default_factory=list)
     template: str | None = CHATML
     n_ctx: int = 4096
+    n_vocab: int = 0x110000  # tokens are characters
     model_name: str = "scripted"
     identity: str = "digest|llama-cpp-python x|snapllm y"
     grammar_ok: bool = True
@@ -327,12 +328,13 @@ def _streamed(serving: OpenAIServing, body: dict) -> tuple[list[str], Generation
 
 def test_the_stream_holds_a_calls_text_back_and_lets_free_text_through():
     texts, final = _streamed(_serving(ScriptedEngine(answers=[CALL])), _chat(tools=[WEATHER]))
-    assert texts == [] and final.tool_calls[0].name == "get_weather"  # the call goes out whole, at the end
+    # The call goes out whole, at the end; each of its tokens is an empty delta, where a consumer may stop.
+    assert texts == [""] * len(CALL) and final.tool_calls[0].name == "get_weather"
     texts, final = _streamed(_serving(ScriptedEngine(answers=["Sunny."])), _chat(tools=[WEATHER]))
     assert texts == list("Sunny.") and final.tool_calls == () and final.finish_reason == "stop"
     # JSON under "auto" that is not a call (a response_format's answer) is held, then sent as text.
     texts, final = _streamed(_serving(ScriptedEngine(answers=['{"a": 1}'])), _chat(tools=[WEATHER]))
-    assert texts == ['{"a": 1}'] and final.tool_calls == ()
+    assert [t for t in texts if t] == ['{"a": 1}'] and final.tool_calls == ()
 
 
 def test_warm_up_runs_every_path_and_primes_the_common_chat_prefix():

@@ -310,6 +310,11 @@ class Engine:
         return min(int(self._llama.n_ctx()), self._settings.n_ctx)
 
     @property
+    def n_vocab(self) -> int:
+        """How many tokens the vocabulary has: a token id is at least 0 and below this."""
+        return self._decoder.n_vocab
+
+    @property
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
         return tuple(self._decoder.cached)
@@ -414,10 +419,18 @@ class Engine:
             self._decoder.evaluate(tokens)
 
     def _check(self, request: EngineRequest) -> None:
-        """Refuse what llama.cpp cannot run: no token to start from, or no room left in the context."""
+        """Refuse what llama.cpp cannot run: no token to start from, a token or a biased token outside the
+        vocabulary, or no room left in the context."""
         if not request.tokens:
             # llama.cpp cannot sample without at least one token of context.
             raise InvalidRequestError("the prompt is empty")
+        n_vocab = self.n_vocab
+        biased = (token for token, _ in request.sampling.logit_bias)
+        outside = next((t for t in (*request.tokens, *biased) if not 0 <= t < n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"token id {outside} is outside this model's vocabulary (ids 0 to {n_vocab - 1})"
+            )
         if len(request.tokens) >= self.n_ctx:
             raise ContextLengthExceededError(
                 f"the prompt is {len(request.tokens)} tokens; "

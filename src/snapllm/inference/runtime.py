@@ -142,8 +142,16 @@ class InferenceRuntime:
                     "the whole completion",
                     param="stream",
                 )
+            if request.ignored_fields:
+                logger.warning(
+                    "unknown request fields ignored",
+                    extra={"request_id": request_id, "fields": list(request.ignored_fields)},
+                )
             deadline = invoke_deadline(context, margin_ms=self.settings.serving.deadline_margin_ms)
             response, generation = self.serving.complete(request, deadline=deadline)
+            if request.ignored_fields:
+                # A direct invoke has no headers for them: the answer names them.
+                response["ignored_fields"] = list(request.ignored_fields)
         except RequestError as exc:
             return self._reject(exc, request_id)
         except Exception:

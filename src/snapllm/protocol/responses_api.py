@@ -40,9 +40,11 @@ from snapllm.protocol.requests import (
     MAX_SEED,
     MAX_TOP_LOGPROBS,
     STRICT,
+    ArgumentsText,
     ChatCompletionRequest,
     DecidedRequest,
     InferenceRequest,
+    LocalSamplingFields,
     OpenAIName,
     ReasoningEffort,
     Turn,
@@ -132,7 +134,7 @@ class FunctionCallItem(BaseModel):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
-    arguments: str
+    arguments: ArgumentsText
     id: str | None = None
     status: ItemStatus | None = None
     parsed_arguments: Any = None  # what the official SDK's parse() added to a call sent back
@@ -303,7 +305,7 @@ class ReasoningConfig(BaseModel):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class ResponsesRequest(DecidedRequest):
+class ResponsesRequest(DecidedRequest, LocalSamplingFields):
     """``POST /v1/responses`` and the ``input`` form of a direct invoke.
 
     :attr:`chat` is the same request as a chat completion, which is what the engine runs.
@@ -423,6 +425,7 @@ class ResponsesRequest(DecidedRequest):
         }
         if self.model is not None:
             body["model"] = self.model
+        body.update(self.model_dump(include=set(LocalSamplingFields.model_fields), exclude_none=True))
         if self.seed is not None:
             body["seed"] = self.seed
         if self.max_output_tokens is not None:

@@ -72,6 +72,9 @@ class ReasoningDelta:
 
 
 StreamItem = TokenDelta | ReasoningDelta | Generation
+#: What a stream yields for a token that has nothing to send (a tool call's text, sent whole at the end;
+#: text held in case it opens a call): a point where the consumer may stop generation by closing the stream.
+HELD = TokenDelta("")
 
 #: The thinking budget of each ``reasoning_effort``, in tokens (never more than half the answer's
 #: ``max_tokens``, so the answer always has room); a request that sends none thinks at "medium".
@@ -241,8 +244,12 @@ class OpenAIServing:
                     param=where,
                 )
         else:
-            tokens = self.engine.tokenize(request.text, add_bos=True)
             param = "prompt"
+            tokens = request.tokens
+            if tokens is None:
+                tokens = self.engine.tokenize(request.text or "", add_bos=True)
+            else:
+                self._check_vocabulary(tokens, param="prompt")
         if not tokens:
             # llama.cpp cannot sample without at least one token of context (an empty prompt for a model
             # that adds no BOS token fails inside sampling).
@@ -260,6 +267,8 @@ class OpenAIServing:
             seed=seed,
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
+            logit_bias=self._token_biases(request),
+            **request.sampler_settings,
         )
         forced = getattr(request, "forced_tools", None) or []
         tools = getattr(request, "tools", None) or []
@@ -282,6 +291,22 @@ class OpenAIServing:
             tool_parameters=tuple((f.name, f.parameters) for f in functions),
             thinking=thinking,
         )
+
+    def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token, bias) pairs, each token in this model's vocabulary (else a 400)."""
+        biases = request.token_biases
+        self._check_vocabulary([token for token, _ in biases], param="logit_bias")
+        return biases
+
+    def _check_vocabulary(self, tokens: list[int], *, param: str) -> None:
+        """Refuse token ids the model does not have (the request models refuse negative ones)."""
+        n_vocab = self.engine.n_vocab
+        outside = next((token for token in tokens if token >= n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"{param}: token id {outside} is not in this model's vocabulary (ids 0 to {n_vocab - 1})",
+                param=param,
+            )
 
     def _chat_tokens(self, chat: RenderedChat) -> list[int]:
         """The rendered chat's tokens: the template's markup with its control tokens, the messages' text as
@@ -364,21 +389,24 @@ class OpenAIServing:
                         yield ReasoningDelta(text)
                     else:
                         answer += text
+                # A token with nothing to send yields HELD: the consumer gets control back after every
+                # token, so one whose client has gone closes the stream there, which stops generation.
                 if holding:
-                    if calls == "all" or not answer:
+                    if calls == "all" or not answer or (not opener and answer[0] in "{["):
+                        yield HELD
                         continue
-                    if not opener:
-                        if answer[0] in "{[":
-                            continue
-                        holding = False
-                    else:
+                    if opener:
                         found = answer.find(opener)
                         end = found if found >= 0 else len(answer) - held_length(answer, opener)
                         if end > sent:
                             yield TokenDelta(answer[sent:end])
                             sent = end
+                        else:
+                            yield HELD
                         continue
-                if holding or (sent == len(answer) and not item.logprobs):
+                    holding = False
+                if sent == len(answer) and not item.logprobs:
+                    yield HELD
                     continue
                 if item.logprobs is not None:
                     recorded += len(item.logprobs)
