@@ -233,14 +233,14 @@ class RouterApp:
                 "RouterFunction answers API Gateway HTTP API (payload format 2.0) events; "
                 "invoke InferenceFunction directly for a completion event"
             )
-        # ApiAuth=KEY: the authorizer's verdict before any other work (a CORS preflight carries no key).
-        if self.settings.api_auth == "KEY" and not _is_preflight(event):
-            authorizer = request.get("authorizer") if isinstance(request, dict) else None
-            authorizer_verdict(authorizer.get("lambda") if isinstance(authorizer, dict) else None)
         check_path(str(event.get("rawPath") or http.get("path") or ""))
         headers = event.get("headers")
         headers = headers if isinstance(headers, dict) else {}
         check_headers((str(name), str(value)) for name, value in headers.items())
+        # ApiAuth=KEY: the authorizer's verdict before the body is read (a CORS preflight carries no key).
+        if self.settings.api_auth == "KEY" and not _is_preflight(event):
+            authorizer = request.get("authorizer") if isinstance(request, dict) else None
+            authorizer_verdict(authorizer.get("lambda") if isinstance(authorizer, dict) else None)
         body = event.get("body")
         if not body or not isinstance(body, str):
             return

@@ -20,7 +20,6 @@ from botocore.exceptions import ClientError
 from snapllm.api_keys import KeyRecord, key_id_of, new_key, parameter_path
 from snapllm.errors import SnapllmError
 
-
 KEY_ID = re.compile(r"[0-9a-f]{12}")
 
 
