@@ -123,9 +123,12 @@ class LocalGateway:
 
     async def _forward(self, request: Request, body: bytes) -> Response:
         assert self._http is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        # Every value of a repeated header goes on (a repeated Authorization must be refused, not collapsed),
+        # as the bytes received: a value need not be ASCII.
+        headers = [(k, v) for k, v in request.headers.raw if k.decode("latin-1") not in _HOP_BY_HOP]
         # LWA marks requests that came through an invoke; the app refuses its hooks to such requests.
-        headers["x-amzn-request-context"] = json.dumps({"http": {"method": "POST", "path": request.url.path}})
+        context = json.dumps({"http": {"method": "POST", "path": request.url.path}})
+        headers.append((b"x-amzn-request-context", context.encode()))
         upstream = self._http.build_request("POST", request.url.path, content=body, headers=headers)
         response = await self._http.send(upstream, stream=True)
         passed = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
