@@ -15,6 +15,7 @@ import sys
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from snapllm.api_keys import parameter_path
 from snapllm.aws_auth import session_with_credentials
 from snapllm.errors import ConfigurationError
 from snapllm_dev.keys.manage import KeyNotFoundError, StackKeys, stack_auth
@@ -25,6 +26,7 @@ CACHE_NOTE = "within the stack's ApiKeyCacheSeconds (300 s unless set)"
 
 def run(args: argparse.Namespace) -> int:
     try:
+        parameter_path(args.stack)  # a name no stack can have stops before AWS is asked anything
         session = session_with_credentials(args.region)
         keys = StackKeys(args.stack, session.client("ssm"))
     except (ConfigurationError, BotoCoreError) as exc:
