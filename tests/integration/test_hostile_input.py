@@ -678,3 +678,17 @@ def test_a_hostile_authorization_header_gets_a_401_before_any_work(key_entry_poi
     assert KEY not in error["message"]  # a refusal never repeats what was sent
     if status == 401:
         assert headers.get("www-authenticate") == "Bearer"
+
+
+def test_the_streaming_app_answers_a_cors_preflight_without_a_key_and_nothing_else(runtime):
+    keys = ApiKeyVerifier(local_store([KEY]), realm=LOCAL_REALM)
+    with _stream_server(runtime, api_keys=keys) as url:
+        send = _http(url)
+        preflight = {"origin": "https://app.example", "access-control-request-method": "POST"}
+        status, _headers, body = send(Case("preflight", b"", 204, method="OPTIONS", headers=preflight))
+        assert status == 204 and body == b""
+        # An OPTIONS that is no preflight, and LWA's readiness check coming through an invoke, need the key.
+        assert send(Case("options", b"", 401, method="OPTIONS", headers={}))[0] == 401
+        invoked = {"x-amzn-request-context": "{}"}
+        assert send(Case("health", b"", 401, method="GET", path="/health", headers=invoked))[0] == 401
+        assert send(Case("health", b"", 200, method="GET", path="/health", headers={}))[0] == 200
