@@ -28,8 +28,9 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
+from snapllm.protocol.answer_check import check_answer
 from snapllm.protocol.chat import ChatRenderer
-from snapllm.protocol.constraints import ToolCalls, chat_grammar
+from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import (
@@ -97,6 +98,9 @@ class PreparedRequest:
     # The functions the answer may call: the forced ones when tool_choice forces (a cut name is then
     # completed among those only), else every tool.
     tool_names: tuple[str, ...] = ()
+    # The response_format's schema: a complete answer is validated against it (what the grammar could not
+    # hold is checked there; snapllm.protocol.answer_check).
+    answer_schema: Any = None
 
     @property
     def seed(self) -> int:
@@ -211,6 +215,7 @@ class OpenAIServing:
             ),
             tool_calls=tool_calls,
             tool_names=tuple(f.name for f in forced) or tuple(t.function.name for t in tools),
+            answer_schema=answer_schema(request) if isinstance(request, ChatCompletionRequest) else None,
         )
 
     # --- Generation ---------------------------------------------------------------------------------------
@@ -295,6 +300,8 @@ class OpenAIServing:
             )
             if calls and finish_reason == "stop":
                 finish_reason = "tool_calls"
+        if prepared.answer_schema is not None and not calls and finish_reason == "stop":
+            check_answer(prepared.answer_schema, text, param="response_format")
         return Generation(
             system_fingerprint=self.fingerprint,
             logprobs=completion.logprobs,
