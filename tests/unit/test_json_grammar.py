@@ -322,3 +322,193 @@ def test_any_json_as_a_schema_is_served_or_refused_by_name_never_a_crash(schema)
         assert refused.message.startswith("response_format: ")
         return
     assert schema_grammar(schema, param="response_format").startswith("root ::= ")
+
+
+# --- Each enforced keyword: the grammar lets valid answers out and forbids the violating ones ---------------
+
+TREE = {
+    "$ref": "#/$defs/Tree",
+    "$defs": {
+        "Tree": {
+            "type": "object",
+            "properties": {
+                "v": {"type": "integer"},
+                "kids": {"type": "array", "items": {"$ref": "#/$defs/Tree"}},
+            },
+            "required": ["v", "kids"],
+            "additionalProperties": False,
+        }
+    },
+}
+# (schema, answers the grammar must allow, answers it must forbid): every allowed one validates, every
+# forbidden one breaks the schema (or is not JSON).
+KEYWORD_CASES = {
+    "minimum-maximum": (
+        {"type": "integer", "minimum": 0, "maximum": 130},
+        ["0", "130", "7", "99"],
+        ["131", "-1", "1000", "1.5"],
+    ),
+    "negative-range": (
+        {"type": "integer", "minimum": -45, "exclusiveMaximum": 1234},
+        ["-45", "1233", "0", "-9"],
+        ["-46", "1234", "-100", "99999"],
+    ),
+    "exclusive-bounds": (
+        {"type": "integer", "exclusiveMinimum": -3, "exclusiveMaximum": 3},
+        ["-2", "2"],
+        ["-3", "3"],
+    ),
+    "open-above": ({"type": "integer", "minimum": 18}, ["18", "1000000"], ["17", "-18", "0"]),
+    "open-below": ({"type": "integer", "maximum": -5}, ["-5", "-123456"], ["-4", "0", "5"]),
+    "number-range": (
+        {"type": "number", "minimum": -2, "maximum": 3},
+        ["-2", "3", "2.999", "-1.5", "0.25", "-0.5"],
+        ["3.5", "-2.01", "4", "-3", "1e1"],
+    ),
+    "number-exclusive": (
+        {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        ["0.5", "0.001"],
+        ["0", "1", "1.5"],
+    ),
+    "multipleOf-listed": (
+        {"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 100},
+        ["0", "55", "100"],
+        ["3", "105"],
+    ),
+    "multipleOf-unbounded": (
+        {"type": "integer", "multipleOf": 7},
+        ["0", "-14", "700", "7007"],
+        ["15", "-1", "701"],
+    ),
+    "multipleOf-decimals": (
+        {"type": "number", "multipleOf": 0.01},
+        ["1.25", "-3", "0.07"],
+        ["1.255", "0.001"],
+    ),
+    "minItems-maxItems": (
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
+        ["[1]", "[1,2]"],
+        ["[]", "[1,2,3]"],
+    ),
+    "pattern-quantifiers": (
+        {"type": "string", "pattern": "^[A-Z]{2}-\\d{1,3}$"},
+        ['"AB-1"', '"ZZ-999"'],
+        ['"AB-1234"', '"ab-1"', '"AB-"'],
+    ),
+    "pattern-groups-alternation": (
+        {"type": "string", "pattern": "^(foo|ba(r|z))+$"},
+        ['"foobar"', '"baz"'],
+        ['"fooba"', '""'],
+    ),
+    "pattern-unanchored": ({"type": "string", "pattern": "\\d"}, ['"a1b"', '"7"'], ['"abc"']),
+    "date-time": (
+        {"type": "string", "format": "date-time"},
+        ['"2024-02-28T10:00:00Z"', '"1999-12-31T23:59:59.123+05:30"'],
+        ['"2024-02-30T10:00:00Z"', '"2024-13-01T00:00:00Z"', '"2024-01-01 00:00:00Z"'],
+    ),
+    "date": ({"type": "string", "format": "date"}, ['"2024-04-30"'], ['"2024-04-31"', '"2024-4-1"']),
+    "time": (
+        {"type": "string", "format": "time"},
+        ['"10:00:00+02:00"', '"23:59:59Z"'],
+        ['"24:00:00Z"', '"10:00"'],
+    ),
+    "duration": (
+        {"type": "string", "format": "duration"},
+        ['"P1DT2H"', '"PT5M"', '"P3W"', '"P1Y2M3D"'],
+        ['"P"', '"PT"', '"1D"', '"P1H"'],
+    ),
+    "email": (
+        {"type": "string", "format": "email"},
+        ['"a.b@example.com"', '"x+y@mail.example.org"'],
+        ['"ab.com"', '"a.example.com"'],  # (jsonschema's email check is only that there is an "@")
+    ),
+    "hostname": (
+        {"type": "string", "format": "hostname"},
+        ['"api.example.com"', '"localhost"'],
+        ['"-a.com"', '"a_b.com"', '"a..b"'],
+    ),
+    "ipv4": (
+        {"type": "string", "format": "ipv4"},
+        ['"192.168.0.1"', '"0.0.0.0"', '"255.255.255.255"'],
+        ['"256.1.1.1"', '"01.2.3.4"', '"1.2.3"'],
+    ),
+    "ipv6": (
+        {"type": "string", "format": "ipv6"},
+        ['"::1"', '"2001:db8::8a2e:370:7334"', '"1:2:3:4:5:6:7:8"', '"::"'],
+        ['"1:2:3:4:5:6:7:8:9"', '":::"', '"12345::"'],
+    ),
+    "uuid": (
+        {"type": "string", "format": "uuid"},
+        ['"123e4567-e89b-12d3-a456-426614174000"'],
+        ['"123e4567e89b12d3a456426614174000"', '"123e4567-e89b-12d3-a456-42661417400g"'],
+    ),
+    "uri": (
+        {"type": "string", "format": "uri"},
+        ['"https://example.com/a/b?x=1#top"', '"http://localhost:8080"'],
+        ['"example.com"', '"https://ex ample.com"', '"://x.com"'],
+    ),
+    "recursive-tree": (
+        TREE,
+        ['{"v":1,"kids":[]}', '{"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]}'],
+        ['{"v":1,"kids":[{"v":2}]}', '{"v":1,"kids":[{"v":2,"kids":[],"x":0}]}'],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(KEYWORD_CASES))
+def test_each_enforced_keyword_allows_valid_answers_and_forbids_violating_ones(name, sampler):
+    schema, valid, invalid = KEYWORD_CASES[name]
+    check_schema(schema, param="response_format")
+    assert unenforced(schema, param="response_format") == []  # held by the grammar alone, not validated
+    grammar = schema_grammar(schema, param="response_format")
+    # The judge is jsonschema with its format checker (answer_violations; multipleOf checked on the decimal
+    # written, as 0.07 is a multiple of 0.01 that float division misses).
+    for text in valid:
+        assert answer_violations(schema, text) == [], text
+        assert sampler.allows(grammar, text), f"{name}: {text} is valid but forbidden"
+    for text in invalid:
+        assert answer_violations(schema, text), f"{name}: {text} is valid"
+        assert not sampler.allows(grammar, text), f"{name}: {text} breaks the schema but is allowed"
+    for text in sampler.texts(grammar, count=4, seed=5, max_tokens=160):
+        assert answer_violations(schema, text) == [], text
+
+
+BOUND = st.one_of(st.none(), st.integers(-(10**6), 10**6), st.integers(-(10**17), 10**17))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    low=BOUND,
+    high=BOUND,
+    low_open=st.booleans(),
+    high_open=st.booleans(),
+    kind=st.sampled_from(["integer", "number"]),
+    probes=st.lists(st.integers(-(10**7), 10**7), min_size=4, max_size=8),
+)
+def test_a_range_allows_exactly_the_values_inside_it(low, high, low_open, high_open, kind, probes, sampler):
+    """Integer bounds are exact: every integer inside is allowed, every one outside is forbidden (the
+    bounds themselves and their neighbours always probed), for integers and numbers alike."""
+    schema: dict = {"type": kind}
+    if low is not None:
+        schema["exclusiveMinimum" if low_open else "minimum"] = low
+    if high is not None:
+        schema["exclusiveMaximum" if high_open else "maximum"] = high
+    try:
+        check_schema(schema, param="p")
+    except UnsupportedParameterError as refused:
+        assert "minimum over maximum" in refused.message
+        assert (
+            low is not None and high is not None and (low > high or (low == high and (low_open or high_open)))
+        )
+        return
+    grammar = schema_grammar(schema, param="p")
+    checker = jsonschema.Draft202012Validator(schema)
+    edges = [b + d for b in (low, high) if b is not None for d in (-1, 0, 1)]
+    for value in [*probes, *edges, 0]:
+        inside = checker.is_valid(value)
+        if abs(value) > 10**16 - 1:
+            continue  # past the 16 digits the grammar writes at all
+        assert sampler.allows(grammar, str(value)) == inside, (schema, value)
+    if kind == "number":
+        for value in (0.5, -0.5, *(b + 0.25 for b in (low, high) if b is not None and abs(b) < 10**15)):
+            assert sampler.allows(grammar, repr(value)) == checker.is_valid(value), (schema, value)
