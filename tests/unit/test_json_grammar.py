@@ -21,7 +21,7 @@ from llama_cpp import Llama
 from snapllm.errors import UnsupportedParameterError
 from snapllm.protocol.answer_check import answer_violations
 from snapllm.protocol.constraints import chat_grammar
-from snapllm.protocol.json_grammar import MAX_PATTERN_SIZE, schema_grammar, unenforced
+from snapllm.protocol.json_grammar import MAX_PATTERN_SIZE, MAX_RECURSION, schema_grammar, unenforced
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.structured import check_schema, parse_tool_calls, tool_call_schema
 from snapllm_dev.packaged_models import default_model_path
@@ -512,3 +512,14 @@ def test_a_range_allows_exactly_the_values_inside_it(low, high, low_open, high_o
     if kind == "number":
         for value in (0.5, -0.5, *(b + 0.25 for b in (low, high) if b is not None and abs(b) < 10**15)):
             assert sampler.allows(grammar, repr(value)) == checker.is_valid(value), (schema, value)
+
+
+def test_a_recursive_schema_nests_down_to_its_bound_and_no_deeper(sampler):
+    """The recursion is unrolled MAX_RECURSION levels below the root: a tiny model that keeps opening
+    children is closed there, and llama.cpp's parse stack stays that shallow."""
+    grammar = schema_grammar(TREE, param="response_format")
+    nested = {"v": 0, "kids": []}
+    for depth in range(MAX_RECURSION + 3):
+        text = json.dumps(nested, separators=(",", ":"))
+        assert sampler.allows(grammar, text) == (depth <= MAX_RECURSION), depth
+        nested = {"v": depth + 1, "kids": [nested, {"v": 0, "kids": []}]}

@@ -44,15 +44,15 @@ MAX_CHOICES = 256
 
 # The formats the grammar spells out (the names pydantic and OpenAI use). Each is a subset of what its RFC
 # allows, chosen so that every string it generates is valid (to the RFC and to pydantic's parsers): a
-# day is never past its month's last (no 29 February at all), an IPv4 octet has no leading zero, a port
-# is under 10000, a host's labels start with a letter.
+# day is never past its month's last (no 29 February at all), a year is 1000 or later, an IPv4 octet has
+# no leading zero, a port is under 10000, a host's labels start with a letter, a URL is http or https.
 _HEX = "[0-9a-fA-F]"
 _DAY_MONTH = (
     '( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) '
     '| ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) '
     '| "02" "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) )'
 )
-_DATE = f'[0-9] [0-9] [0-9] [0-9] "-" {_DAY_MONTH}'
+_DATE = f'[1-9] [0-9] [0-9] [0-9] "-" {_DAY_MONTH}'  # from year 1000: Python's dates start at year 1
 _TIME = (
     '( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9] [0-9] [0-9] )? '
     '( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'
@@ -76,11 +76,11 @@ _H16 = f"{_HEX}{{1,4}}"
 # Eight groups, or "::" with at most three groups on each side (so it always stands for two or more).
 _H16S = f'( {_H16} ( ":" {_H16} ){{0,2}} )?'
 _IPV6 = f'( {_H16} ( ":" {_H16} ){{7}} | {_H16S} "::" {_H16S} )'
-# A URI with an authority (scheme://host[:port][/path][?query][#fragment]); a character outside the
-# unreserved and sub-delimiter sets is percent-encoded.
+# A web URL (http or https://host[:port][/path][?query][#fragment]): the URIs "uri" is used for (pydantic's
+# HttpUrl among them); a character outside the unreserved and sub-delimiter sets is percent-encoded.
 _PCHAR = f'( [a-zA-Z0-9._~!$&\'()*+,;=:@-] | "%" {_HEX} {_HEX} )'
 _URI = (
-    f'[a-zA-Z] [a-zA-Z0-9+.-]{{0,15}} "://" {_HOSTNAME} ( ":" [1-9] [0-9]{{0,3}} )? '
+    f'"http" "s"? "://" {_HOSTNAME} ( ":" [1-9] [0-9]{{0,3}} )? '
     f'( "/" {_PCHAR}* )* ( "?" ( {_PCHAR} | [/?] )* )? ( "#" ( {_PCHAR} | [/?] )* )?'
 )
 
@@ -164,6 +164,12 @@ _LIMIT = 10**_MAX_DIGITS - 1
 # multipleOf k over an unbounded range is a k-state machine of digits (k rules); a bounded range with at
 # most this many multiples lists them.
 MAX_MULTIPLE_STATES = 100
+# How many times a recursive schema may nest in itself (a tree of this many levels below its root).
+MAX_RECURSION = 8
+# ... and at most this many $refs deep in all (a cycle through 40 definitions closes after its first turns).
+MAX_REF_PATH = 64
+# A character class that matches nothing: a recursion past its bound (an alternative that can never be taken).
+_NOTHING = "[^\\x00-\\U0010FFFF]"
 MAX_LISTED_MULTIPLES = 64
 _TYPE_ORDER = ("object", "array", "string", "number", "integer", "boolean", "null")
 
@@ -340,9 +346,11 @@ class _Converter:
         self.root = root
         self.g = grammar
         self.param = grammar.param
+        # The rule of each $ref at each level of recursion ("level:ref"), and how often each $ref is on the
+        # path being converted (its level there).
         self.ref_rules: dict[str, str] = {}
         self.ref_choices: dict[str, int] = {}
-        self.visiting: set[str] = set()
+        self.depth: dict[str, int] = {}
         # The $refs entered since the last "{" or "[": one met again here would be a rule that reaches
         # itself before reading a character (left recursion), which no parser can run.
         self.unguarded: set[str] = set()
@@ -390,29 +398,34 @@ class _Converter:
         return self.typed(constraining, where)
 
     def ref(self, ref: str, where: str) -> tuple[str, int]:
-        if ref in self.ref_rules:
-            if ref in self.unguarded:
-                raise _refuse(
-                    self.param,
-                    f"the recursive $ref {ref}",
-                    where,
-                    "refers back to itself before any object or array opens, so no value of it can end",
-                )
-            if ref in self.visiting:
-                # A recursive schema (a tree): its rule refers to itself inside an object or an array, so
-                # each level of nesting is one more character read, never one more parse kept open.
-                return self.ref_rules[ref], 1
-            return self.ref_rules[ref], self.ref_choices[ref]
+        """The rule of a ``$ref``'s target. A recursive schema (a tree) is unrolled: each time its ``$ref``
+        is met inside itself it is the next level's rule, down to :data:`MAX_RECURSION` levels, where the
+        recursion is closed (an array of it must be empty, an optional one left out). So llama.cpp's parse
+        stack stays as shallow as the schema's nesting times that bound, and the grammar grows with the
+        bound, not with the answer."""
+        if ref in self.unguarded:
+            raise _refuse(
+                self.param,
+                f"the recursive $ref {ref}",
+                where,
+                "refers back to itself before any object or array opens, so no value of it can end",
+            )
+        level = self.depth.get(ref, 0)
+        if level > MAX_RECURSION or (level and sum(self.depth.values()) > MAX_REF_PATH):
+            return _NOTHING, 1
+        key = f"{level}:{ref}"
+        if key in self.ref_rules:
+            return self.ref_rules[key], self.ref_choices[key]
         target = self._target(ref, where)
         name = self.g.reserve("ref")
-        self.ref_rules[ref] = name
-        self.visiting.add(ref)
+        self.ref_rules[key] = name
+        self.depth[ref] = level + 1
         self.unguarded.add(ref)
         expression, choices = self.schema(target, ref[2:] or "the root")
-        self.visiting.discard(ref)
+        self.depth[ref] = level
         self.unguarded.discard(ref)
         self.g.define(name, expression)
-        self.ref_choices[ref] = choices
+        self.ref_choices[key] = choices
         return name, choices
 
     def _target(self, ref: Any, where: str) -> Any:
@@ -428,7 +441,7 @@ class _Converter:
         seen: set[str] = set()
         while isinstance(node, Mapping) and "$ref" in node:
             ref = node["$ref"]
-            if ref in seen or ref in self.visiting:
+            if ref in seen or self.depth.get(ref, 0):
                 raise _refuse(
                     self.param,
                     f"the recursive $ref {ref}",
