@@ -298,12 +298,29 @@ KEYWORDS = st.sampled_from(
         "pattern",
         "format",
         "additionalProperties",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "uniqueItems",
+        "not",
+        "if",
+        "then",
+        "dependentRequired",
+        "patternProperties",
     ]
 )
 TYPE_NAMES = st.sampled_from(["string", "integer", "number", "boolean", "null", "object", "array"])
 ANY_JSON = st.recursive(
     st.one_of(
-        st.none(), st.booleans(), st.integers(-3, 5000), st.text(max_size=6), TYPE_NAMES, st.just("#/$defs/a")
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 5000),
+        st.floats(-1e20, 1e20),
+        st.text(max_size=6),
+        TYPE_NAMES,
+        st.just("#/$defs/a"),
     ),
     lambda inner: st.one_of(
         st.lists(inner, max_size=3),
@@ -322,6 +339,9 @@ def test_any_json_as_a_schema_is_served_or_refused_by_name_never_a_crash(schema)
         assert refused.message.startswith("response_format: ")
         return
     assert schema_grammar(schema, param="response_format").startswith("root ::= ")
+    # A served schema's check runs on any answer without failing itself.
+    for answer in ("null", "0.5", '"a"', '{"a":[1,1]}', "[true]"):
+        assert isinstance(answer_violations(schema, answer), list)
 
 
 # --- Each enforced keyword: the grammar lets valid answers out and forbids the violating ones ---------------
