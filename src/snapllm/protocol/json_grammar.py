@@ -755,17 +755,9 @@ class _Converter:
             return self.integers(first, last, step_k, where), 1
         if low is None and high is None and decimals == _MAX_DIGITS:
             return self.g.base("number"), 1
-        for value, name in ((low, "minimum"), (high, "maximum")):
-            if value is not None and value.denominator != 1:
-                # The grammar bounds the integer part; the exact bound is validated on the answer.
-                self.g.note(f"a {name} of {float(value)!r} that is not a whole number", where)
-        a = None if low is None else _floor(low)
-        b = None if high is None else _ceil(high)
-        a_open = low_open and low is not None and low.denominator == 1
-        b_open = high_open and high is not None and high.denominator == 1
-        if a is not None and b is not None and (a > b or (a == b and (a_open or b_open))):
+        if low is not None and high is not None and (low > high or (low == high and (low_open or high_open))):
             raise _refuse(self.param, "minimum over maximum", where, "allows no number")
-        return self.decimals(a, a_open, b, b_open, decimals, where), 1
+        return self.decimals(low, low_open, high, high_open, decimals, where), 1
 
     def integers(self, first: int | None, last: int | None, multiple: int | None, where: str) -> str:
         """Integers from ``first`` to ``last`` (None: no bound), canonical (no leading zero, no -0)."""
@@ -796,44 +788,121 @@ class _Converter:
         return parts[0] if len(parts) == 1 else self.g.rule(" | ".join(parts), "ints")
 
     def decimals(
-        self, a: int | None, a_open: bool, b: int | None, b_open: bool, places: int, where: str
+        self,
+        a: Fraction | None,
+        a_open: bool,
+        b: Fraction | None,
+        b_open: bool,
+        places: int,
+        where: str,
     ) -> str:
-        """Numbers (without exponent, at most ``places`` decimals) above ``a`` and below ``b`` (integers or
-        None; each bound open or closed)."""
-        any_fraction = self.g.rule(f'"." {self.g.repeat("[0-9]", 1, places)}', "frac")
-        fraction = self.g.rule(f'{any_fraction} | ""', "frac")
-        nonzero = self.g.rule(f'"." {self.g.repeat("[0-9]", 0, places - 1)} [1-9]', "frac")
+        """Numbers (without exponent, at most ``places`` decimals) above ``a`` and below ``b`` (None: no
+        bound; each bound open or closed), exactly: the integer part is a digit range, and at a bound's own
+        integer part the fraction is compared with the bound's digits, one digit at a time."""
         parts = []
         if b is None or b > 0 or (b == 0 and not b_open):
             # Non-negative values: the magnitude is the value.
-            bottom, bottom_open = (0, False) if a is None or a < 0 else (a, a_open)
-            parts += self.magnitudes(bottom, bottom_open, b, b_open, fraction, nonzero)
+            bottom, bottom_open = (Fraction(0), False) if a is None or a < 0 else (a, a_open)
+            parts += self.magnitudes(bottom, bottom_open, b, b_open, places)
         if a is None or a < 0:
             # Negative values, -m: the magnitude m lies between -b and -a, and is never 0.
-            bottom, bottom_open = (0, True) if b is None or b >= 0 else (-b, b_open)
+            bottom, bottom_open = (Fraction(0), True) if b is None or b >= 0 else (-b, b_open)
             top, top_open = (None, False) if a is None else (-a, a_open)
-            negative = self.magnitudes(bottom, bottom_open, top, top_open, fraction, nonzero)
+            negative = self.magnitudes(bottom, bottom_open, top, top_open, places)
             if negative:
                 parts.append(f'"-" {_group(self.g.rule(" | ".join(negative), "neg"))}')
         if not parts:
-            raise _refuse(self.param, "its bounds", where, "leave no number")
+            raise _refuse(self.param, "its bounds", where, "leave no number the grammar can write")
         return parts[0] if len(parts) == 1 else self.g.rule(" | ".join(parts), "num")
 
     def magnitudes(
-        self, low: int, low_open: bool, high: int | None, high_open: bool, fraction: str, nonzero: str
+        self, low: Fraction, low_open: bool, high: Fraction | None, high_open: bool, places: int
     ) -> list[str]:
-        """The alternatives for a magnitude m (an integer part and its fraction) with low < m or low <= m,
-        m < high or m <= high (None: unbounded)."""
+        """The alternatives for a magnitude m >= 0 (an integer part, then "." and up to ``places``
+        decimals) with low < m or low <= m, and m < high or m <= high (None: unbounded)."""
+        above = ">" if low_open else ">="
+        below = "<" if high_open else "<="
+        low_int, low_digits = _split(low)
+        high_int, high_digits = (None, "") if high is None else _split(high)
         out = []
-        first = low + 1 if low_open else low
-        last = _LIMIT if high is None else min(high - 1, _LIMIT)
-        if first <= last:
-            out.append(f"{_group(self.digits(first, last))} {fraction}")
-        if low_open and (high is None or low < high) and low <= _LIMIT:
-            out.append(f"{_group(self.digits(low, low))} {nonzero}")  # just above low
-        if high is not None and not high_open and high >= first and high <= _LIMIT:
-            out.append(_group(self.digits(high, high)))  # exactly high
+        if low_int > _LIMIT:
+            return out
+        if high_int is not None and high_int == low_int:
+            fraction = self.fraction(self.between(low_digits, high_digits, places, above, below))
+            if fraction is not None:
+                out.append(f"{_group(self.digits(low_int, low_int))} {fraction}")
+            return out
+        fraction = self.fraction(self.compared(low_digits, places, above))
+        if fraction is not None:
+            out.append(f"{_group(self.digits(low_int, low_int))} {fraction}")
+        last = _LIMIT if high_int is None else min(high_int - 1, _LIMIT)
+        if low_int + 1 <= last:
+            fraction = self.fraction(self.compared("", places, ">="))
+            out.append(f"{_group(self.digits(low_int + 1, last))} {fraction}")
+        if high_int is not None and high_int <= _LIMIT:
+            fraction = self.fraction(self.compared(high_digits, places, below))
+            if fraction is not None:
+                out.append(f"{_group(self.digits(high_int, high_int))} {fraction}")
         return out
+
+    def fraction(self, digits: tuple[list[str], bool] | None) -> str | None:
+        """The fraction part of a number from the digit strings :meth:`compared` allows: "." and one or more
+        of them, or nothing when no digits (the value's fraction 0) is allowed; None: no fraction is."""
+        if digits is None:
+            return None
+        options, empty = digits
+        parts = ([f'"." {_group(self.g.rule(" | ".join(options), "frac"))}'] if options else []) + (
+            ['""'] if empty else []
+        )
+        if not parts:
+            return None
+        return self.g.rule(" | ".join(parts), "frac")
+
+    def compared(self, bound: str, places: int, relation: str) -> tuple[list[str], bool] | None:
+        """The digit strings d (1 to ``places`` long) with 0.d ``relation`` 0.``bound`` (the bound's
+        decimals), as alternatives, and whether no digits at all (0) qualifies; None: nothing does."""
+        self.g.step("a fraction range")
+        empty = _holds(_compare_to_zero(bound), relation)
+        if places == 0:
+            return ([], empty) if empty else None
+        first = int(bound[0]) if bound else 0
+        rest = bound[1:]
+        anything = self.g.repeat("[0-9]", 0, places - 1)
+        options = []
+        if ">" in relation and first < 9:
+            options.append(f"{_digit_class(first + 1, 9)} {anything}")
+        if "<" in relation and first > 0:
+            options.append(f"{_digit_class(0, first - 1)} {anything}")
+        same = self.compared(rest, places - 1, relation)
+        if same is not None:
+            tail = same[0] + (['""'] if same[1] else [])
+            options.append(f"{literal(str(first))} {_group(self.g.rule(' | '.join(tail), 'frac'))}")
+        return (options, empty) if options or empty else None
+
+    def between(
+        self, low: str, high: str, places: int, above: str, below: str
+    ) -> tuple[list[str], bool] | None:
+        """The digit strings d with 0.``low`` (``above``) 0.d (``below``) 0.``high``, as :meth:`compared`."""
+        self.g.step("a fraction range")
+        empty = _holds(_compare_to_zero(low), above) and _holds(_compare_to_zero(high), below)
+        if places == 0:
+            return ([], empty) if empty else None
+        first, last = (int(low[0]) if low else 0), (int(high[0]) if high else 0)
+        options = []
+        if first == last:
+            same = self.between(low[1:], high[1:], places - 1, above, below)
+            if same is not None:
+                tail = same[0] + (['""'] if same[1] else [])
+                options.append(f"{literal(str(first))} {_group(self.g.rule(' | '.join(tail), 'frac'))}")
+            return (options, empty) if options or empty else None
+        for digit, bound, relation in ((first, low[1:], above), (last, high[1:], below)):
+            part = self.compared(bound, places - 1, relation)
+            if part is not None:
+                tail = part[0] + (['""'] if part[1] else [])
+                options.append(f"{literal(str(digit))} {_group(self.g.rule(' | '.join(tail), 'frac'))}")
+        if first + 1 <= last - 1:
+            options.append(f"{_digit_class(first + 1, last - 1)} {self.g.repeat('[0-9]', 0, places - 1)}")
+        return (options, empty) if options or empty else None
 
     def digits(self, low: int, high: int) -> str:
         """The decimal integers from ``low`` to ``high`` (0 <= low <= high), without leading zeros: one
@@ -909,6 +978,33 @@ def _bound(node: Mapping[str, Any], closed: str, opened: str, tighter: Any) -> t
         return None, False
     best = tighter(v for v, _ in found)
     return best, any(v == best and is_open for v, is_open in found)
+
+
+def _split(value: Fraction) -> tuple[int, str]:
+    """A non-negative bound's integer part and its decimals as digits ("0.25" -> (0, "25")); a bound with
+    more decimals than any number the grammar writes keeps the first 40 (enough to compare with 16)."""
+    whole = math.floor(value)
+    rest, digits = value - whole, ""
+    while rest and len(digits) < 40:
+        rest *= 10
+        digit = math.floor(rest)
+        digits += str(digit)
+        rest -= digit
+    return whole, digits
+
+
+def _compare_to_zero(digits: str) -> int:
+    """How 0 compares with 0.``digits``: 0 when they are equal, else -1."""
+    return 0 if set(digits) <= {"0"} else -1
+
+
+def _holds(comparison: int, relation: str) -> bool:
+    """Whether a comparison's result (-1, 0, 1: the value against the bound) satisfies ``relation``."""
+    return {">": comparison > 0, ">=": comparison >= 0, "<": comparison < 0, "<=": comparison <= 0}[relation]
+
+
+def _digit_class(first: int, last: int) -> str:
+    return literal(str(first)) if first == last else f"[{first}-{last}]"
 
 
 def _floor(value: Fraction) -> int:
