@@ -13,6 +13,10 @@ Every request's cost is bounded here, before a grammar reaches llama.cpp:
   places refer to it, and every step is counted against :data:`MAX_STEPS`;
 - the grammar's size is bounded (:data:`MAX_GRAMMAR_CHARS`): a bounded repeat (``maxLength``,
   ``maxItems``, ``{m,n}`` in a pattern) becomes a chain of rules shared by every repeat of the same item;
+- a number's bounds are digit ranges, one alternative per digit where the bounds part (16 digits at most),
+  and ``multipleOf`` is a list or a machine of at most :data:`MAX_MULTIPLE_STATES` remainders;
+- a recursive ``$ref`` is unrolled :data:`MAX_RECURSION` levels deep (:data:`MAX_REF_PATH` ``$ref``s in
+  all), so a tree's grammar and llama.cpp's parse stack are bounded too;
 - what makes llama.cpp's sampler slow is not a grammar's size but how many parses it keeps alive at once
   (one per alternative still possible). A repeat of a pattern part that can match nothing (``(a?){4096}``
   keeps 4,097 alive at every character) is refused, a pattern's expanded size is bounded
@@ -20,7 +24,9 @@ Every request's cost is bounded here, before a grammar reaches llama.cpp:
   lists can keep open at one point (:data:`MAX_CHOICES`).
 
 Each refusal is an :class:`~snapllm.errors.UnsupportedParameterError` that names the construct, where it is,
-and why. The JSON is compact: no whitespace between tokens, so no token is spent on padding.
+and why. What no grammar can hold (:data:`VALIDATED_KEYWORDS`, a lookaround in a pattern, a second string
+constraint beside a format) is left out of the grammar and listed by :func:`unenforced`: the complete
+answer is validated on it (:mod:`snapllm.protocol.answer_check`). The JSON is compact: no whitespace between tokens, so no token is spent on padding.
 """
 
 from __future__ import annotations
