@@ -26,7 +26,8 @@ Every request's cost is bounded here, before a grammar reaches llama.cpp:
 Each refusal is an :class:`~snapllm.errors.UnsupportedParameterError` that names the construct, where it is,
 and why. What no grammar can hold (:data:`VALIDATED_KEYWORDS`, a lookaround in a pattern, a second string
 constraint beside a format) is left out of the grammar and listed by :func:`unenforced`: the complete
-answer is validated on it (:mod:`snapllm.protocol.answer_check`). The JSON is compact: no whitespace between tokens, so no token is spent on padding.
+answer is validated on it (:mod:`snapllm.protocol.answer_check`). The JSON is compact: no whitespace
+between tokens, so no token is spent on padding.
 """
 
 from __future__ import annotations
