@@ -26,7 +26,7 @@ from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 
 from snapllm import __version__ as snapllm_version
-from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled
+from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -79,8 +79,10 @@ class _Completion:
         stop: list[str],
         max_tokens: int,
         progress: _GenerationProgress,
+        span: SpanTracker | None = None,
     ) -> None:
         self._tokens = tokens
+        self.span = span
         self._piece = piece
         self._stop = [s for s in stop if s]
         self._max_tokens = max_tokens
@@ -232,6 +234,7 @@ class Engine:
         self._llama = llama
         self._decoder = Decoder(llama)
         self._draft = draft
+        self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
         self._lock = threading.Lock()
         self._model_name = model_name
@@ -307,6 +310,11 @@ class Engine:
         return min(int(self._llama.n_ctx()), self._settings.n_ctx)
 
     @property
+    def n_vocab(self) -> int:
+        """How many tokens the vocabulary has: a token id is at least 0 and below this."""
+        return self._decoder.n_vocab
+
+    @property
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
         return tuple(self._decoder.cached)
@@ -320,9 +328,30 @@ class Engine:
             vocab.token_get_text(eos) if eos != -1 else "",
         )
 
-    def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
-        """``text`` as tokens, special tokens written in it (``<|im_start|>``) parsed as such."""
-        return self._llama.tokenize(text.encode(), add_bos=add_bos, special=True)
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        """``text`` as tokens; with ``special``, control tokens written in it (``<|im_start|>``) are parsed
+        as such, else they are text like any other."""
+        return self._llama.tokenize(text.encode(), add_bos=add_bos, special=special)
+
+    def control_tokens(self) -> frozenset[str]:
+        """The text of every control token: text that must never turn into one (read once)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_CONTROL)
+
+    def user_tokens(self) -> frozenset[str]:
+        """The text of every user-defined token: llama.cpp turns such text into the token wherever it is
+        written, parsing special tokens or not (Qwen's ``<tool_call>``, gpt-oss's ``<|channel|>``)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_USER_DEFINED)
+
+    def _token_texts(self, attribute: int) -> frozenset[str]:
+        if attribute not in self._token_texts_by_attribute:
+            vocab = self._llama._model.vocab
+            texts = (
+                low_level.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
+                for token in range(self._decoder.n_vocab)
+                if low_level.llama_vocab_get_attr(vocab, token) & attribute
+            )
+            self._token_texts_by_attribute[attribute] = frozenset(text for text in texts if text)
+        return self._token_texts_by_attribute[attribute]
 
     def accepts_grammar(self, grammar: str) -> bool:
         """Whether llama.cpp parses ``grammar``: one it refuses would otherwise reach the sampler chain as a
@@ -390,10 +419,18 @@ class Engine:
             self._decoder.evaluate(tokens)
 
     def _check(self, request: EngineRequest) -> None:
-        """Refuse what llama.cpp cannot run: no token to start from, or no room left in the context."""
+        """Refuse what llama.cpp cannot run: no token to start from, a token or a biased token outside the
+        vocabulary, or no room left in the context."""
         if not request.tokens:
             # llama.cpp cannot sample without at least one token of context.
             raise InvalidRequestError("the prompt is empty")
+        n_vocab = self.n_vocab
+        biased = (token for token, _ in request.sampling.logit_bias)
+        outside = next((t for t in (*request.tokens, *biased) if not 0 <= t < n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"token id {outside} is outside this model's vocabulary (ids 0 to {n_vocab - 1})"
+            )
         if len(request.tokens) >= self.n_ctx:
             raise ContextLengthExceededError(
                 f"the prompt is {len(request.tokens)} tokens; "
@@ -423,6 +460,8 @@ class Engine:
             self._decoder.reset()
         recorder = progress.logprobs
         max_tokens = min(request.max_tokens, self.n_ctx - len(request.tokens))
+        piece = self._decoder.special_piece if request.special_text else self._decoder.piece
+        span = SpanTracker(request.span, self._decoder.special_piece) if request.span else None
         tokens = self._decoder.tokens(
             list(request.tokens),
             request.sampling,
@@ -431,9 +470,10 @@ class Engine:
             logprobs=None if recorder is None else recorder.top,
             limit=max_tokens,
             draft=self._draft,
+            span=span,
         )
         return _Completion(
-            tokens, self._decoder.piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress
+            tokens, piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress, span=span
         )
 
 
@@ -450,4 +490,5 @@ def _result(
         timings=progress.timings(completion.completion_tokens),
         deadline_reached=progress.deadline_reached,
         logprobs=None if recorder is None else tuple(recorder.tokens)[: completion.completion_tokens],
+        span_tokens=completion.span.tokens if completion.span else 0,
     )

@@ -33,7 +33,6 @@ from jsonschema.exceptions import ValidationError
 
 from snapllm.errors import SchemaValidationFailedError
 from snapllm.protocol.json_grammar import unenforced
-from snapllm.protocol.structured import modern_schema
 
 #: How long one ``pattern`` may take to match one string of the answer.
 PATTERN_TIMEOUT_S = 0.05
@@ -71,6 +70,38 @@ def _multiple_of(
 _Validator = validators.extend(Draft202012Validator, {"pattern": _pattern, "multipleOf": _multiple_of})
 
 
+# Where a schema holds schemas: maps of them, lists of them, one of them (JSON Schema 2020-12).
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+_SCHEMA_ONE += ("unevaluatedItems", "unevaluatedProperties", "additionalItems", "items")
+
+
+def modern_schema(schema: Any) -> Any:
+    """``schema`` with the older tuple form of ``items`` (a list) written as ``prefixItems``, which is what
+    the grammar makes of it: the form JSON Schema 2020-12 validates. Values (``enum``, ``const``) are left
+    as they are."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for keyword, value in schema.items():
+        if keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[keyword] = {name: modern_schema(sub) for name, sub in value.items()}
+        elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
+            out[keyword] = [modern_schema(sub) for sub in value]
+        elif keyword in _SCHEMA_ONE:
+            out[keyword] = modern_schema(value)
+    if isinstance(out.get("items"), list) and "prefixItems" not in out:
+        out["prefixItems"] = out.pop("items")
+    return out
+
+
+def schema_validator(schema: Any) -> Any:
+    """A ``jsonschema`` validator of ``schema`` (2020-12, formats checked), whose ``pattern`` is matched under
+    :data:`PATTERN_TIMEOUT_S` and whose ``multipleOf`` divides decimals exactly."""
+    return _Validator(modern_schema(schema), format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
 def _place(error: ValidationError) -> str:
     return "$" + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in error.absolute_path)
 
@@ -83,8 +114,9 @@ def answer_violations(schema: Any, text: str) -> list[str]:
         value = json.loads(text)
     except ValueError as exc:
         return [f"the answer is not JSON ({exc})"]
-    validator = _Validator(modern_schema(schema), format_checker=Draft202012Validator.FORMAT_CHECKER)
-    errors = sorted(validator.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(
+        schema_validator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path]
+    )
     return [f"{_place(error)} {error.message[:200]}" for error in islice(errors, MAX_VIOLATIONS)]
 
 

@@ -222,6 +222,27 @@ def json_literal(value: Any) -> str:
     return literal(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
+def text_without(word: str, name: str) -> str:
+    """GBNF rules, the first named ``name``, for any text (the empty text too) that does not contain
+    ``word``: one rule per prefix of ``word`` matched so far (the states of a string-search automaton), so
+    the grammar follows free text one character per step and rejects ``word`` at its last character."""
+
+    def after(matched: str, ch: str) -> int:
+        # The length of the longest prefix of ``word`` that ``matched + ch`` ends with.
+        text = matched + ch
+        return next(n for n in range(min(len(text), len(word)), -1, -1) if text.endswith(word[:n]))
+
+    rules = [f"{name} ::= {name}-0"]
+    for state in range(len(word)):
+        moves = {ch: after(word[:state], ch) for ch in dict.fromkeys(word)}
+        # Every character that does not advance the match starts it afresh; ``word``'s last one is refused.
+        restart = "".join(_class_char(ch) for ch, to in moves.items() if to)
+        branches = [f"[^{restart}] {name}-0"]
+        branches += [f"{literal(ch)} {name}-{to}" for ch, to in moves.items() if 0 < to < len(word)]
+        rules.append(f"{name}-{state} ::= ( {' | '.join(branches)} )?")
+    return "\n".join(rules) + "\n"
+
+
 def _refuse(param: str, what: str, where: str, why: str) -> UnsupportedParameterError:
     place = where.lstrip(".") or "the root"
     return UnsupportedParameterError(f"{param}: {what} (at {place}) {why}", param=param)

@@ -75,15 +75,21 @@ class PromptTokensDetails(OpenAIObject):
     cached_tokens: int
 
 
-class Usage(OpenAIObject):
-    """Token counts; ``prompt_tokens_details.cached_tokens`` is the prompt prefix reused from the KV cache."""
+class CompletionTokensDetails(OpenAIObject):
+    reasoning_tokens: int
 
-    omit_when_none = frozenset({"prompt_tokens_details"})
+
+class Usage(OpenAIObject):
+    """Token counts; ``prompt_tokens_details.cached_tokens`` is the prompt prefix reused from the KV cache,
+    ``completion_tokens_details.reasoning_tokens`` the tokens a reasoning model thought in."""
+
+    omit_when_none = frozenset({"prompt_tokens_details", "completion_tokens_details"})
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
 
     @classmethod
     def of(cls, generation: Generation) -> Usage:
@@ -92,6 +98,9 @@ class Usage(OpenAIObject):
             completion_tokens=generation.completion_tokens,
             total_tokens=generation.prompt_tokens + generation.completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=generation.cached_tokens),
+            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=generation.reasoning_tokens)
+            if generation.reasoning is not None
+            else None,
         )
 
 
@@ -141,12 +150,15 @@ class ToolCallOut(OpenAIObject):
 
 
 class ChatMessageOut(OpenAIObject):
-    """The answer: text in ``content``, or ``tool_calls`` (and a null ``content``)."""
+    """The answer: text in ``content``, and ``tool_calls`` when it calls (``content`` then holds any text
+    the model wrote before its calls, else null); a reasoning model's thinking in ``reasoning_content``
+    (llama-server's and DeepSeek's name)."""
 
-    omit_when_none = frozenset({"tool_calls"})
+    omit_when_none = frozenset({"tool_calls", "reasoning_content"})
 
     role: Literal["assistant"]
     content: str | None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallOut] | None = None
 
 
@@ -260,10 +272,11 @@ class ToolCallDelta(OpenAIObject):
 
 
 class ChatDelta(OpenAIObject):
-    omit_when_none = frozenset({"role", "content", "tool_calls"})
+    omit_when_none = frozenset({"role", "content", "reasoning_content", "tool_calls"})
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 
@@ -289,14 +302,11 @@ def completion_response(
     common = {"created": int(time.time()), "model": model, **_Generated.extras(generation)}
     usage = Usage.of(generation)
     if isinstance(request, ChatCompletionRequest):
-        message = (
-            ChatMessageOut(
-                role="assistant",
-                content=None,
-                tool_calls=[ToolCallOut.of(call) for call in generation.tool_calls],
-            )
-            if generation.tool_calls
-            else ChatMessageOut(role="assistant", content=generation.text)
+        message = ChatMessageOut(
+            role="assistant",
+            content=(generation.text or None) if generation.tool_calls else generation.text,
+            reasoning_content=generation.reasoning,
+            tool_calls=[ToolCallOut.of(call) for call in generation.tool_calls] or None,
         )
         return ChatCompletion(
             id=new_completion_id("chatcmpl"),
@@ -367,7 +377,7 @@ class Health(OpenAIObject):
 # --- The Responses API (/v1/responses) --------------------------------------------------------------------
 
 
-def new_item_id(kind: Literal["resp", "msg", "fc"]) -> str:
+def new_item_id(kind: Literal["resp", "msg", "fc", "rs"]) -> str:
     return f"{kind}_{uuid.uuid4().hex}"
 
 
@@ -406,7 +416,32 @@ class FunctionCallItemOut(OpenAIObject):
     status: ItemStatus
 
 
-OutputItem = Annotated[OutputMessage | FunctionCallItemOut, Field(discriminator="type")]
+class ReasoningText(OpenAIObject):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItemOut(OpenAIObject):
+    """An output item holding a reasoning model's thinking, before the answer's items."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[dict[str, Any]]
+    content: list[ReasoningText]
+    status: ItemStatus
+
+    @classmethod
+    def of(cls, generation: Generation) -> ReasoningItemOut:
+        return cls(
+            id=new_item_id("rs"),
+            summary=[],
+            content=[ReasoningText(text=generation.reasoning or "")],
+            status="completed" if generation.text or generation.tool_calls else item_status(generation),
+        )
+
+
+AnyOutputItem = ReasoningItemOut | OutputMessage | FunctionCallItemOut
+OutputItem = Annotated[AnyOutputItem, Field(discriminator="type")]
 
 
 class InputTokensDetails(OpenAIObject):
@@ -439,7 +474,7 @@ class ResponseUsage(OpenAIObject):
                 cache_write_tokens=generation.prompt_tokens - generation.cached_tokens,
             ),
             output_tokens=generation.completion_tokens,
-            output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=generation.reasoning_tokens),
             total_tokens=generation.prompt_tokens + generation.completion_tokens,
         )
 
@@ -522,9 +557,7 @@ class ResponseObject(OpenAIObject):
             metadata=dict(request.metadata or {}),
         )
 
-    def finished(
-        self, generation: Generation, output: list[OutputMessage | FunctionCallItemOut]
-    ) -> ResponseObject:
+    def finished(self, generation: Generation, output: list[AnyOutputItem]) -> ResponseObject:
         """This response with its output, status and usage, once ``generation`` has ended."""
         incomplete = generation.finish_reason == "length"
         reason = "deadline" if generation.deadline_reached else "max_output_tokens"
@@ -565,18 +598,20 @@ def function_call_items(generation: Generation) -> list[FunctionCallItemOut]:
     ]
 
 
-def output_items(
-    generation: Generation, *, logprobs: bool = False
-) -> list[OutputMessage | FunctionCallItemOut]:
-    """The output items of a finished generation: its function calls, else one message with its text."""
+def output_items(generation: Generation, *, logprobs: bool = False) -> list[AnyOutputItem]:
+    """The output items of a finished generation: its thinking (a reasoning item), then its function calls
+    (after a message with any text before them), else one message with its text."""
+    thinking: list[AnyOutputItem] = (
+        [ReasoningItemOut.of(generation)] if generation.reasoning is not None else []
+    )
     if generation.tool_calls:
-        return list(function_call_items(generation))
+        return [*thinking, *function_call_items(generation)]
     part = OutputText(
         text=generation.text,
         annotations=[],
         logprobs=response_logprobs(generation.logprobs) if logprobs else None,
     )
-    return [OutputMessage(id=new_item_id("msg"), status=item_status(generation), content=[part])]
+    return [*thinking, OutputMessage(id=new_item_id("msg"), status=item_status(generation), content=[part])]
 
 
 def response_object(request: ResponsesRequest, generation: Generation, *, model: str) -> ResponseObject:

@@ -17,22 +17,34 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from snapllm.engine.types import Completion, Deadline, EngineRequest, Sampling, TextEngine, TokenDelta
+from snapllm.engine.types import (
+    Completion,
+    Deadline,
+    EngineRequest,
+    Sampling,
+    SpanBudget,
+    TextEngine,
+    TokenDelta,
+)
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
+    RequestError,
     UnknownModelError,
     UnsupportedParameterError,
 )
 from snapllm.protocol.answer_check import check_answer
-from snapllm.protocol.chat import ChatRenderer
+from snapllm.protocol.chat import ChatRenderer, RenderedChat
 from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
+from snapllm.protocol.families import ModelFamily, detect_family
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
+from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState, held_length
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     FinishReason,
@@ -49,9 +61,28 @@ from snapllm.protocol.responses_api import (
     responses_fields,
 )
 from snapllm.protocol.sse import StreamEncoder, encoder_for
-from snapllm.protocol.structured import cut_call_error, parse_cut_tool_calls, parse_tool_calls
+from snapllm.protocol.structured import arguments_schema, arguments_valid, cut_call_error
+from snapllm.protocol.tool_formats import GENERIC, ToolCallFormat
 
-StreamItem = TokenDelta | Generation
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """A streamed piece of a reasoning model's thinking (its answer streams as :class:`TokenDelta`)."""
+
+    text: str
+
+
+StreamItem = TokenDelta | ReasoningDelta | Generation
+#: What a stream yields for a token that has nothing to send (a tool call's text, sent whole at the end;
+#: text held in case it opens a call): a point where the consumer may stop generation by closing the stream.
+HELD = TokenDelta("")
+
+#: The thinking budget of each ``reasoning_effort``, in tokens (never more than half the answer's
+#: ``max_tokens``, so the answer always has room); a request that sends none thinks at "medium".
+REASONING_BUDGETS = {"none": 0, "minimal": 64, "low": 256, "medium": 1024, "high": 4096, "xhigh": 8192}
+DEFAULT_REASONING_EFFORT = "medium"
+#: The share of the time left to a request that its thinking may take before the engine closes it.
+THINKING_TIME_SHARE = 0.5
 #: The field that tells a route's requests apart: chat completions, text completions, responses.
 Required = Literal["messages", "prompt", "input"]
 
@@ -80,7 +111,16 @@ WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
     },
     {
         "messages": _WARMUP_MESSAGES,
-        "tools": [{"type": "function", "function": {"name": "wave", "parameters": {"type": "object"}}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "wave",
+                    "description": "Wave at the user.",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+        ],
         "tool_choice": "auto",
     },
     # The Responses path (its parsing and rendering); the engine serves it as a chat.
@@ -93,11 +133,14 @@ class PreparedRequest:
     """A request turned into the engine's terms, with what it takes to read the answer back."""
 
     engine_request: EngineRequest
-    # "all": the answer must be tool calls; "auto": it is tool calls when it opens with JSON.
+    # "all": the answer must be tool calls; "auto": it is tool calls when it opens a call.
     tool_calls: ToolCalls | None = None
     # The functions the answer may call: the forced ones when tool_choice forces (a cut name is then
-    # completed among those only), else every tool.
+    # completed among those only), else every tool; with the schema of each one's arguments.
     tool_names: tuple[str, ...] = ()
+    tool_parameters: tuple[tuple[str, dict[str, Any] | None], ...] = ()
+    # Where the prompt leaves a reasoning model: inside its thinking, past it, or before it.
+    thinking: ThinkingState = "closed"
     # The response_format's schema: a complete answer is validated against it (what the grammar could not
     # hold is checked there; snapllm.protocol.answer_check).
     answer_schema: Any = None
@@ -123,7 +166,24 @@ class OpenAIServing:
         self.max_tokens = max_tokens
         self.model_name = engine.model_name
         self.fingerprint = fingerprint(engine.identity)
-        self._chat = ChatRenderer.for_model(engine.metadata, *engine.special_tokens())
+        self._chat = ChatRenderer.for_model(
+            engine.metadata,
+            *engine.special_tokens(),
+            control_tokens=engine.control_tokens(),
+            user_tokens=engine.user_tokens(),
+        )
+        architecture = str(engine.metadata.get("general.architecture", ""))
+        #: What the model's family writes: its thinking and its tool calls.
+        self.family: ModelFamily = detect_family(
+            self._chat.source if self._chat else "", architecture=architecture
+        )
+        #: How calls are written: the family's own format when the template takes tools (and describes that
+        #: format to the model), else the generic JSON format snapllm describes in the system message.
+        self.tool_format = self.family.tool_calls if self._chat and self._chat.native_tools else GENERIC
+        #: The warm-up paths the model's template refused (see :meth:`warm_up_bodies`).
+        self.warm_up_refusals: list[str] = []
+        # A render may write this much: the longest prompt, and room for the template's markup and tools.
+        self._max_rendered = 4 * max_prompt_chars + 262_144
 
     @property
     def supports_chat(self) -> bool:
@@ -152,24 +212,32 @@ class OpenAIServing:
         self.check_model(parsed.model)
         return parsed
 
-    def prepare(self, request: InferenceRequest) -> PreparedRequest:
+    def prepare(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> PreparedRequest:
         """Tokenize the request and resolve its limits; raises a ``RequestError`` if it cannot run."""
         self.limits.check(request)  # before tokenizing: a prompt over the limit is never tokenized
         stop = list(request.stop or [])
         grammar: str | None = None
         tool_calls: ToolCalls | None = None
+        thinking: ThinkingState = "closed"
+        span: SpanBudget | None = None
         if isinstance(request, ChatCompletionRequest):
             if self._chat is None:
                 raise UnsupportedParameterError(
                     f"model {self.model_name} has no chat template; use a text completion ('prompt')",
                     param="messages",
                 )
-            chat = self._chat.render(request)
-            # The template writes its own special tokens (a BOS among them, when the model uses one).
-            tokens = self.engine.tokenize(chat.prompt, add_bos=False)
+            kwargs = {
+                **self.family.template_kwargs(request.reasoning_effort),
+                **(request.chat_template_kwargs or {}),
+            }
+            chat = self._chat.render(request, kwargs, max_chars=self._max_rendered)
+            tokens = self._chat_tokens(chat)
             stop += chat.stop
             param = "messages"
-            grammar, tool_calls = chat_grammar(request)
+            tokens, thinking, span = self._thinking(request, chat.prompt, tokens, deadline)
+            grammar, tool_calls = chat_grammar(
+                request, tool_format=self.tool_format, thinking=self.family.thinking, state=thinking
+            )
             if grammar is not None and not self.engine.accepts_grammar(grammar):
                 # snapllm.protocol.json_grammar refuses, by name, every schema it cannot write a grammar for.
                 where = "tools" if tool_calls else "response_format"
@@ -180,8 +248,12 @@ class OpenAIServing:
                     param=where,
                 )
         else:
-            tokens = self.engine.tokenize(request.text, add_bos=True)
             param = "prompt"
+            tokens = request.tokens
+            if tokens is None:
+                tokens = self.engine.tokenize(request.text or "", add_bos=True)
+            else:
+                self._check_vocabulary(tokens, param="prompt")
         if not tokens:
             # llama.cpp cannot sample without at least one token of context (an empty prompt for a model
             # that adds no BOS token fails inside sampling).
@@ -199,9 +271,12 @@ class OpenAIServing:
             seed=seed,
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
+            logit_bias=self._token_biases(request),
+            **request.sampler_settings,
         )
         forced = getattr(request, "forced_tools", None) or []
         tools = getattr(request, "tools", None) or []
+        functions = forced or [tool.function for tool in tools]
         return PreparedRequest(
             EngineRequest(
                 tokens=tuple(tokens),
@@ -212,17 +287,72 @@ class OpenAIServing:
                 top_logprobs=request.logprobs_count,
                 # A caller-chosen seed must reproduce: the whole prompt evaluated afresh, as the first time.
                 reuse_cache=request.seed is None,
+                special_text=self.family.special_text,
+                span=span,
             ),
             tool_calls=tool_calls,
-            tool_names=tuple(f.name for f in forced) or tuple(t.function.name for t in tools),
+            tool_names=tuple(f.name for f in functions),
+            tool_parameters=tuple((f.name, f.parameters) for f in functions),
+            thinking=thinking,
             answer_schema=answer_schema(request) if isinstance(request, ChatCompletionRequest) else None,
         )
+
+    def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token, bias) pairs, each token in this model's vocabulary (else a 400)."""
+        biases = request.token_biases
+        self._check_vocabulary([token for token, _ in biases], param="logit_bias")
+        return biases
+
+    def _check_vocabulary(self, tokens: list[int], *, param: str) -> None:
+        """Refuse token ids the model does not have (the request models refuse negative ones)."""
+        n_vocab = self.engine.n_vocab
+        outside = next((token for token in tokens if token >= n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"{param}: token id {outside} is not in this model's vocabulary (ids 0 to {n_vocab - 1})",
+                param=param,
+            )
+
+    def _chat_tokens(self, chat: RenderedChat) -> list[int]:
+        """The rendered chat's tokens: the template's markup with its control tokens, the messages' text as
+        text. The template writes its own special tokens (a BOS among them, when the model uses one)."""
+        if len(chat.pieces) <= 1:
+            return self.engine.tokenize(chat.prompt, add_bos=False)
+        tokens: list[int] = []
+        for text, markup in chat.pieces:
+            tokens += self.engine.tokenize(text, add_bos=False, special=markup)
+        return tokens
+
+    def _thinking(
+        self, request: ChatCompletionRequest, prompt: str, tokens: list[int], deadline: Deadline | None
+    ) -> tuple[list[int], ThinkingState, SpanBudget | None]:
+        """Where the prompt leaves a reasoning model, and the budget of its thinking: at most its
+        ``reasoning_effort``'s tokens (half the answer's ``max_tokens`` at most) and a share of the time
+        left. Thinking switched off where the template cannot switch it off is closed in the prompt."""
+        markers = self.family.thinking
+        if markers is None:
+            return tokens, "closed", None
+        state = markers.prompt_state(prompt)
+        if state == "closed":
+            return tokens, state, None
+        answer_tokens = request.requested_max_tokens or self.max_tokens
+        effort = request.reasoning_effort or DEFAULT_REASONING_EFFORT
+        budget = min(REASONING_BUDGETS[effort], answer_tokens // 2)
+        closing = tuple(self.engine.tokenize(markers.closing_text, add_bos=False))
+        if budget == 0 and state == "open":
+            return tokens + list(closing), "closed", None
+        close_by = None
+        if deadline is not None:
+            now = time.monotonic()
+            close_by = now + max(0.0, deadline.at - now) * THINKING_TIME_SHARE
+        opening = "" if state == "open" else markers.start
+        return tokens, state, SpanBudget(opening, markers.end, closing, budget, close_by)
 
     # --- Generation ---------------------------------------------------------------------------------------
 
     def generate(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Generation:
         """Run one request to completion (or to the deadline)."""
-        prepared = self.prepare(request)
+        prepared = self.prepare(request, deadline=deadline)
         return self.generation(prepared, self.engine.generate(prepared.engine_request, deadline=deadline))
 
     def stream(self, request: InferenceRequest, *, deadline: Deadline | None = None) -> Iterator[StreamItem]:
@@ -232,14 +362,25 @@ class OpenAIServing:
         answer with an error status before it starts a streamed response. A consumer that stops early must
         ``close()`` the iterator, which releases the engine.
         """
-        prepared = self.prepare(request)
+        prepared = self.prepare(request, deadline=deadline)
         return self._stream(prepared, self.engine.stream(prepared.engine_request, deadline=deadline))
 
     def _stream(self, prepared: PreparedRequest, items: Iterator[Any]) -> Iterator[StreamItem]:
-        # Tool calls are sent whole at the end (as OpenAI-shaped deltas), so their text is held back: all
-        # of it when the answer must call, and under "auto" until the first character shows a call.
-        holding = prepared.tool_calls is not None
-        pieces: list[str] = []
+        # A reasoning model's thinking streams as ReasoningDelta items. Tool calls are sent whole at the end
+        # (as OpenAI-shaped deltas), so their text is held back: all of the answer when it must call; under
+        # "auto", in a format with an opener, whatever may still open a call; in the generic format, the
+        # whole answer once its first character shows a call.
+        markers = self.family.thinking
+        splitter = (
+            ReasoningSplitter(markers, state=prepared.thinking)
+            if markers and markers.splits(prepared.thinking)
+            else None
+        )
+        calls = prepared.tool_calls
+        opener = self.tool_format.opener
+        answer = ""  # the answer's text so far (the thinking apart)
+        sent = 0  # how much of it went out
+        holding = calls is not None
         recorded = 0
         completion: Completion | None = None
         try:
@@ -247,45 +388,84 @@ class OpenAIServing:
                 if not isinstance(item, TokenDelta):
                     completion = item
                     continue
-                pieces.append(item.text)
+                pieces = splitter.feed(item.text) if splitter else [("content", item.text)]
+                for kind, text in pieces:
+                    if kind == "reasoning":
+                        yield ReasoningDelta(text)
+                    else:
+                        answer += text
+                # A token with nothing to send yields HELD: the consumer gets control back after every
+                # token, so one whose client has gone closes the stream there, which stops generation.
                 if holding:
-                    started = "".join(pieces)
-                    if prepared.tool_calls == "all" or not started or started[0] in "{[":
+                    if calls == "all" or not answer or (not opener and answer[0] in "{["):
+                        yield HELD
+                        continue
+                    if opener:
+                        found = answer.find(opener)
+                        end = found if found >= 0 else len(answer) - held_length(answer, opener)
+                        if end > sent:
+                            yield TokenDelta(answer[sent:end])
+                            sent = end
+                        else:
+                            yield HELD
                         continue
                     holding = False
-                    yield TokenDelta(started)
+                if sent == len(answer) and not item.logprobs:
+                    yield HELD
                     continue
                 if item.logprobs is not None:
                     recorded += len(item.logprobs)
-                yield item
+                yield TokenDelta(answer[sent:], item.logprobs)
+                sent = len(answer)
         finally:
             items.close()  # type: ignore[attr-defined]
         assert completion is not None
+        for kind, text in splitter.flush() if splitter else []:
+            if kind == "reasoning":
+                yield ReasoningDelta(text)
+            else:
+                answer += text
         generation = self.generation(prepared, completion)
-        if holding and not generation.tool_calls and generation.text:
-            # Held back but no call: an answer that opened with JSON under "auto" (a response_format's JSON
-            # answer), which is text. A call cut short is calls (see generation()), never text.
-            yield TokenDelta(generation.text)
+        # What is left of the answer: held back but no call (text, or an answer that opened with JSON under
+        # "auto": a response_format's JSON answer), or text held in case it was a marker. A call cut short is
+        # calls (see generation()), never text.
+        rest = generation.text[sent:] if generation.text.startswith(answer[:sent]) else ""
+        if rest and not (generation.tool_calls and not opener):
+            yield TokenDelta(rest)
         elif generation.logprobs is not None and len(generation.logprobs) > recorded:
             yield TokenDelta("", generation.logprobs[recorded:])
         yield generation
 
     def generation(self, prepared: PreparedRequest, completion: Completion) -> Generation:
-        """The :class:`Generation` of the engine's completion; a tool-call answer becomes its calls.
+        """The :class:`Generation` of the engine's completion: a reasoning model's thinking apart from its
+        answer, and a tool-call answer as its calls.
 
-        A tool-call answer cut short (by ``max_tokens`` or the deadline) is still calls, never text: the
-        calls as far as they were generated, with ``finish_reason`` "length" (OpenAI's shape of a truncated
-        call: the name, and the arguments generated so far);
-        :func:`~snapllm.protocol.structured.cut_call_error` if the cut came before a call's name was decided.
+        A call is a call only when the grammar's call branch can have written it: it is in the family's
+        format and its arguments are valid for its function (under "auto", JSON of the same shape from the
+        answer's branch stays text). A tool-call answer cut short (by ``max_tokens`` or the deadline) is still
+        calls, never text: the calls as far as they were generated, with ``finish_reason`` "length" (OpenAI's
+        shape of a truncated call); :func:`~snapllm.protocol.structured.cut_call_error` if the cut came before
+        a call's name was decided.
         """
         text = completion.text
+        reasoning: str | None = None
+        markers = self.family.thinking
+        if markers is not None and markers.splits(prepared.thinking):
+            reasoning, text = markers.split(text, state=prepared.thinking)
         finish_reason: FinishReason = completion.finish
         calls: tuple[ToolCall, ...] = ()
         if prepared.tool_calls is not None:
+            tool_format = self.tool_format
+            prose, call_text = _calls_part(text, tool_format)
+            names = prepared.tool_names
             if finish_reason == "stop":
-                parsed: list[tuple[str | None, str]] | None = parse_tool_calls(text, prepared.tool_names)
+                parsed: list[tuple[str | None, str]] | None = None
+                if call_text:
+                    whole = tool_format.parse(call_text, names)
+                    if whole is not None and (prepared.tool_calls == "all" or self._valid(prepared, whole)):
+                        parsed = list(whole)
             else:
-                parsed = parse_cut_tool_calls(text, prepared.tool_names)
+                parsed = tool_format.parse_cut(call_text, names) if call_text else None
                 # An answer that must call but was cut before its first token has no call either.
                 nothing = parsed is None and prepared.tool_calls == "all" and not text.strip()
                 if nothing or (parsed is not None and any(name is None for name, _ in parsed)):
@@ -298,8 +478,15 @@ class OpenAIServing:
                 ToolCall(id=f"call_{secrets.token_hex(12)}", name=name or "", arguments=arguments)
                 for name, arguments in parsed or []
             )
-            if calls and finish_reason == "stop":
-                finish_reason = "tool_calls"
+            if calls:
+                text = prose
+                if finish_reason == "stop":
+                    finish_reason = "tool_calls"
+            if finish_reason == "tool_calls" and prepared.tool_calls == "all":
+                # Forced calls come from the call branch alone; what its grammar cannot hold is checked here.
+                parameters = dict(prepared.tool_parameters)
+                for call in calls:
+                    check_answer(arguments_schema(parameters.get(call.name)), call.arguments, param="tools")
         if prepared.answer_schema is not None and not calls and finish_reason == "stop":
             check_answer(prepared.answer_schema, text, param="response_format")
         return Generation(
@@ -314,7 +501,14 @@ class OpenAIServing:
             deadline_reached=completion.deadline_reached,
             tool_calls=calls,
             cached_tokens=completion.cached_tokens,
+            reasoning=reasoning,
+            reasoning_tokens=completion.span_tokens if reasoning is not None else 0,
         )
+
+    @staticmethod
+    def _valid(prepared: PreparedRequest, calls: list[tuple[str, str]]) -> bool:
+        parameters = dict(prepared.tool_parameters)
+        return all(arguments_valid(arguments, parameters.get(name)) for name, arguments in calls)
 
     # --- Whole requests, in and out -------------------------------------------------------------------------
 
@@ -338,16 +532,31 @@ class OpenAIServing:
     # --- Warm-up ------------------------------------------------------------------------------------------
 
     def warm_up_bodies(self, max_tokens: int) -> list[dict[str, Any]]:
-        """The warm-up requests as bodies for this model, generating ``max_tokens`` each."""
-        return [
-            {
+        """The warm-up requests as bodies for this model, generating ``max_tokens`` each: every path the
+        model serves. A path the model's own template refuses (gpt-oss's template raises on a tool without a
+        description...) is left out and named in :attr:`warm_up_refusals`: requests that take it get the
+        same 400, and the rest of the model is served."""
+        bodies = []
+        self.warm_up_refusals.clear()
+        for body in WARMUP_REQUESTS:
+            if not self.supports_chat and "prompt" not in body:  # a base model serves text only
+                continue
+            sized = {
                 **body,
                 "model": self.model_name,
                 "max_output_tokens" if "input" in body else "max_tokens": max_tokens,
             }
-            for body in WARMUP_REQUESTS
-            if self.supports_chat or "prompt" in body  # a base model serves text only
-        ]
+            try:
+                self.prepare(inference_request(self.parse(sized)))
+            except RequestError as exc:
+                path = (
+                    ", ".join(field for field in body if field not in ("messages", "input", "prompt"))
+                    or "chat"
+                )
+                self.warm_up_refusals.append(f"{path}: {exc.message}")
+                continue
+            bodies.append(sized)
+        return bodies
 
     def warm_up(self, bodies: list[dict[str, Any]]) -> None:
         """Generate and stream each body, so compute buffers, the sampler, the chat template and every path
@@ -368,6 +577,13 @@ class OpenAIServing:
         """The tokens every single-user-message chat begins with, as this model's template formats it."""
         if self._chat is None:
             return []
+        try:
+            return self._common_chat_prefix()
+        except RequestError:  # a template that refuses a lone user message serves no chat to prime for
+            return []
+
+    def _common_chat_prefix(self) -> list[int]:
+        assert self._chat is not None
         first, second = (
             self.engine.tokenize(
                 self._chat.render(ChatCompletionRequest(messages=[{"role": "user", "content": text}])).prompt,
@@ -379,3 +595,17 @@ class OpenAIServing:
         while common < min(len(first), len(second)) and first[common] == second[common]:
             common += 1
         return first[:common]
+
+
+def _calls_part(text: str, tool_format: ToolCallFormat) -> tuple[str, str]:
+    """An answer's text before its calls, and the calls' text (from the format's opener; the whole answer in
+    a format without one, and an answer cut inside the opener)."""
+    if not tool_format.opener:
+        return "", text
+    found = text.find(tool_format.opener)
+    if found >= 0:
+        return text[:found].rstrip(), text[found:]
+    stripped = text.strip()
+    if stripped and tool_format.opener.startswith(stripped):
+        return "", stripped
+    return text, ""

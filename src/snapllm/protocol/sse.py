@@ -17,6 +17,7 @@ from typing import Any
 from snapllm.engine.types import TokenLogprob
 from snapllm.errors import RequestError
 from snapllm.protocol.objects import (
+    AnyOutputItem,
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatDelta,
@@ -34,6 +35,8 @@ from snapllm.protocol.objects import (
     OutputText,
     OutputTextDeltaEvent,
     OutputTextDoneEvent,
+    ReasoningItemOut,
+    ReasoningText,
     ResponseErrorEvent,
     ResponseLifecycleEvent,
     ResponseObject,
@@ -126,6 +129,10 @@ class ChunkEncoder:
     def delta(self, text: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> bytes:
         return event(self._chunk(ChatDelta(content=text) if self.chat else text, logprobs=logprobs))
 
+    def reasoning(self, text: str) -> bytes:
+        """A piece of a reasoning model's thinking: ``delta.reasoning_content`` (as llama-server names it)."""
+        return event(self._chunk(ChatDelta(reasoning_content=text)))
+
     def tool_calls(self, generation: Generation) -> bytes:
         """The answer's tool calls as OpenAI streams them: per call, one delta that opens it (id, type,
         name, empty arguments) and one with its arguments."""
@@ -186,6 +193,9 @@ class ResponseEventEncoder:
     message_id: str | None = None
     pieces: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    # The items finished before the message (a reasoning item): the message's output_index is after them.
+    earlier: list[ReasoningItemOut] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.response = ResponseObject.started(
@@ -202,18 +212,44 @@ class ResponseEventEncoder:
             ResponseLifecycleEvent, type="response.created", response=self.response
         ) + self._event(ResponseLifecycleEvent, type="response.in_progress", response=self.response)
 
+    def reasoning(self, text: str) -> bytes:
+        """A piece of the thinking: sent as one reasoning item before the message (or the calls)."""
+        self.thinking.append(text)
+        return b""
+
+    def _close_reasoning(self) -> bytes:
+        if not self.thinking or self.earlier:
+            return b""
+        item = ReasoningItemOut(
+            id=new_item_id("rs"),
+            summary=[],
+            content=[ReasoningText(text="".join(self.thinking))],
+            status="completed",
+        )
+        self.earlier.append(item)
+        opened = item.model_copy(update={"status": "in_progress"})
+        return self._event(
+            OutputItemEvent, type="response.output_item.added", output_index=0, item=opened
+        ) + (self._event(OutputItemEvent, type="response.output_item.done", output_index=0, item=item))
+
     def _open_message(self) -> bytes:
+        out = self._close_reasoning()
         self.message_id = new_item_id("msg")
         item = OutputMessage(id=self.message_id, status="in_progress", content=[])
         part = OutputText(text="", annotations=[], logprobs=[] if self.request.logprobs else None)
-        return self._event(OutputItemEvent, type="response.output_item.added", output_index=0, item=item) + (
-            self._event(
-                ContentPartEvent,
-                type="response.content_part.added",
-                item_id=self.message_id,
-                output_index=0,
-                content_index=0,
-                part=part,
+        index = len(self.earlier)
+        return (
+            out
+            + self._event(OutputItemEvent, type="response.output_item.added", output_index=index, item=item)
+            + (
+                self._event(
+                    ContentPartEvent,
+                    type="response.content_part.added",
+                    item_id=self.message_id,
+                    output_index=index,
+                    content_index=0,
+                    part=part,
+                )
             )
         )
 
@@ -227,7 +263,7 @@ class ResponseEventEncoder:
         return out + self._event(
             OutputTextDeltaEvent,
             item_id=self.message_id,
-            output_index=0,
+            output_index=len(self.earlier),
             content_index=0,
             delta=text,
             logprobs=response_logprobs(logprobs),
@@ -240,10 +276,13 @@ class ResponseEventEncoder:
         logprobs = response_logprobs(tuple(self.logprobs))
         part = OutputText(text=text, annotations=[], logprobs=logprobs if self.request.logprobs else None)
         message = OutputMessage(id=self.message_id, status=item_status(generation), content=[part])
-        common = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+        index = len(self.earlier)
+        common = {"item_id": self.message_id, "output_index": index, "content_index": 0}
         out += self._event(OutputTextDoneEvent, text=text, logprobs=logprobs, **common)
         out += self._event(ContentPartEvent, type="response.content_part.done", part=part, **common)
-        out += self._event(OutputItemEvent, type="response.output_item.done", output_index=0, item=message)
+        out += self._event(
+            OutputItemEvent, type="response.output_item.done", output_index=index, item=message
+        )
         return message, out
 
     def _calls(self, generation: Generation, *, first_index: int) -> tuple[list[FunctionCallItemOut], bytes]:
@@ -266,10 +305,11 @@ class ResponseEventEncoder:
 
     def finish(self, generation: Generation) -> bytes:
         """The open message's closing events (or the function calls'), then the final response."""
-        output: list[OutputMessage | FunctionCallItemOut] = []
-        out = b""
+        out = self._close_reasoning()
+        output: list[AnyOutputItem] = [*self.earlier]
         if self.message_id is not None or not generation.tool_calls:
-            message, out = self._close_message(generation)
+            message, closed = self._close_message(generation)
+            out += closed
             output.append(message)
         calls, sent = self._calls(generation, first_index=len(output))
         output.extend(calls)

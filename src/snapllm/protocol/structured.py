@@ -34,6 +34,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from snapllm.errors import ToolCallCutShortError, UnsupportedParameterError
+from snapllm.protocol.answer_check import modern_schema, schema_validator
 from snapllm.protocol.json_grammar import ANNOTATION_KEYWORDS, FORMATS, VALIDATED_KEYWORDS, schema_grammar
 
 # Keywords the grammar converter enforces.
@@ -183,17 +184,6 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             yield "items: false", where
 
 
-def modern_schema(schema: Any) -> Any:
-    """``schema`` with the older tuple form of ``items`` (a list) written as ``prefixItems``, which is what
-    the grammar makes of it: the form JSON Schema 2020-12 validates."""
-    if not isinstance(schema, Mapping):
-        return schema
-    out = map_subschemas(schema, modern_schema)
-    if isinstance(out.get("items"), list) and "prefixItems" not in out:
-        out["prefixItems"] = out.pop("items")
-    return out
-
-
 def check_schema(schema: Any, *, param: str) -> None:
     """Refuse a JSON schema that cannot be served, naming every construct that is why: a keyword JSON Schema
     does not define, a format without a grammar, a schema that is not valid JSON Schema, one whose grammar
@@ -238,7 +228,7 @@ def schema_size(schema: Any) -> int:
 # --- Tool calls -------------------------------------------------------------------------------------------
 
 
-def _arguments_schema(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+def arguments_schema(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
     if not parameters:
         return {"type": "object", "properties": {}, "additionalProperties": False}
     return dict(parameters)
@@ -295,7 +285,7 @@ def embed_schemas(schemas: Mapping[str, Any]) -> tuple[dict[str, dict[str, str]]
 
 
 def named_arguments_schema(
-    parameters: Mapping[str, Any], *, name_key: str
+    parameters: Mapping[str, Any], *, name_key: str, arguments_key: str = "arguments"
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One object naming one of ``parameters``' keys (``{name_key: <name>, "arguments": ...}``) with
     arguments valid against that name's schema, and the ``$defs`` it needs: each schema is an entry of its
@@ -305,8 +295,8 @@ def named_arguments_schema(
     choices = [
         {
             "type": "object",
-            "properties": {name_key: {"const": name}, "arguments": ref},
-            "required": [name_key, "arguments"],
+            "properties": {name_key: {"const": name}, arguments_key: ref},
+            "required": [name_key, arguments_key],
             "additionalProperties": False,
         }
         for name, ref in refs.items()
@@ -314,13 +304,16 @@ def named_arguments_schema(
     return (choices[0] if len(choices) == 1 else {"anyOf": choices}), defs
 
 
-def tool_call_schema(functions: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict[str, Any]:
+def tool_call_schema(
+    functions: Sequence[Mapping[str, Any]], *, parallel: bool, arguments_key: str = "arguments"
+) -> dict[str, Any]:
     """The JSON schema of what the model generates to call one of ``functions`` (OpenAI ``function``
     objects: ``name`` and ``parameters``): one call, or with ``parallel`` a list of 1 to
     :data:`MAX_PARALLEL_TOOL_CALLS` calls (:func:`named_arguments_schema`)."""
     call, defs = named_arguments_schema(
-        {str(function["name"]): _arguments_schema(function.get("parameters")) for function in functions},
+        {str(function["name"]): arguments_schema(function.get("parameters")) for function in functions},
         name_key="name",
+        arguments_key=arguments_key,
     )
     schema: dict[str, Any] = (
         {"type": "array", "items": call, "minItems": 1, "maxItems": MAX_PARALLEL_TOOL_CALLS}
@@ -340,7 +333,7 @@ def generic_tool_instructions(functions: Sequence[Mapping[str, Any]], *, paralle
             {
                 "name": f["name"],
                 "description": f.get("description") or "",
-                "parameters": _arguments_schema(f.get("parameters")),
+                "parameters": arguments_schema(f.get("parameters")),
             }
             for f in functions
         ],
@@ -367,7 +360,19 @@ def generic_tool_call_text(calls: Sequence[tuple[str, str]]) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def parse_tool_calls(text: str, names: Collection[str]) -> list[tuple[str, str]] | None:
+def arguments_valid(arguments: str, parameters: Mapping[str, Any] | None) -> bool:
+    """Whether a call's JSON ``arguments`` are valid against its function's ``parameters``."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False
+    # The answer check's validator: patterns matched under a time limit, multipleOf on decimals.
+    return schema_validator(arguments_schema(parameters)).is_valid(value)
+
+
+def parse_tool_calls(
+    text: str, names: Collection[str], *, arguments_key: str = "arguments"
+) -> list[tuple[str, str]] | None:
     """The (name, JSON arguments) of the calls to ``names`` in a generated tool-call text; None if it is
     not one (a reply in text or in JSON of another shape, or a call cut short by ``max_tokens``)."""
     stripped = text.strip()
@@ -380,9 +385,13 @@ def parse_tool_calls(text: str, names: Collection[str]) -> list[tuple[str, str]]
     items = value if isinstance(value, list) else [value]
     calls: list[tuple[str, str]] = []
     for item in items:
-        if not isinstance(item, dict) or item.get("name") not in names or set(item) != {"name", "arguments"}:
+        if (
+            not isinstance(item, dict)
+            or item.get("name") not in names
+            or set(item) != {"name", arguments_key}
+        ):
             return None
-        calls.append((item["name"], json.dumps(item["arguments"], ensure_ascii=False)))
+        calls.append((item["name"], json.dumps(item[arguments_key], ensure_ascii=False)))
     return calls or None
 
 
@@ -424,9 +433,10 @@ class _CallReader:
     """Reads a tool-call answer (the shape :func:`tool_call_schema` makes the grammar generate) that may
     stop anywhere, one part at a time."""
 
-    def __init__(self, text: str, names: Collection[str]) -> None:
+    def __init__(self, text: str, names: Collection[str], arguments_key: str) -> None:
         self.text = text
         self.names = names
+        self.arguments_key = arguments_key
         self.at = 0
 
     def space(self) -> None:
@@ -481,7 +491,7 @@ class _CallReader:
             raise _NotACall
         calls[-1] = (name, "")
         self.expect(",")
-        self.expect('"arguments"')
+        self.expect(json.dumps(self.arguments_key))
         self.expect(":")
         self.space()
         start = self.at
@@ -494,7 +504,9 @@ class _CallReader:
         self.expect("}")
 
 
-def parse_cut_tool_calls(text: str, names: Collection[str]) -> list[CutCall] | None:
+def parse_cut_tool_calls(
+    text: str, names: Collection[str], *, arguments_key: str = "arguments"
+) -> list[CutCall] | None:
     """The calls in a tool-call answer cut short (by ``max_tokens`` or a deadline), as OpenAI returns a
     truncated call: each call's name and its arguments as generated so far; None if ``text`` is not the
     beginning of a tool-call answer (free text, or JSON of another shape)::
@@ -504,7 +516,7 @@ def parse_cut_tool_calls(text: str, names: Collection[str]) -> list[CutCall] | N
 
     Nothing generated is no call (None); a call whose name was cut has the one name the grammar allowed
     from that prefix, else None for its name."""
-    reader = _CallReader(text, names)
+    reader = _CallReader(text, names, arguments_key)
     calls: list[CutCall] = []
     try:
         if reader.peek() == "[":

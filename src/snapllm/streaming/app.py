@@ -37,10 +37,11 @@ from snapllm.engine.types import Deadline, TokenDelta
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
+from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.metrics import CompletionMetrics, request_features
 from snapllm.protocol.objects import Health, ModelList
 from snapllm.protocol.responses_api import AnyRequest, inference_request
-from snapllm.protocol.serving import Required, StreamItem
+from snapllm.protocol.serving import ReasoningDelta, Required, StreamItem
 from snapllm.protocol.sse import StreamEncoder
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -106,7 +107,10 @@ async def _events(
             if item is done:
                 return
             if isinstance(item, TokenDelta):
-                yield encoder.delta(item.text, item.logprobs)
+                if item.text or item.logprobs:  # a held token (HELD) has nothing to send
+                    yield encoder.delta(item.text, item.logprobs)
+            elif isinstance(item, ReasoningDelta):
+                yield encoder.reasoning(item.text)
             else:
                 metrics.succeeded(item)
                 yield encoder.finish(item)
@@ -209,7 +213,6 @@ class StreamingApp:
         return JSONResponse(Health(status="ok", models=[self.runtime.serving.model_name]).model_dump())
 
     async def _complete(self, request: Request, *, required: Required) -> Response:
-        serving = self.runtime.serving
         # The model dimension is "unknown" until the request is known to name this function's model.
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
         try:
@@ -221,6 +224,15 @@ class StreamingApp:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
             return error_response(exc)
+        response = await self._serve(parsed, request, metrics)
+        if parsed.ignored_fields:
+            logger.warning("unknown request fields ignored", extra={"fields": list(parsed.ignored_fields)})
+            response.headers[IGNORED_FIELDS_HEADER] = ignored_fields_header(parsed.ignored_fields)
+        return response
+
+    async def _serve(self, parsed: AnyRequest, request: Request, metrics: CompletionMetrics) -> Response:
+        """The answer to a parsed request: its JSON, its stream, or the error that came before either."""
+        serving = self.runtime.serving
         try:
             metrics.model = serving.model_name
             metrics.features = request_features(inference_request(parsed))

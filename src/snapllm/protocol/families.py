@@ -1,0 +1,208 @@
+"""Model families: what a family's chat template, thinking and native tool calls look like.
+
+One small class per family, in one registry (:data:`FAMILIES`, first match wins), chosen from the chat
+template the model carries (and its architecture, for a model without one)::
+
+    family = detect_family(template, architecture="qwen3")
+    family.name                          # "qwen3"
+    family.thinking                      # ThinkingMarkers("<think>", "</think>")
+    family.tool_calls                    # HERMES: <tool_call>{...}</tool_call>
+    family.template_kwargs("none")       # {"enable_thinking": False}
+
+Everything that differs by family is declared here; the serving code asks the family and never branches on
+a family's name. Pure: no llama.cpp.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from snapllm.protocol.reasoning import ThinkingMarkers
+from snapllm.protocol.tool_formats import (
+    DEEPSEEK,
+    GENERIC,
+    GRANITE,
+    HARMONY,
+    HERMES,
+    LLAMA3_JSON,
+    MISTRAL,
+    PHI4,
+    ToolCallFormat,
+)
+
+THINK_TAGS = ThinkingMarkers("<think>", "</think>")
+#: Qwen3's thinking: when it is on, every answer opens with it.
+QWEN3_THINKING = ThinkingMarkers("<think>", "</think>", always=True)
+
+
+class ModelFamily:
+    """A family with no thinking and the generic JSON tool-call format (any template not matched below)."""
+
+    name: ClassVar[str] = "generic"
+    #: Text the template carries that marks the family (any one of them).
+    markers: ClassVar[tuple[str, ...]] = ()
+    #: ``general.architecture`` values of the family (for a model whose GGUF has no template).
+    architectures: ClassVar[tuple[str, ...]] = ()
+    thinking: ClassVar[ThinkingMarkers | None] = None
+    tool_calls: ClassVar[ToolCallFormat] = GENERIC
+    #: Whether the model's control tokens must appear in the generated text (its output format is written
+    #: in them, as gpt-oss's channels are).
+    special_text: ClassVar[bool] = False
+
+    def __init__(self, template: str = "") -> None:
+        #: Whether the template switches the thinking on and off (``enable_thinking``, as Qwen3's does).
+        self.thinking_switch = self.thinking is not None and "enable_thinking" in template
+
+    @classmethod
+    def matches(cls, template: str, architecture: str) -> bool:
+        if template:
+            return any(marker in template for marker in cls.markers)
+        return architecture in cls.architectures
+
+    def template_kwargs(self, effort: str | None) -> dict[str, Any]:
+        """Template variables that carry the request's ``reasoning_effort``: a template with a thinking
+        switch gets it on unless the effort is "none" (as llama-server sets it: some templates leave the
+        thinking off when the variable is missing)."""
+        return {"enable_thinking": effort != "none"} if self.thinking_switch else {}
+
+    def describe(self) -> dict[str, str]:
+        """What was detected, for people (``snapllm preflight --model``)."""
+        return {
+            "family": self.name,
+            "thinking": f"{self.thinking.start}...{self.thinking.end}" if self.thinking else "none",
+            "tool_calls": self.tool_calls.name,
+        }
+
+
+class Qwen3(ModelFamily):
+    """Qwen3, SmolLM3: ``<think>`` first (switched off through ``enable_thinking``), Hermes tool calls."""
+
+    name = "qwen3"
+    markers = ("enable_thinking",)
+    architectures = ("qwen3", "qwen3moe", "smollm3")
+    thinking = QWEN3_THINKING
+    tool_calls = HERMES
+
+    @classmethod
+    def matches(cls, template: str, architecture: str) -> bool:
+        return super().matches(template, architecture) and (not template or "<think>" in template)
+
+
+class GptOss(ModelFamily):
+    """gpt-oss (harmony): thinking on the analysis channel, the answer on the final channel, calls as
+    messages to ``functions.NAME``; the channels are control tokens, so they are written into the text.
+    ``reasoning_effort`` goes to the template, which writes it into the system message."""
+
+    name = "gpt-oss"
+    markers = ("<|channel|>",)
+    architectures = ("gpt-oss",)
+    thinking = ThinkingMarkers(
+        "<|channel|>analysis<|message|>",
+        "<|end|>",
+        close="<|end|><|start|>assistant",
+        answer_headers=(
+            "<|start|>assistant<|channel|>final<|message|>",
+            "<|channel|>final<|message|>",
+            "<|start|>assistant",
+        ),
+        resume="<|start|>assistant",
+        answer_prefix="<|channel|>final<|message|>",
+    )
+    tool_calls = HARMONY
+    special_text = True
+
+    def template_kwargs(self, effort: str | None) -> dict[str, Any]:
+        # The template knows low, medium and high; the others are the nearest of those.
+        levels = {"none": "low", "minimal": "low", "xhigh": "high"}
+        return {} if effort is None else {"reasoning_effort": levels.get(effort, effort)}
+
+
+class DeepSeekR1(ModelFamily):
+    """DeepSeek-R1 and its distills: ``<think>`` (often opened by the template), DeepSeek's call markers."""
+
+    name = "deepseek-r1"
+    markers = ("<｜Assistant｜>",)
+    thinking = THINK_TAGS
+    tool_calls = DEEPSEEK
+    special_text = True
+
+
+class Hermes(ModelFamily):
+    """Qwen2.5, Hermes 2/3 and other ChatML templates with ``<tool_call>`` calls; thinking where the
+    template writes ``<think>``."""
+
+    name = "hermes"
+    markers = ("<tool_call>",)
+    architectures = ("qwen2",)
+    tool_calls = HERMES
+
+
+class ThinkingChatML(Hermes):
+    """A ``<tool_call>`` template that also thinks in ``<think>`` (QwQ, Qwen3 variants without a switch)."""
+
+    name = "hermes-thinking"
+    thinking = THINK_TAGS
+
+    @classmethod
+    def matches(cls, template: str, architecture: str) -> bool:
+        return "<tool_call>" in template and "<think>" in template
+
+
+class Llama3(ModelFamily):
+    """Llama 3.1-3.3: custom tools as ``{"name": ..., "parameters": ...}`` JSON."""
+
+    name = "llama3"
+    markers = ("<|start_header_id|>",)
+    architectures = ("llama",)
+    tool_calls = LLAMA3_JSON
+
+
+class Mistral(ModelFamily):
+    name = "mistral"
+    markers = ("[TOOL_CALLS]",)
+    tool_calls = MISTRAL
+
+
+class Phi4Mini(ModelFamily):
+    name = "phi4-mini"
+    markers = ("<|/tool_call|>",)
+    tool_calls = PHI4
+
+
+class Granite(ModelFamily):
+    name = "granite"
+    markers = ("<|start_of_role|>",)
+    architectures = ("granite",)
+    tool_calls = GRANITE
+
+
+class Gemma(ModelFamily):
+    """Gemma 2 and 3: turns without a system role or native tools (the generic format)."""
+
+    name = "gemma"
+    markers = ("<start_of_turn>",)
+    architectures = ("gemma", "gemma2", "gemma3")
+
+
+#: Every family, most specific first: the first whose markers the template holds is the model's.
+FAMILIES: tuple[type[ModelFamily], ...] = (
+    GptOss,
+    DeepSeekR1,
+    Qwen3,
+    ThinkingChatML,
+    Hermes,
+    Phi4Mini,
+    Granite,
+    Mistral,
+    Llama3,
+    Gemma,
+)
+
+
+def detect_family(template: str, *, architecture: str = "") -> ModelFamily:
+    """The family of a model with this chat template (``""`` for none) and ``general.architecture``."""
+    architecture = architecture.lower()
+    for family in FAMILIES:
+        if family.matches(template, architecture):
+            return family(template)
+    return ModelFamily(template)
