@@ -546,6 +546,8 @@ def test_a_range_allows_exactly_the_values_inside_it(low, high, low_open, high_o
         if abs(value) > 10**16 - 1 or (kind == "integer" and value != value.to_integral_value()):
             continue  # past the 16 digits the grammar writes; a fraction is never an integer's answer
         text = _decimal_text(value)
+        if "." in text and sum(c.isdigit() for c in text) > 15:
+            continue  # more digits than a float holds: the judge (floats) would round it onto the bound
         inside = answer_violations(schema, text) == []
         assert sampler.allows(grammar, text) == inside, (schema, text)
 
