@@ -236,6 +236,15 @@ class ToolCallCutShortError(RequestError):
     code = "tool_call_cut_short"
 
 
+class SchemaValidationFailedError(RequestError):
+    """A complete structured answer does not validate against the request's schema, on a constraint the
+    grammar could not hold (``uniqueItems``, ``not``, a lookaround...): it is not returned as if it passed.
+    422: the request was well formed, and the model's answer to it could not be accepted."""
+
+    status_code = 422
+    code = "schema_validation_failed"
+
+
 class ServerError(RequestError):
     """An unexpected failure inside the function. The message never includes a stack trace."""
 

@@ -210,13 +210,13 @@ CASES = [
     ),
     Case("streamed-wrong-type", chat_with(stream=True, max_tokens="10")),
     Case("streamed-surrogate", chat_with(stream=True, user="\ud800")),
-    # Structured output and tools: what the grammar cannot enforce is refused, never half-honoured.
+    # Structured output and tools: what cannot be served (a format without a grammar) is refused.
     Case(
-        "schema-with-minimum",
+        "schema-with-an-unknown-format",
         chat_with(
             response_format={
                 "type": "json_schema",
-                "json_schema": {"name": "n", "schema": {"type": "integer", "minimum": 1}},
+                "json_schema": {"name": "n", "schema": {"type": "string", "format": "iri"}},
             }
         ),
     ),
@@ -391,9 +391,11 @@ CASES = [
     ),
     Case("responses-tool-without-name", response_with(tools=[{"type": "function"}]), path=RESPONSES),
     Case(
-        "responses-schema-with-minimum",
+        "responses-schema-with-an-unknown-format",
         response_with(
-            text={"format": {"type": "json_schema", "name": "n", "schema": {"type": "integer", "minimum": 1}}}
+            text={
+                "format": {"type": "json_schema", "name": "n", "schema": {"type": "string", "format": "iri"}}
+            }
         ),
         path=RESPONSES,
     ),

@@ -239,7 +239,7 @@ CHAT_ERRORS = [
     ({"max_tokens": 0}, openai.BadRequestError, "max_tokens", None),
     ({"logprobs": True, "top_logprobs": 21}, openai.BadRequestError, "top_logprobs", None),
     (
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}]},
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"x-check": {}}}}]},
         openai.BadRequestError,
         "tools.0.function.parameters",
         "unsupported_parameter",

@@ -7,6 +7,9 @@ out is what the grammar lets a model generate, so checking it checks the grammar
 
     for text in GrammarSampler(llama).texts(grammar, count=5, seed=1):
         jsonschema.validate(json.loads(text), schema)
+
+and :meth:`GrammarSampler.allows` forces one given text through the grammar, token by token, as a model
+that wanted to write exactly it would: whether llama.cpp lets the whole text out and then the end.
 """
 
 from __future__ import annotations
@@ -40,6 +43,24 @@ class GrammarSampler:
             return False
         low.llama_sampler_free(sampler)
         return True
+
+    def allows(self, grammar: str, text: str) -> bool:
+        """Whether the grammar lets a model generate exactly ``text`` (each of its tokens, then the end)."""
+        sampler = low.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
+        assert sampler, "llama.cpp refused the grammar"
+        one = (low.llama_token_data * 1)()
+        try:
+            for token in [*self._llama.tokenize(text.encode(), add_bos=False, special=False), self._eos]:
+                one[0].id, one[0].logit, one[0].p = token, 0.0, 0.0
+                candidates = low.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
+                low.llama_sampler_apply(sampler, ctypes.byref(candidates))
+                if not np.isfinite(one[0].logit):
+                    return False
+                if token != self._eos:
+                    low.llama_sampler_accept(sampler, token)
+            return True
+        finally:
+            low.llama_sampler_free(sampler)
 
     def texts(self, grammar: str, *, count: int, seed: int, max_tokens: int = 200) -> Iterator[str]:
         """Up to ``count`` complete texts of ``grammar`` (a draw that reaches ``max_tokens`` is dropped)."""

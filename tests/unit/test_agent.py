@@ -102,8 +102,8 @@ def test_tool_parameters_come_from_the_input_models_and_the_grammar_keeps_them()
     specs = {spec.name: spec for spec in BuiltinTools().list_tools(ctx)}
     assert set(specs) == {"read_excerpt", "summarize_chunk"} and all(s.documents for s in specs.values())
     part = specs["summarize_chunk"].parameters["properties"]["part"]
-    # pydantic's ge/lt bounds are refused by the grammar; the range becomes the enum of the setting.
-    assert part["enum"] == [0, 1, 2] and "minimum" not in part and "exclusiveMaximum" not in part
+    # The range becomes the enum of the setting (the grammar holds pydantic's ge/lt bounds too).
+    assert part["enum"] == [0, 1, 2]
     assert DocumentChunk.model_json_schema()["properties"]["part"]["exclusiveMaximum"] == 8
     docs = ["s3://b/agent/documents/a.md", "s3://b/agent/documents/b.md"]
     for spec in specs.values():
@@ -134,27 +134,31 @@ def test_enforceable_rewrites_what_the_grammar_cannot_keep():
     out = enforceable(schema)
     check_schema(out, param="tools")
     assert out["properties"]["n"]["enum"] == [1, 2, 3]
-    assert out["properties"]["big"] == {"type": "integer"}
-    assert out["properties"]["url"] == {"type": "string"}
+    # Bounds and the formats with a grammar are enforced, so they are kept.
+    assert out["properties"]["big"] == {"type": "integer", "minimum": 0, "maximum": 10_000}
+    assert out["properties"]["url"] == {"type": "string", "format": "uri"}
     assert out["properties"]["when"]["format"] == "date"
-    assert "uniqueItems" not in out["properties"]["tags"] and out["$defs"]["x"] == {"type": "number"}
+    assert "uniqueItems" not in out["properties"]["tags"] and out["$defs"]["x"] == {
+        "type": "number",
+        "multipleOf": 2,
+    }
     assert out["properties"]["code"] == {"type": "string", "pattern": "^[A-Z]{3}$"}  # one of them is kept
     assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
 
 
 def test_enforceable_reaches_every_schema_position_the_grammar_does_and_leaves_data_alone():
     # The positions are the protocol's (map_subschemas), so what check_schema walks is what gets rewritten.
-    even = {"type": "number", "multipleOf": 2}
+    odd = {"type": "number", "not": {"multipleOf": 2}}  # validated on an answer, never generated
     schema = {
         "type": "object",
         "properties": {
-            "pair": {"type": "array", "items": [even, {"type": "string", "format": "uri"}]},
-            "first": {"type": "array", "prefixItems": [even]},
-            "either": {"anyOf": [even, {"type": "null"}]},
-            "extra": {"type": "object", "additionalProperties": even},
+            "pair": {"type": "array", "items": [odd, {"type": "string", "format": "iri"}]},
+            "first": {"type": "array", "prefixItems": [odd]},
+            "either": {"anyOf": [odd, {"type": "null"}]},
+            "extra": {"type": "object", "additionalProperties": odd},
             "fixed": {"const": {"multipleOf": 2, "format": "uri"}},
         },
-        "definitions": {"old": even},
+        "definitions": {"old": odd},
     }
     out = enforceable(schema)
     check_schema(out, param="tools")

@@ -24,6 +24,7 @@ from snapllm.engine.types import Completion, Deadline, EngineRequest, Finish, Ti
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
+    SchemaValidationFailedError,
     ToolCallCutShortError,
     UnknownModelError,
     UnsupportedParameterError,
@@ -441,3 +442,38 @@ def test_a_call_is_a_call_only_when_the_call_branch_made_it(family, tools, choic
         if form is not None:
             value = json.loads(answer.text)
             jsonschema.validate(value, FLAG if form["type"] == "json_schema" else {"type": "object"})
+
+
+# --- What the grammar could not hold is checked on the complete answer (ScriptedEngine writes it) ----------
+
+UNIQUE = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+
+
+def test_an_answer_that_breaks_a_validated_keyword_is_a_422_whole_and_streamed():
+    form = {"type": "json_schema", "json_schema": {"name": "n", "schema": UNIQUE}}
+    request = parse_request(_chat(response_format=form))
+    with pytest.raises(SchemaValidationFailedError) as caught:
+        _serving(ScriptedEngine(answers=["[1,1]"])).generate(request)
+    assert caught.value.status_code == 422 and caught.value.param == "response_format"
+    assert "uniqueItems (at the root)" in caught.value.message
+    items = _serving(ScriptedEngine(answers=["[1,1]"])).stream(request)
+    with pytest.raises(SchemaValidationFailedError):
+        list(items)  # the text went out token by token; the end is the error, never a finish
+    assert _serving(ScriptedEngine(answers=["[1,2]"])).generate(request).text == "[1,2]"
+
+
+def test_forced_call_arguments_that_break_a_validated_keyword_are_a_422_naming_tools():
+    tool = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"t": UNIQUE}}},
+    }
+    request = parse_request(_chat(tools=[tool], tool_choice="required"))
+    with pytest.raises(SchemaValidationFailedError) as caught:
+        _serving(ScriptedEngine(answers=['{"name": "f", "arguments": {"t": [3, 3]}}'])).generate(request)
+    assert caught.value.param == "tools" and "non-unique" in caught.value.message
+    [call] = (
+        _serving(ScriptedEngine(answers=['{"name": "f", "arguments": {"t": [3, 4]}}']))
+        .generate(request)
+        .tool_calls
+    )
+    assert json.loads(call.arguments) == {"t": [3, 4]}

@@ -174,7 +174,7 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
                     "format": {
                         "type": "json_schema",
                         "name": "n",
-                        "schema": {"type": "integer", "minimum": 1},
+                        "schema": {"type": "string", "format": "iri"},
                     }
                 },
             },
@@ -182,7 +182,7 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
             "text.format",
         ),
         (
-            {"input": "x", "tools": [{**TOOL, "parameters": {"type": "object", "not": {}}}]},
+            {"input": "x", "tools": [{**TOOL, "parameters": {"type": "object", "x-check": {}}}]},
             UnsupportedParameterError,
             "tools.0.parameters",
         ),

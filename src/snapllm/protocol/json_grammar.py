@@ -13,6 +13,10 @@ Every request's cost is bounded here, before a grammar reaches llama.cpp:
   places refer to it, and every step is counted against :data:`MAX_STEPS`;
 - the grammar's size is bounded (:data:`MAX_GRAMMAR_CHARS`): a bounded repeat (``maxLength``,
   ``maxItems``, ``{m,n}`` in a pattern) becomes a chain of rules shared by every repeat of the same item;
+- a number's bounds are digit ranges, one alternative per digit where the bounds part (16 digits at most),
+  and ``multipleOf`` is a list or a machine of at most :data:`MAX_MULTIPLE_STATES` remainders;
+- a recursive ``$ref`` is unrolled :data:`MAX_RECURSION` levels deep (:data:`MAX_REF_PATH` ``$ref``s in
+  all), so a tree's grammar and llama.cpp's parse stack are bounded too;
 - what makes llama.cpp's sampler slow is not a grammar's size but how many parses it keeps alive at once
   (one per alternative still possible). A repeat of a pattern part that can match nothing (``(a?){4096}``
   keeps 4,097 alive at every character) is refused, a pattern's expanded size is bounded
@@ -20,15 +24,20 @@ Every request's cost is bounded here, before a grammar reaches llama.cpp:
   lists can keep open at one point (:data:`MAX_CHOICES`).
 
 Each refusal is an :class:`~snapllm.errors.UnsupportedParameterError` that names the construct, where it is,
-and why. The JSON is compact: no whitespace between tokens, so no token is spent on padding.
+and why. What no grammar can hold (:data:`VALIDATED_KEYWORDS`, a lookaround in a pattern, a second string
+constraint beside a format) is left out of the grammar and listed by :func:`unenforced`: the complete
+answer is validated on it (:mod:`snapllm.protocol.answer_check`). The JSON is compact: no whitespace
+between tokens, so no token is spent on padding.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 from urllib.parse import unquote
 
@@ -40,12 +49,46 @@ MAX_GRAMMAR_CHARS = 1_000_000
 MAX_PATTERN_SIZE = 4096
 MAX_CHOICES = 256
 
-# The formats the grammar spells out (the names pydantic and OpenAI use).
+# The formats the grammar spells out (the names pydantic and OpenAI use). Each is a subset of what its RFC
+# allows, chosen so that every string it generates is valid (to the RFC and to pydantic's parsers): a
+# day is never past its month's last (no 29 February at all), a year is 1000 or later, an IPv4 octet has
+# no leading zero, a port is under 10000, a host's labels start with a letter, a URL is http or https.
 _HEX = "[0-9a-fA-F]"
-_DATE = '[0-9] [0-9] [0-9] [0-9] "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] )'
+_DAY_MONTH = (
+    '( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) '
+    '| ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) '
+    '| "02" "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) )'
+)
+_DATE = f'[1-9] [0-9] [0-9] [0-9] "-" {_DAY_MONTH}'  # from year 1000: Python's dates start at year 1
 _TIME = (
     '( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9] [0-9] [0-9] )? '
     '( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'
+)
+# ISO 8601 durations with whole numbers of up to 4 digits (what timedelta holds): P1Y2M3DT4H5M6S, P2W.
+_N = "[0-9]{1,4}"
+_DURATION = (
+    f'"P" ( ( {_N} "Y" ( {_N} "M" )? ( {_N} "D" )? | {_N} "M" ( {_N} "D" )? | {_N} "D" ) '
+    f'( "T" _TIME_PART )? | "T" _TIME_PART | {_N} "W" )'
+).replace("_TIME_PART", f'( {_N} "H" ( {_N} "M" )? ( {_N} "S" )? | {_N} "M" ( {_N} "S" )? | {_N} "S" )')
+# A host name label: a letter, then letters, digits and single hyphens inside (at most 61 characters).
+_LABEL = '[a-zA-Z] ( "-"? [a-zA-Z0-9] ){0,30}'
+# At most 4 labels: 4 x 61 + 3 dots stays under the 253 characters a host name may have.
+_HOSTNAME = f'{_LABEL} ( "." {_LABEL} ){{0,3}}'
+# A local part of at most 62 characters (64 allowed), then a domain with a dot and a top-level domain.
+_ATOM = "[a-zA-Z0-9_+-]{1,20}"
+_EMAIL = f'{_ATOM} ( "." {_ATOM} ){{0,2}} "@" {_LABEL} ( "." {_LABEL} ){{0,2}} "." [a-zA-Z]{{2,12}}'
+_OCTET = '( "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9] )'
+_IPV4 = f'{_OCTET} "." {_OCTET} "." {_OCTET} "." {_OCTET}'
+_H16 = f"{_HEX}{{1,4}}"
+# Eight groups, or "::" with at most three groups on each side (so it always stands for two or more).
+_H16S = f'( {_H16} ( ":" {_H16} ){{0,2}} )?'
+_IPV6 = f'( {_H16} ( ":" {_H16} ){{7}} | {_H16S} "::" {_H16S} )'
+# A web URL (http or https://host[:port][/path][?query][#fragment]): the URIs "uri" is used for (pydantic's
+# HttpUrl among them); a character outside the unreserved and sub-delimiter sets is percent-encoded.
+_PCHAR = f'( [a-zA-Z0-9._~!$&\'()*+,;=:@-] | "%" {_HEX} {_HEX} )'
+_URI = (
+    f'"http" "s"? "://" {_HOSTNAME} ( ":" [1-9] [0-9]{{0,3}} )? '
+    f'( "/" {_PCHAR}* )* ( "?" ( {_PCHAR} | [/?] )* )? ( "#" ( {_PCHAR} | [/?] )* )?'
 )
 
 
@@ -59,6 +102,12 @@ FORMATS: Mapping[str, str] = {
     "date": _DATE,
     "time": _TIME,
     "date-time": f'{_DATE} "T" {_TIME}',
+    "duration": _DURATION,
+    "email": _EMAIL,
+    "hostname": _HOSTNAME,
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
+    "uri": _URI,
     "uuid": _uuid(""),
     **{f"uuid{n}": _uuid(str(n)) for n in range(1, 6)},
 }
@@ -80,11 +129,55 @@ ANNOTATION_KEYWORDS = frozenset(
         "nullable",
     }
 )
-# What a node's grammar ignores: the annotations, and the definitions its $refs reach.
+# Keywords of JSON Schema that no grammar can hold (a set's uniqueness, a negation, a condition, counts of
+# properties...): generation ignores them, and the complete answer is validated against the whole schema
+# (snapllm.protocol.answer_check). Keywords the grammar holds only in part (a pattern with a lookaround,
+# multipleOf beside a wide range, a length beside a format) are validated the same way; the converter
+# lists each such place (:func:`unenforced`).
+VALIDATED_KEYWORDS = frozenset(
+    {
+        "uniqueItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "unevaluatedItems",
+        "additionalItems",
+        "minProperties",
+        "maxProperties",
+        "patternProperties",
+        "propertyNames",
+        "unevaluatedProperties",
+        "dependentRequired",
+        "dependentSchemas",
+        "dependencies",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+    }
+)
+# What a node's grammar ignores: the annotations, the definitions its $refs reach, and what is validated.
 _ANNOTATIONS = ANNOTATION_KEYWORDS | {"$defs", "definitions"}
 _OBJECT_KEYS = ("properties", "required", "additionalProperties")
 _ARRAY_KEYS = ("items", "prefixItems", "minItems", "maxItems")
 _STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
+_NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+# The largest magnitude a generated number has: 16 digits, as for any integer the grammar writes.
+_MAX_DIGITS = 16
+_LIMIT = 10**_MAX_DIGITS - 1
+# multipleOf k over an unbounded range is a k-state machine of digits (k rules); a bounded range with at
+# most this many multiples lists them.
+MAX_MULTIPLE_STATES = 100
+# How many times a recursive schema may nest in itself (a tree of this many levels below its root).
+MAX_RECURSION = 8
+# ... and at most this many $refs deep in all (a cycle through 40 definitions closes after its first turns).
+MAX_REF_PATH = 64
+# A character class that matches nothing: a recursion past its bound (an alternative that can never be taken).
+_NOTHING = "[^\\x00-\\U0010FFFF]"
+MAX_LISTED_MULTIPLES = 64
 _TYPE_ORDER = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 # The JSON every schema builds on (names are prefixed per grammar). "char" is one character of a JSON
@@ -185,6 +278,12 @@ class _Grammar:
     chains: dict[str, list[str]] = field(default_factory=dict)  # item -> rules "up to k more items"
     chars: int = 0
     steps: int = 0
+    # "keyword (at where)" for each constraint the grammar does not hold, in the order met.
+    validated: dict[str, None] = field(default_factory=dict)
+
+    def note(self, what: str, where: str) -> None:
+        """``what`` (at ``where``) is left to the validation of the complete answer."""
+        self.validated[f"{what} (at {where.lstrip('.') or 'the root'})"] = None
 
     def step(self, where: str) -> None:
         self.steps += 1
@@ -275,9 +374,14 @@ class _Converter:
         self.root = root
         self.g = grammar
         self.param = grammar.param
+        # The rule of each $ref at each level of recursion ("level:ref"), and how often each $ref is on the
+        # path being converted (its level there).
         self.ref_rules: dict[str, str] = {}
         self.ref_choices: dict[str, int] = {}
-        self.visiting: set[str] = set()
+        self.depth: dict[str, int] = {}
+        # The $refs entered since the last "{" or "[": one met again here would be a rule that reaches
+        # itself before reading a character (left recursion), which no parser can run.
+        self.unguarded: set[str] = set()
 
     # --- schemas ---------------------------------------------------------------------------------------
 
@@ -289,6 +393,9 @@ class _Converter:
         if not isinstance(node, Mapping):
             raise _refuse(self.param, "a schema that is not an object", where, "cannot be generated")
         constraining = {k: v for k, v in node.items() if k not in _ANNOTATIONS}
+        for keyword in constraining.keys() & VALIDATED_KEYWORDS:
+            self.g.note(keyword, where)
+        constraining = {k: v for k, v in constraining.items() if k not in VALIDATED_KEYWORDS}
         if not constraining:
             return self.g.base("value"), 1
         if "$ref" in constraining:
@@ -319,23 +426,34 @@ class _Converter:
         return self.typed(constraining, where)
 
     def ref(self, ref: str, where: str) -> tuple[str, int]:
-        if ref in self.ref_rules:
-            if ref in self.visiting:
-                raise _refuse(
-                    self.param,
-                    f"the recursive $ref {ref}",
-                    where,
-                    "refers back to itself; recursive schemas are not supported",
-                )
-            return self.ref_rules[ref], self.ref_choices[ref]
+        """The rule of a ``$ref``'s target. A recursive schema (a tree) is unrolled: each time its ``$ref``
+        is met inside itself it is the next level's rule, down to :data:`MAX_RECURSION` levels, where the
+        recursion is closed (an array of it must be empty, an optional one left out). So llama.cpp's parse
+        stack stays as shallow as the schema's nesting times that bound, and the grammar grows with the
+        bound, not with the answer."""
+        if ref in self.unguarded:
+            raise _refuse(
+                self.param,
+                f"the recursive $ref {ref}",
+                where,
+                "refers back to itself before any object or array opens, so no value of it can end",
+            )
+        level = self.depth.get(ref, 0)
+        if level > MAX_RECURSION or (level and sum(self.depth.values()) > MAX_REF_PATH):
+            return _NOTHING, 1
+        key = f"{level}:{ref}"
+        if key in self.ref_rules:
+            return self.ref_rules[key], self.ref_choices[key]
         target = self._target(ref, where)
         name = self.g.reserve("ref")
-        self.ref_rules[ref] = name
-        self.visiting.add(ref)
+        self.ref_rules[key] = name
+        self.depth[ref] = level + 1
+        self.unguarded.add(ref)
         expression, choices = self.schema(target, ref[2:] or "the root")
-        self.visiting.discard(ref)
+        self.depth[ref] = level
+        self.unguarded.discard(ref)
         self.g.define(name, expression)
-        self.ref_choices[ref] = choices
+        self.ref_choices[key] = choices
         return name, choices
 
     def _target(self, ref: Any, where: str) -> Any:
@@ -351,8 +469,13 @@ class _Converter:
         seen: set[str] = set()
         while isinstance(node, Mapping) and "$ref" in node:
             ref = node["$ref"]
-            if ref in seen or ref in self.visiting:
-                raise _refuse(self.param, f"the recursive $ref {ref}", where, "refers back to itself")
+            if ref in seen or self.depth.get(ref, 0):
+                raise _refuse(
+                    self.param,
+                    f"the recursive $ref {ref}",
+                    where,
+                    "refers back to itself inside allOf or beside other keywords, which cannot be merged",
+                )
             seen.add(ref)
             rest = {k: v for k, v in node.items() if k != "$ref"}
             node = self.merge(self._target(ref, where), rest, where) if rest else self._target(ref, where)
@@ -370,8 +493,14 @@ class _Converter:
             raise _refuse(self.param, "allOf with a part that is not an object", where, "cannot be merged")
         out = dict(a)
         for key, value in b.items():
-            if key not in out or key in _ANNOTATIONS:
+            if key not in out or key in _ANNOTATIONS or key in VALIDATED_KEYWORDS:
+                # A validated keyword of either part is checked on the answer against the whole schema;
+                # the merged node only has to carry one for the grammar to note it.
                 out[key] = value
+            elif key in _LOWER_BOUNDS and _is_number(value) and _is_number(out[key]):
+                out[key] = max(out[key], value)
+            elif key in _UPPER_BOUNDS and _is_number(value) and _is_number(out[key]):
+                out[key] = min(out[key], value)
             elif key == "properties":
                 props = dict(out[key])
                 for name, sub in value.items():
@@ -448,7 +577,12 @@ class _Converter:
         if types is None:
             implied = [
                 kind
-                for kind, keys in (("object", _OBJECT_KEYS), ("array", _ARRAY_KEYS), ("string", _STRING_KEYS))
+                for kind, keys in (
+                    ("object", _OBJECT_KEYS),
+                    ("array", _ARRAY_KEYS),
+                    ("string", _STRING_KEYS),
+                    ("number", _NUMBER_KEYS),
+                )
                 if any(k in node for k in keys)
             ]
             if not implied:
@@ -468,9 +602,25 @@ class _Converter:
             return self.array(node, where)
         if kind == "string":
             return self.string(node, where), 1
+        if kind in ("integer", "number"):
+            return self.numeric(kind, node, where)
         return self.g.base(kind), 1
 
     def object(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        guarded, self.unguarded = self.unguarded, set()
+        try:
+            return self._object(node, where)
+        finally:
+            self.unguarded = guarded
+
+    def array(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        guarded, self.unguarded = self.unguarded, set()
+        try:
+            return self._array(node, where)
+        finally:
+            self.unguarded = guarded
+
+    def _object(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
         properties = node.get("properties") or {}
         required = list(dict.fromkeys(node.get("required") or []))
         extra = node.get("additionalProperties", True)
@@ -523,7 +673,7 @@ class _Converter:
             raise _refuse(self.param, "optional properties", where, "keep too many alternatives open at once")
         return self.g.rule(f'"{{" {first} "}}"'.replace(' "" ', " "), "obj"), widest
 
-    def array(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+    def _array(self, node: Mapping[str, Any], where: str) -> tuple[str, int]:
         low = int(node.get("minItems", 0))
         high = node.get("maxItems")
         items = node.get("items", True)
@@ -568,28 +718,339 @@ class _Converter:
         return self.g.rule(f'"[" {body} "]"', "arr"), 1
 
     def string(self, node: Mapping[str, Any], where: str) -> str:
+        """A string under one of its format, its pattern or its lengths (in that order of preference); a
+        grammar cannot hold two of them at once, so the others are validated on the answer."""
         fmt, pattern = node.get("format"), node.get("pattern")
         low, high = int(node.get("minLength", 0)), node.get("maxLength")
         if high is not None and low > high:
             raise _refuse(self.param, "minLength over maxLength", where, "allows no string")
-        if fmt is not None or pattern is not None:
-            if "minLength" in node or "maxLength" in node or (fmt is not None and pattern is not None):
-                raise _refuse(
-                    self.param,
-                    "pattern or format together with minLength/maxLength or each other",
-                    where,
-                    "cannot be enforced together; keep one of them",
-                )
-            if fmt is not None:
-                if fmt not in FORMATS:
-                    raise _refuse(self.param, f"format {fmt!r}", where, "has no grammar")
-                return self.g.rule(f'"\\"" {FORMATS[fmt]} "\\""', f"fmt-{fmt}")
-            inner = pattern_grammar(pattern, self.g, where)
-            return self.g.rule(f'"\\"" {inner} "\\""', "pattern")
+        lengths = [k for k in ("minLength", "maxLength") if k in node]
+        if fmt is not None:
+            if fmt not in FORMATS:
+                raise _refuse(self.param, f"format {fmt!r}", where, "has no grammar")
+            for other in ([] if pattern is None else ["pattern"]) + lengths:
+                self.g.note(f"{other} beside format {fmt!r}", where)
+            return self.g.rule(f'"\\"" {FORMATS[fmt]} "\\""', f"fmt-{fmt}")
+        if pattern is not None:
+            inexpressible = pattern_needs_validation(pattern)
+            if inexpressible is None:
+                for other in lengths:
+                    self.g.note(f"{other} beside a pattern", where)
+                inner = pattern_grammar(pattern, self.g, where)
+                return self.g.rule(f'"\\"" {inner} "\\""', "pattern")
+            self.g.note(f"pattern {pattern[:60]!r} ({inexpressible})", where)
         char = self.g.base("char")
         if low == 0 and high is None:
             return self.g.base("string")
         return self.g.rule(f'"\\"" {self.g.repeat(char, low, high)} "\\""', "str")
+
+    # --- numbers ------------------------------------------------------------------------------------------
+
+    def numeric(self, kind: str, node: Mapping[str, Any], where: str) -> tuple[str, int]:
+        """An integer or a number within its bounds, and a multiple of its ``multipleOf`` where a grammar
+        can say so (see docs/decoding.md for what is exact)."""
+        low, low_open = _bound(node, "minimum", "exclusiveMinimum", max)
+        high, high_open = _bound(node, "maximum", "exclusiveMaximum", min)
+        # A bound past what the grammar writes (16 digits) on the outer side bounds nothing it generates; on
+        # the inner side (minimum 1e20) it leaves only numbers the grammar does not write: validated.
+        if (low is not None and low > _LIMIT) or (high is not None and high < -_LIMIT):
+            self.g.note("a bound beyond 16 digits", where)
+            return self.g.base(kind), 1
+        low = None if low is not None and low < -_LIMIT else low
+        high = None if high is not None and high > _LIMIT else high
+        multiple = node.get("multipleOf")
+        decimals = _MAX_DIGITS
+        if multiple is not None and (not _is_number(multiple) or multiple <= 0):
+            raise _refuse(self.param, f"multipleOf {multiple!r}", where, "must be a number above 0")
+        if multiple is not None:
+            step = Fraction(str(multiple))
+            if step.denominator == 1:
+                kind = "integer"  # a number that is a multiple of an integer: its integer multiples
+            elif kind == "number" and step.numerator == 1 and _power_of_ten(step.denominator):
+                decimals = len(str(step.denominator)) - 1  # 0.01: at most two decimals, all multiples
+                multiple = None
+            elif kind == "integer" and (1 / step).denominator == 1:
+                multiple = None  # every integer is a multiple of 1/n
+            else:
+                self.g.note("multipleOf", where)
+                multiple = None
+        if kind == "integer":
+            first = None if low is None else _ceil(low) + (1 if low_open and low == _ceil(low) else 0)
+            last = None if high is None else _floor(high) - (1 if high_open and high == _floor(high) else 0)
+            if first is not None and last is not None and first > last:
+                raise _refuse(self.param, "minimum over maximum", where, "allows no integer")
+            step_k = None if multiple is None else int(Fraction(str(multiple)))
+            return self.integers(first, last, step_k, where), 1
+        if low is None and high is None and decimals == _MAX_DIGITS:
+            return self.g.base("number"), 1
+        if low is not None and high is not None and (low > high or (low == high and (low_open or high_open))):
+            raise _refuse(self.param, "minimum over maximum", where, "allows no number")
+        return self.decimals(low, low_open, high, high_open, decimals, where), 1
+
+    def integers(self, first: int | None, last: int | None, multiple: int | None, where: str) -> str:
+        """Integers from ``first`` to ``last`` (None: no bound), canonical (no leading zero, no -0)."""
+        if multiple is not None and multiple > 1:
+            low = -_LIMIT if first is None else max(first, -_LIMIT)
+            high = _LIMIT if last is None else min(last, _LIMIT)
+            count = high // multiple - (low + multiple - 1) // multiple + 1
+            if count <= 0:
+                raise _refuse(self.param, f"multipleOf {multiple}", where, "leaves no integer in the range")
+            if count <= MAX_LISTED_MULTIPLES:
+                start = (low + multiple - 1) // multiple * multiple
+                values = [str(v) for v in range(start, high + 1, multiple)]
+                return self.g.rule(" | ".join(literal(v) for v in values), "multiples")
+            if last is None and first in (None, 0, 1) and multiple <= MAX_MULTIPLE_STATES:
+                return self.multiples(multiple, signed=first is None, zero=first != 1)
+            self.g.note(f"multipleOf {multiple}", where)
+        if first is None and last is None:
+            return self.g.base("integer")
+        low = -_LIMIT if first is None else max(first, -_LIMIT)
+        high = _LIMIT if last is None else min(last, _LIMIT)
+        if low > high:
+            raise _refuse(self.param, "its bounds", where, "leave no integer the grammar can write")
+        parts = []
+        if high >= 0:
+            parts.append(self.digits(max(low, 0), high))
+        if low < 0:
+            parts.append(f'"-" {_group(self.digits(max(-high, 1), -low))}')
+        return parts[0] if len(parts) == 1 else self.g.rule(" | ".join(parts), "ints")
+
+    def decimals(
+        self,
+        a: Fraction | None,
+        a_open: bool,
+        b: Fraction | None,
+        b_open: bool,
+        places: int,
+        where: str,
+    ) -> str:
+        """Numbers (without exponent, at most ``places`` decimals) above ``a`` and below ``b`` (None: no
+        bound; each bound open or closed), exactly: the integer part is a digit range, and at a bound's own
+        integer part the fraction is compared with the bound's digits, one digit at a time."""
+        parts = []
+        if b is None or b > 0 or (b == 0 and not b_open):
+            # Non-negative values: the magnitude is the value.
+            bottom, bottom_open = (Fraction(0), False) if a is None or a < 0 else (a, a_open)
+            parts += self.magnitudes(bottom, bottom_open, b, b_open, places)
+        if a is None or a < 0:
+            # Negative values, -m: the magnitude m lies between -b and -a, and is never 0.
+            bottom, bottom_open = (Fraction(0), True) if b is None or b >= 0 else (-b, b_open)
+            top, top_open = (None, False) if a is None else (-a, a_open)
+            negative = self.magnitudes(bottom, bottom_open, top, top_open, places)
+            if negative:
+                parts.append(f'"-" {_group(self.g.rule(" | ".join(negative), "neg"))}')
+        if not parts:
+            raise _refuse(self.param, "its bounds", where, "leave no number the grammar can write")
+        return parts[0] if len(parts) == 1 else self.g.rule(" | ".join(parts), "num")
+
+    def magnitudes(
+        self, low: Fraction, low_open: bool, high: Fraction | None, high_open: bool, places: int
+    ) -> list[str]:
+        """The alternatives for a magnitude m >= 0 (an integer part, then "." and up to ``places``
+        decimals) with low < m or low <= m, and m < high or m <= high (None: unbounded)."""
+        above = ">" if low_open else ">="
+        below = "<" if high_open else "<="
+        low_int, low_digits = _split(low)
+        high_int, high_digits = (None, "") if high is None else _split(high)
+        out = []
+        if low_int > _LIMIT:
+            return out
+        if high_int is not None and high_int == low_int:
+            fraction = self.fraction(self.between(low_digits, high_digits, places, above, below))
+            if fraction is not None:
+                out.append(f"{_group(self.digits(low_int, low_int))} {fraction}")
+            return out
+        fraction = self.fraction(self.compared(low_digits, places, above))
+        if fraction is not None:
+            out.append(f"{_group(self.digits(low_int, low_int))} {fraction}")
+        last = _LIMIT if high_int is None else min(high_int - 1, _LIMIT)
+        if low_int + 1 <= last:
+            fraction = self.fraction(self.compared("", places, ">="))
+            out.append(f"{_group(self.digits(low_int + 1, last))} {fraction}")
+        if high_int is not None and high_int <= _LIMIT:
+            fraction = self.fraction(self.compared(high_digits, places, below))
+            if fraction is not None:
+                out.append(f"{_group(self.digits(high_int, high_int))} {fraction}")
+        return out
+
+    def fraction(self, digits: tuple[list[str], bool] | None) -> str | None:
+        """The fraction part of a number from the digit strings :meth:`compared` allows: "." and one or more
+        of them, or nothing when no digits (the value's fraction 0) is allowed; None: no fraction is."""
+        if digits is None:
+            return None
+        options, empty = digits
+        parts = ([f'"." {_group(self.g.rule(" | ".join(options), "frac"))}'] if options else []) + (
+            ['""'] if empty else []
+        )
+        if not parts:
+            return None
+        return self.g.rule(" | ".join(parts), "frac")
+
+    def compared(self, bound: str, places: int, relation: str) -> tuple[list[str], bool] | None:
+        """The digit strings d (1 to ``places`` long) with 0.d ``relation`` 0.``bound`` (the bound's
+        decimals), as alternatives, and whether no digits at all (0) qualifies; None: nothing does."""
+        self.g.step("a fraction range")
+        empty = _holds(_compare_to_zero(bound), relation)
+        if places == 0:
+            return ([], empty) if empty else None
+        first = int(bound[0]) if bound else 0
+        rest = bound[1:]
+        anything = self.g.repeat("[0-9]", 0, places - 1)
+        options = []
+        if ">" in relation and first < 9:
+            options.append(f"{_digit_class(first + 1, 9)} {anything}")
+        if "<" in relation and first > 0:
+            options.append(f"{_digit_class(0, first - 1)} {anything}")
+        same = self.compared(rest, places - 1, relation)
+        if same is not None:
+            tail = same[0] + (['""'] if same[1] else [])
+            options.append(f"{literal(str(first))} {_group(self.g.rule(' | '.join(tail), 'frac'))}")
+        return (options, empty) if options or empty else None
+
+    def between(
+        self, low: str, high: str, places: int, above: str, below: str
+    ) -> tuple[list[str], bool] | None:
+        """The digit strings d with 0.``low`` (``above``) 0.d (``below``) 0.``high``, as :meth:`compared`."""
+        self.g.step("a fraction range")
+        empty = _holds(_compare_to_zero(low), above) and _holds(_compare_to_zero(high), below)
+        if places == 0:
+            return ([], empty) if empty else None
+        first, last = (int(low[0]) if low else 0), (int(high[0]) if high else 0)
+        options = []
+        if first == last:
+            same = self.between(low[1:], high[1:], places - 1, above, below)
+            if same is not None:
+                tail = same[0] + (['""'] if same[1] else [])
+                options.append(f"{literal(str(first))} {_group(self.g.rule(' | '.join(tail), 'frac'))}")
+            return (options, empty) if options or empty else None
+        for digit, bound, relation in ((first, low[1:], above), (last, high[1:], below)):
+            part = self.compared(bound, places - 1, relation)
+            if part is not None:
+                tail = part[0] + (['""'] if part[1] else [])
+                options.append(f"{literal(str(digit))} {_group(self.g.rule(' | '.join(tail), 'frac'))}")
+        if first + 1 <= last - 1:
+            options.append(f"{_digit_class(first + 1, last - 1)} {self.g.repeat('[0-9]', 0, places - 1)}")
+        return (options, empty) if options or empty else None
+
+    def digits(self, low: int, high: int) -> str:
+        """The decimal integers from ``low`` to ``high`` (0 <= low <= high), without leading zeros: one
+        alternative per digit position where they part, so the grammar grows with the number of digits."""
+        small, large = str(low), str(high)
+        if len(small) == len(large):
+            return self.same_length(small, large)
+        parts = [self.same_length(small, "9" * len(small))]
+        if len(large) - len(small) >= 2:
+            parts.append(f"[1-9] {self.g.repeat('[0-9]', len(small), len(large) - 2)}")
+        parts.append(self.same_length("1" + "0" * (len(large) - 1), large))
+        return self.g.rule(" | ".join(parts), "digits")
+
+    def same_length(self, low: str, high: str) -> str:
+        """The digit strings from ``low`` to ``high``, both of the same length."""
+        self.g.step("a digit range")
+        if low == high:
+            return literal(low)
+        shared = 0
+        while low[shared] == high[shared]:
+            shared += 1
+        if shared:
+            return f"{literal(low[:shared])} {_group(self.same_length(low[shared:], high[shared:]))}"
+        rest = len(low) - 1
+        if rest == 0:
+            return f"[{low}-{high}]"
+        from_zero, to_nine = low[1:] == "0" * rest, high[1:] == "9" * rest
+        first, last = int(low[0]) + (0 if from_zero else 1), int(high[0]) - (0 if to_nine else 1)
+        parts = []
+        if not from_zero:
+            parts.append(f"{literal(low[0])} {_group(self.same_length(low[1:], '9' * rest))}")
+        if first <= last:
+            digit = literal(str(first)) if first == last else f"[{first}-{last}]"
+            parts.append(f"{digit} {self.g.repeat('[0-9]', rest, rest)}")
+        if not to_nine:
+            parts.append(f"{literal(high[0])} {_group(self.same_length('0' * rest, high[1:]))}")
+        return self.g.rule(" | ".join(parts), "digits")
+
+    def multiples(self, k: int, *, signed: bool, zero: bool) -> str:
+        """The multiples of ``k`` (no bound on the magnitude): the digits read through the k remainders,
+        one rule each, ending where the remainder is 0."""
+        names = [self.g.reserve(f"mod{k}") for _ in range(k)]
+
+        def moves(state: int, digits: range) -> list[str]:
+            targets: dict[int, list[str]] = {}
+            for d in digits:
+                targets.setdefault((state * 10 + d) % k, []).append(str(d))
+            return [f"[{''.join(ds)}] {names[t]}" for t, ds in targets.items()]
+
+        for state, name in enumerate(names):
+            self.g.define(name, " | ".join(moves(state, range(10)) + (['""'] if state == 0 else [])))
+        nonzero = self.g.rule(" | ".join(moves(0, range(1, 10))), f"mult{k}")
+        body = f'"-"? {_group(nonzero)}' if signed else nonzero
+        return self.g.rule(f'"0" | {body}' if zero else body, f"mult{k}")
+
+
+_LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems")
+_UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bound(node: Mapping[str, Any], closed: str, opened: str, tighter: Any) -> tuple[Fraction | None, bool]:
+    """A side's bound as an exact fraction (None: none) and whether it is open (exclusive)."""
+    found: list[tuple[Fraction, bool]] = []
+    for key, is_open in ((closed, False), (opened, True)):
+        value = node.get(key)
+        if _is_number(value) and math.isfinite(value):
+            found.append((Fraction(str(value)), is_open))
+    if not found:
+        return None, False
+    best = tighter(v for v, _ in found)
+    return best, any(v == best and is_open for v, is_open in found)
+
+
+def _split(value: Fraction) -> tuple[int, str]:
+    """A non-negative bound's integer part and its decimals as digits ("0.25" -> (0, "25")); a bound with
+    more decimals than any number the grammar writes keeps the first 40 (enough to compare with 16)."""
+    whole = math.floor(value)
+    rest, digits = value - whole, ""
+    while rest and len(digits) < 40:
+        rest *= 10
+        digit = math.floor(rest)
+        digits += str(digit)
+        rest -= digit
+    return whole, digits
+
+
+def _compare_to_zero(digits: str) -> int:
+    """How 0 compares with 0.``digits``: 0 when they are equal, else -1."""
+    return 0 if set(digits) <= {"0"} else -1
+
+
+def _holds(comparison: int, relation: str) -> bool:
+    """Whether a comparison's result (-1, 0, 1: the value against the bound) satisfies ``relation``."""
+    return {">": comparison > 0, ">=": comparison >= 0, "<": comparison < 0, "<=": comparison <= 0}[relation]
+
+
+def _digit_class(first: int, last: int) -> str:
+    return literal(str(first)) if first == last else f"[{first}-{last}]"
+
+
+def _floor(value: Fraction) -> int:
+    return math.floor(value)
+
+
+def _ceil(value: Fraction) -> int:
+    return math.ceil(value)
+
+
+def _power_of_ten(n: int) -> bool:
+    text = str(n)
+    return text.startswith("1") and set(text[1:]) <= {"0"} and len(text) <= _MAX_DIGITS
+
+
+def _group(expression: str) -> str:
+    """``expression`` as one item of a sequence (parenthesized when it has alternatives)."""
+    return f"( {expression} )" if " | " in expression else expression
 
 
 def _json_type(value: Any) -> str:
@@ -606,9 +1067,7 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def schema_grammar(schema: Any, *, param: str, prefix: str = "") -> str:
-    """The GBNF grammar (root rule ``{prefix}root``) of compact JSON valid against ``schema``; raises
-    :class:`UnsupportedParameterError` naming what cannot be generated or would cost too much."""
+def _convert(schema: Any, param: str, prefix: str) -> tuple[_Grammar, str]:
     if not isinstance(schema, Mapping) and not isinstance(schema, bool):
         raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
     grammar = _Grammar(param=param, prefix=prefix)
@@ -616,7 +1075,22 @@ def schema_grammar(schema: Any, *, param: str, prefix: str = "") -> str:
     if schema is False:
         raise _refuse(param, "a false schema", "", "allows no value")
     expression, _ = _Converter(root, grammar).schema(schema, "")
+    return grammar, expression
+
+
+def schema_grammar(schema: Any, *, param: str, prefix: str = "") -> str:
+    """The GBNF grammar (root rule ``{prefix}root``) of compact JSON valid against ``schema``, but for what
+    :func:`unenforced` lists; raises :class:`UnsupportedParameterError` naming what cannot be generated or
+    would cost too much."""
+    grammar, expression = _convert(schema, param, prefix)
     return grammar.text(expression)
+
+
+def unenforced(schema: Any, *, param: str) -> list[str]:
+    """The constraints of ``schema`` its grammar does not hold, each with where it is (``uniqueItems (at
+    properties.tags)``): the complete answer is validated against them."""
+    grammar, _ = _convert(schema, param, "")
+    return list(grammar.validated)
 
 
 # --- Patterns -------------------------------------------------------------------------------------------
@@ -915,6 +1389,36 @@ def _split_range(low: str, high: str) -> list[tuple[str, str]]:
     return out
 
 
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
+
+
+def pattern_needs_validation(pattern: str) -> str | None:
+    """Why ``pattern`` can be validated but not generated (a lookaround, a back-reference, a word boundary,
+    an inline flag), or None when :func:`pattern_grammar` can express it."""
+    index, in_class = 0, False
+    while index < len(pattern):
+        ch = pattern[index]
+        if ch == "\\":
+            escaped = pattern[index + 1 : index + 2]
+            if not in_class and escaped and (escaped.isdigit() or escaped in "bBAZzkpP"):
+                return f"\\{escaped}, which a grammar cannot express"
+            index += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            index += 1 + (pattern[index + 1 : index + 2] == "^")
+            index += pattern[index : index + 1] == "]"  # a "]" first in a class is one of its members
+            continue
+        elif pattern.startswith(_LOOKAROUNDS, index):
+            return "a lookaround, which a grammar cannot express"
+        elif pattern.startswith("(?", index) and pattern[index + 2 : index + 3] in set("aiLmsux-"):
+            return "an inline flag, which the grammar does not read"
+        index += 1
+    return None
+
+
 def pattern_grammar(pattern: str, grammar: Any, where: str) -> str:
     """The GBNF expression for the JSON-string content of strings that match ``pattern`` (an ECMA-style
     regular expression; unanchored ends match anything, as JSON Schema's ``pattern`` does)."""
@@ -937,4 +1441,14 @@ def pattern_grammar(pattern: str, grammar: Any, where: str) -> str:
     return " ".join(parts)
 
 
-__all__ = ["FORMATS", "json_literal", "literal", "pattern_grammar", "resolve_pointer", "schema_grammar"]
+__all__ = [
+    "FORMATS",
+    "VALIDATED_KEYWORDS",
+    "json_literal",
+    "literal",
+    "pattern_grammar",
+    "pattern_needs_validation",
+    "resolve_pointer",
+    "schema_grammar",
+    "unenforced",
+]

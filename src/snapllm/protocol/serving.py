@@ -38,8 +38,9 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
+from snapllm.protocol.answer_check import check_answer
 from snapllm.protocol.chat import ChatRenderer, RenderedChat
-from snapllm.protocol.constraints import ToolCalls, chat_grammar
+from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
 from snapllm.protocol.families import ModelFamily, detect_family
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
@@ -60,7 +61,7 @@ from snapllm.protocol.responses_api import (
     responses_fields,
 )
 from snapllm.protocol.sse import StreamEncoder, encoder_for
-from snapllm.protocol.structured import arguments_valid, cut_call_error
+from snapllm.protocol.structured import arguments_schema, arguments_valid, cut_call_error
 from snapllm.protocol.tool_formats import GENERIC, ToolCallFormat
 
 
@@ -140,6 +141,9 @@ class PreparedRequest:
     tool_parameters: tuple[tuple[str, dict[str, Any] | None], ...] = ()
     # Where the prompt leaves a reasoning model: inside its thinking, past it, or before it.
     thinking: ThinkingState = "closed"
+    # The response_format's schema: a complete answer is validated against it (what the grammar could not
+    # hold is checked there; snapllm.protocol.answer_check).
+    answer_schema: Any = None
 
     @property
     def seed(self) -> int:
@@ -290,6 +294,7 @@ class OpenAIServing:
             tool_names=tuple(f.name for f in functions),
             tool_parameters=tuple((f.name, f.parameters) for f in functions),
             thinking=thinking,
+            answer_schema=answer_schema(request) if isinstance(request, ChatCompletionRequest) else None,
         )
 
     def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
@@ -477,6 +482,13 @@ class OpenAIServing:
                 text = prose
                 if finish_reason == "stop":
                     finish_reason = "tool_calls"
+            if finish_reason == "tool_calls" and prepared.tool_calls == "all":
+                # Forced calls come from the call branch alone; what its grammar cannot hold is checked here.
+                parameters = dict(prepared.tool_parameters)
+                for call in calls:
+                    check_answer(arguments_schema(parameters.get(call.name)), call.arguments, param="tools")
+        if prepared.answer_schema is not None and not calls and finish_reason == "stop":
+            check_answer(prepared.answer_schema, text, param="response_format")
         return Generation(
             system_fingerprint=self.fingerprint,
             logprobs=completion.logprobs,

@@ -9,8 +9,11 @@ anything, with the same message as the inference function::
 
 A checked schema becomes a llama.cpp grammar (:func:`snapllm.protocol.json_grammar.schema_grammar`, which
 :func:`check_schema` runs too, so what it refuses for cost or shape is refused here as well), so
-generation can only produce text that validates. Constructs a grammar cannot keep (``minimum``, ``not``,
-``uniqueItems``...) are refused instead: a schema that is not enforced would be a promise broken.
+generation can only produce text of the schema's shape. What a grammar cannot keep (``uniqueItems``,
+``not``, a lookaround in a ``pattern``: :data:`~snapllm.protocol.json_grammar.VALIDATED_KEYWORDS`) is
+validated on the complete answer instead (:mod:`snapllm.protocol.answer_check`), which fails the request
+when it does not hold. A keyword JSON Schema does not define, a format no grammar is written for, and a
+schema that is not valid JSON Schema are refused.
 
 Tool calls are generated as JSON in one format whatever the model (see :func:`tool_call_schema`)::
 
@@ -26,10 +29,13 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-import jsonschema
+import regex
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from snapllm.errors import ToolCallCutShortError, UnsupportedParameterError
-from snapllm.protocol.json_grammar import ANNOTATION_KEYWORDS, FORMATS, schema_grammar
+from snapllm.protocol.answer_check import modern_schema, schema_validator
+from snapllm.protocol.json_grammar import ANNOTATION_KEYWORDS, FORMATS, VALIDATED_KEYWORDS, schema_grammar
 
 # Keywords the grammar converter enforces.
 ENFORCED_KEYWORDS = frozenset(
@@ -54,6 +60,11 @@ ENFORCED_KEYWORDS = frozenset(
         "maxLength",
         "pattern",
         "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
     }
 )
 # Formats the converter turns into grammar rules; any other format would go unchecked.
@@ -63,6 +74,12 @@ JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "obje
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("items", "additionalProperties")
+# Validated keywords that hold schemas (one, or a map of them): walked too, so every pattern in them is
+# checked before it meets an answer.
+_VALIDATED_SCHEMAS = ("not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems")
+_VALIDATED_SCHEMAS += ("unevaluatedProperties", "additionalItems")
+_VALIDATED_MAPS = ("patternProperties", "dependentSchemas")
+_NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 # Counts the grammar spells out one by one (a string of minLength 10**9 would be a grammar of 10**9 rules):
 # bounded so a small request cannot make a huge grammar.
 MAX_REPEAT = 4096
@@ -74,10 +91,11 @@ MAX_PARALLEL_TOOL_CALLS = 4
 
 def _is_regex(pattern: str) -> bool:
     # Checked here, not only when the grammar is built: a target that is not a Lambda function (an
-    # always-on server) would otherwise meet the broken pattern first and answer 500.
+    # always-on server) would otherwise meet the broken pattern first and answer 500. The answer's check
+    # matches with the regex module (ECMA's named groups and lookbehinds), so it compiles it here.
     try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError):
+        regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError):
         return False
     return True
 
@@ -95,10 +113,22 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
     for keyword, value in schema.items():
         if keyword in ANNOTATION_KEYWORDS:
             continue
+        if keyword in VALIDATED_KEYWORDS:
+            if keyword in _VALIDATED_SCHEMAS and not isinstance(value, bool):
+                yield from _walk(value, f"{path}.{keyword}".lstrip("."))
+            elif keyword in _VALIDATED_MAPS and isinstance(value, Mapping):
+                for name, sub in value.items():
+                    if keyword == "patternProperties" and not _is_regex(name):
+                        yield (
+                            f"a patternProperties name that is not a regular expression ({name[:40]!r})",
+                            where,
+                        )
+                    yield from _walk(sub, f"{path}.{keyword}.{name}".lstrip("."))
+            continue
         if keyword not in ENFORCED_KEYWORDS:
             yield keyword, where
             continue
-        if keyword == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
+        if keyword == "$ref" and not (isinstance(value, str) and (value == "#" or value.startswith("#/"))):
             yield "a $ref outside the schema", where
         elif keyword == "format" and (not isinstance(value, str) or value not in ENFORCED_FORMATS):
             yield f"format {value!r}", where
@@ -120,6 +150,14 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             int(n) > MAX_REPEAT for match in _PATTERN_COUNT.findall(value) for n in match if n
         ):
             yield f"a pattern repeat over {MAX_REPEAT}", where
+        elif keyword in _NUMBER_BOUNDS and not (
+            isinstance(value, int | float) and not isinstance(value, bool)
+        ):
+            yield f"{keyword} {value!r} (a number)", where
+        elif keyword == "multipleOf" and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        ):
+            yield f"multipleOf {value!r} (a number above 0)", where
         elif keyword in _COUNTS and (
             not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REPEAT
         ):
@@ -147,19 +185,30 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 def check_schema(schema: Any, *, param: str) -> None:
-    """Refuse a JSON schema whose constraints the grammar cannot enforce, naming every such construct."""
+    """Refuse a JSON schema that cannot be served, naming every construct that is why: a keyword JSON Schema
+    does not define, a format without a grammar, a schema that is not valid JSON Schema, one whose grammar
+    would cost too much. Keywords a grammar cannot hold are accepted: the answer is validated on them."""
     if not isinstance(schema, Mapping):
         raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
     problems = list(dict.fromkeys(f"{keyword} (at {where})" for keyword, where in _walk(schema, "")))
     if problems:
         shown = ", ".join(problems[:8]) + (f" and {len(problems) - 8} more" if len(problems) > 8 else "")
         raise UnsupportedParameterError(
-            f"{param}: the schema uses {shown}, which generation cannot be constrained to; supported are "
-            "type, properties, required, additionalProperties, items, prefixItems, minItems, maxItems, "
-            "enum, const, anyOf, oneOf, allOf, local $ref/$defs, minLength, maxLength, pattern and the "
-            f"formats {', '.join(sorted(ENFORCED_FORMATS))}",
+            f"{param}: the schema uses {shown}, which cannot be served; supported are type, properties, "
+            "required, additionalProperties, items, prefixItems, minItems, maxItems, enum, const, anyOf, "
+            "oneOf, allOf, local $ref/$defs (recursive ones too), minLength, maxLength, pattern, minimum, "
+            "maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, the formats "
+            f"{', '.join(sorted(ENFORCED_FORMATS))}, and (validated on the answer, not generated) the "
+            "other keywords of JSON Schema 2020-12 (uniqueItems, not, if/then/else, dependentRequired...)",
             param=param,
         )
+    try:
+        Draft202012Validator.check_schema(modern_schema(schema))
+    except SchemaError as exc:
+        place = ".".join(str(p) for p in exc.path) or "the root"
+        raise UnsupportedParameterError(
+            f"{param}: the schema is not valid JSON Schema: {exc.message[:200]} (at {place})", param=param
+        ) from None
     # What remains is what only building the grammar shows (a $ref to nothing or to itself, a pattern
     # too costly to enforce, a grammar too large...): it is built here, by the same code as the engine's.
     try:
@@ -317,8 +366,8 @@ def arguments_valid(arguments: str, parameters: Mapping[str, Any] | None) -> boo
         value = json.loads(arguments)
     except ValueError:
         return False
-    validator = jsonschema.Draft202012Validator(arguments_schema(parameters))
-    return validator.is_valid(value)
+    # The answer check's validator: patterns matched under a time limit, multipleOf on decimals.
+    return schema_validator(arguments_schema(parameters)).is_valid(value)
 
 
 def parse_tool_calls(
