@@ -145,7 +145,8 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
             "tool_choice",
         ),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, UnsupportedParameterError, "input"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, UnsupportedParameterError, "input"),
+        # Reasoning items sent back are left out: an input of nothing else is empty.
+        ({"input": [{"type": "reasoning", "summary": []}]}, InvalidRequestError, "input"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             UnsupportedParameterError,
@@ -153,7 +154,7 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
         ),
         ({"input": "x", "truncation": "auto"}, UnsupportedParameterError, "truncation"),
         ({"input": "x", "include": ["file_search_call.results"]}, UnsupportedParameterError, "include"),
-        ({"input": "x", "max_output_token": 3}, InvalidRequestError, "max_output_token"),
+        ({"input": "x", "stop": ["."]}, UnsupportedParameterError, "stop"),
         ({"input": "x", "max_output_tokens": "3"}, InvalidRequestError, "max_output_tokens"),
         ({"input": "x", "max_output_tokens": 0}, InvalidRequestError, "max_output_tokens"),
         ({"input": "x", "temperature": 3}, InvalidRequestError, "temperature"),

@@ -235,7 +235,7 @@ def test_a_request_without_model_goes_to_the_default(fake_lambda):
         ({**CHAT, "n": 2}, 400, "n"),
         ({**CHAT, "temperature": "hot"}, 400, "temperature"),
         ({**CHAT, "frequency_penalty": 3}, 400, "frequency_penalty"),
-        ({**CHAT, "max_tokenz": 3}, 400, "max_tokenz"),
+        ({**CHAT, "mirostat": 2}, 400, "mirostat"),
         ({"model": MODEL}, 400, "messages"),
         (
             {**CHAT, "tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(33)]},
@@ -314,7 +314,7 @@ def test_a_response_request_is_routed_to_the_alias_as_sent(fake_lambda, capsys):
         ({**RESPONSE_REQUEST, "previous_response_id": "resp_1"}, "previous_response_id"),
         ({**RESPONSE_REQUEST, "tools": [{"type": "web_search"}]}, "tools"),
         ({**RESPONSE_REQUEST, "tools": [{"type": "function", "name": f"f{i}"} for i in range(33)]}, "tools"),
-        ({**RESPONSE_REQUEST, "max_output_tokenz": 3}, "max_output_tokenz"),
+        ({**RESPONSE_REQUEST, "logit_bias": {"1": 1}}, "logit_bias"),
         ({"model": MODEL}, "input"),
     ],
 )
