@@ -343,14 +343,19 @@ class Engine:
         return self._token_texts(low_level.LLAMA_TOKEN_ATTR_USER_DEFINED)
 
     def _token_texts(self, attribute: int) -> frozenset[str]:
-        if attribute not in self._token_texts_by_attribute:
+        if not self._token_texts_by_attribute:
+            # One pass over the vocabulary for both kinds (at init: the protocol asks before the snapshot).
             vocab = self._llama._model.vocab
-            texts = (
-                low_level.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
-                for token in range(self._decoder.n_vocab)
-                if low_level.llama_vocab_get_attr(vocab, token) & attribute
-            )
-            self._token_texts_by_attribute[attribute] = frozenset(text for text in texts if text)
+            kinds = (low_level.LLAMA_TOKEN_ATTR_CONTROL, low_level.LLAMA_TOKEN_ATTR_USER_DEFINED)
+            found: dict[int, set[str]] = {kind: set() for kind in kinds}
+            for token in range(self._decoder.n_vocab):
+                attributes = low_level.llama_vocab_get_attr(vocab, token)
+                for kind in kinds:
+                    if attributes & kind:
+                        text = low_level.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
+                        if text:
+                            found[kind].add(text)
+            self._token_texts_by_attribute = {kind: frozenset(texts) for kind, texts in found.items()}
         return self._token_texts_by_attribute[attribute]
 
     def accepts_grammar(self, grammar: str) -> bool:
