@@ -477,3 +477,22 @@ def test_forced_call_arguments_that_break_a_validated_keyword_are_a_422_naming_t
         .tool_calls
     )
     assert json.loads(call.arguments) == {"t": [3, 4]}
+
+
+def test_the_answer_says_what_was_validated_rather_than_enforced():
+    tags = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    schema = {
+        "type": "object",
+        "properties": {"tags": tags},
+        "required": ["tags"],
+        "additionalProperties": False,
+    }
+    form = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
+    serving = _serving(ScriptedEngine(answers=['{"tags":["a","b"]}', '{"a":1}']))
+    body, _ = serving.complete(serving.parse(_chat(response_format=form)), deadline=None)
+    assert body["choices"][0]["message"]["content"] == '{"tags":["a","b"]}'
+    assert body["validated"] == ["uniqueItems (at properties.tags)"]
+    # A schema the grammar holds whole says nothing of the kind.
+    plain = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    body, _ = serving.complete(serving.parse(_chat(response_format=plain)), deadline=None)
+    assert "validated" not in body

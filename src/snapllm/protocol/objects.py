@@ -107,7 +107,9 @@ class Usage(OpenAIObject):
 class _Generated(OpenAIObject):
     """Fields every completion object shares, snapllm's extras included."""
 
-    omit_when_none = frozenset({"timings", "seed", "deadline_reached", "usage", "system_fingerprint"})
+    omit_when_none = frozenset(
+        {"timings", "seed", "deadline_reached", "usage", "system_fingerprint", "validated"}
+    )
 
     id: str
     object: str  # each object's own literal
@@ -117,6 +119,11 @@ class _Generated(OpenAIObject):
     timings: Timings | None = None
     seed: int | None = None
     deadline_reached: Literal[True] | None = Field(default=None, description=DEADLINE_REACHED)
+    validated: list[str] | None = Field(
+        default=None,
+        description="snapllm's: the response_format's constraints the grammar did not enforce, which the "
+        "complete answer was validated against instead",
+    )
 
     @field_serializer("timings")
     def _rounded(self, timings: Timings | None) -> Timings | None:
@@ -129,6 +136,7 @@ class _Generated(OpenAIObject):
             "seed": generation.seed,
             "deadline_reached": True if generation.deadline_reached else None,
             "system_fingerprint": generation.system_fingerprint,
+            "validated": list(generation.validated) or None,
         }
 
 

@@ -813,6 +813,9 @@ class Generation:
     #: tokens it took.
     reasoning: str | None = None
     reasoning_tokens: int = 0
+    #: The response_format's constraints the grammar did not hold, which the complete answer was validated
+    #: against instead (it passed: an answer that fails is a 422).
+    validated: tuple[str, ...] = ()
 
     def usage(self) -> dict[str, int]:
         return {

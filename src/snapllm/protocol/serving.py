@@ -42,6 +42,7 @@ from snapllm.protocol.answer_check import check_answer
 from snapllm.protocol.chat import ChatRenderer, RenderedChat
 from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
 from snapllm.protocol.families import ModelFamily, detect_family
+from snapllm.protocol.json_grammar import unenforced
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState, held_length
@@ -144,6 +145,8 @@ class PreparedRequest:
     # The response_format's schema: a complete answer is validated against it (what the grammar could not
     # hold is checked there; snapllm.protocol.answer_check).
     answer_schema: Any = None
+    # What the grammar leaves to the answer check (each with where it is), said in the answer.
+    validated: tuple[str, ...] = ()
 
     @property
     def seed(self) -> int:
@@ -276,6 +279,7 @@ class OpenAIServing:
         )
         forced = getattr(request, "forced_tools", None) or []
         tools = getattr(request, "tools", None) or []
+        schema = answer_schema(request) if isinstance(request, ChatCompletionRequest) else None
         functions = forced or [tool.function for tool in tools]
         return PreparedRequest(
             EngineRequest(
@@ -294,7 +298,8 @@ class OpenAIServing:
             tool_names=tuple(f.name for f in functions),
             tool_parameters=tuple((f.name, f.parameters) for f in functions),
             thinking=thinking,
-            answer_schema=answer_schema(request) if isinstance(request, ChatCompletionRequest) else None,
+            answer_schema=schema,
+            validated=tuple(unenforced(schema, param="response_format")) if schema is not None else (),
         )
 
     def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
@@ -503,6 +508,7 @@ class OpenAIServing:
             cached_tokens=completion.cached_tokens,
             reasoning=reasoning,
             reasoning_tokens=completion.span_tokens if reasoning is not None else 0,
+            validated=prepared.validated if not calls else (),
         )
 
     @staticmethod
