@@ -26,6 +26,7 @@ import uvicorn
 
 from snapllm.inference.client import HttpInferenceClient
 from snapllm.inference.runtime import InferenceRuntime
+from snapllm.protocol.model_routes import CHAT_INPUT_TOKENS, DETOKENIZE, ROUTED_PATHS, TOKENIZE
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
@@ -67,6 +68,11 @@ def response_with(**fields: Any) -> bytes:
 def raw_response(extra: str) -> bytes:
     """A Responses body with ``extra`` (raw JSON text) spliced in as one more field."""
     return b'{"input": "Say hi.", "max_output_tokens": 4, ' + extra.encode() + b"}"
+
+
+def raw_tokens(number: str) -> bytes:
+    """A detokenize body whose one id is ``number`` (raw JSON text)."""
+    return b'{"tokens": [' + number.encode() + b"]}"
 
 
 def raw_chat(extra: str) -> bytes:
@@ -382,6 +388,55 @@ CASES = [
     ),
     Case("agent-run-id-newline", b"", 404, method="GET", path="/v1/agent/runs/run-1%0A", skip=AGENT),
     Case("agent-get-on-start", b"", 405, method="GET", path="/v1/agent/runs", skip=AGENT),
+    # The token routes (a direct invoke gets them as routed events).
+    Case("tokenize-content-number", json.dumps({"content": 5}).encode(), path=TOKENIZE),
+    Case("tokenize-no-content", json.dumps({"with_pieces": True}).encode(), path=TOKENIZE),
+    Case("tokenize-flag-string", json.dumps({"content": "x", "add_special": "yes"}).encode(), path=TOKENIZE),
+    Case("tokenize-surrogate", json.dumps({"content": "\ud800"}).encode(), path=TOKENIZE),
+    Case(
+        "tokenize-unknown-model", json.dumps({"content": "x", "model": "gpt-4o"}).encode(), 404, path=TOKENIZE
+    ),
+    # Refused by the model function itself (llama-cpp-python's server has no /tokenize to refuse them).
+    Case(
+        "tokenize-huge-content",
+        json.dumps({"content": "a" * 40_000}).encode(),
+        path=TOKENIZE,
+        skip=frozenset({"router-always-on"}),
+    ),
+    Case(
+        "detokenize-id-past-the-vocabulary",
+        json.dumps({"tokens": [1, 10**9]}).encode(),
+        path=DETOKENIZE,
+        skip=frozenset({"router-always-on"}),
+    ),
+    Case(
+        "detokenize-negative-id",
+        json.dumps({"tokens": [-1]}).encode(),
+        path=DETOKENIZE,
+        skip=frozenset({"router-always-on"}),
+    ),
+    # More ids than a detokenize takes do not fit an HTTP body under the configured limit.
+    Case(
+        "detokenize-too-many-ids",
+        json.dumps({"tokens": [0] * 40_000}).encode(),
+        path=DETOKENIZE,
+        skip=frozenset({"http", "router", "router-always-on", "stream"}),
+    ),
+    Case("detokenize-id-string", json.dumps({"tokens": ["1"]}).encode(), path=DETOKENIZE),
+    Case("detokenize-id-float", json.dumps({"tokens": [1.5]}).encode(), path=DETOKENIZE),
+    Case("detokenize-tokens-object", json.dumps({"tokens": {"0": 1}}).encode(), path=DETOKENIZE),
+    Case("detokenize-huge-id", raw_tokens("9" * 5000), path=DETOKENIZE, skip=NOT_JSON),
+    Case("detokenize-array-body", b"[1, 2]", path=DETOKENIZE),
+    Case("detokenize-get", b"", 405, method="GET", path=DETOKENIZE, skip=HTTP_ONLY),
+    Case("count-messages-string", chat_with(messages="hi"), path=CHAT_INPUT_TOKENS),
+    Case("count-unknown-field", chat_with(max_token=4), path=CHAT_INPUT_TOKENS),
+    Case("count-max-tokens-over-the-limit", chat_with(max_tokens=10_000), path=CHAT_INPUT_TOKENS),
+    Case(
+        "count-prompt-past-the-context",
+        chat_with(messages=[{"role": "user", "content": "word " * 3000}]),
+        path=CHAT_INPUT_TOKENS,
+        skip=frozenset({"router-always-on"}),
+    ),
 ]
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -460,8 +515,12 @@ def _stream_server(runtime: InferenceRuntime) -> Iterator[str]:
 
 def _invoke_entry(environment: Any) -> EntryPoint:
     def send(case: Case) -> Answer:
-        # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does.
-        result = environment.invoke_json(case.body)
+        # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does; a
+        # route other than the completions' gets its body as a routed event.
+        payload = case.body
+        if case.path in ROUTED_PATHS:
+            payload = b'{"route": ' + json.dumps(case.path).encode() + b', "body": ' + payload + b"}"
+        result = environment.invoke_json(payload)
         assert result.error is None, result.error  # an unhandled exception: Lambda would report it as such
         response = dict(result.response)
         return response.pop("statusCode", 200), {}, json.dumps(response).encode()

@@ -30,6 +30,7 @@ from snapllm.engine.prefault import PrefaultStats, prefault
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.model_routes import ModelRoutes, split_event
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
@@ -46,6 +47,12 @@ class InferenceRuntime:
         self.settings = settings
         self.serving = OpenAIServing(
             engine, max_tokens=settings.serving.max_tokens, max_prompt_chars=settings.serving.max_prompt_chars
+        )
+        self.routes = ModelRoutes(
+            model_name=engine.model_name,
+            vocabulary=engine,
+            serving=self.serving,
+            max_chars=settings.serving.max_prompt_chars,
         )
         self.download = download
         self.environment_id = uuid.uuid4().hex
@@ -125,7 +132,8 @@ class InferenceRuntime:
     # --- Invoke -------------------------------------------------------------------------------------------
 
     def handle(self, event: Any, context: Any) -> dict[str, Any]:
-        """Answer one direct invoke: an OpenAI chat or text completion request, or a Responses request."""
+        """Answer one direct invoke: an OpenAI chat or text completion request, a Responses request, or a
+        routed event of another route (:mod:`snapllm.protocol.model_routes`)."""
         started = time.perf_counter()
         cold = self._first_invoke_pending
         self._first_invoke_pending = False
@@ -133,7 +141,20 @@ class InferenceRuntime:
         try:
             # Lambda's runtime has decoded the payload already: an event that is not an object (a JSON
             # array, string or number) is a bad body, never JSON text to decode a second time.
-            request = self.serving.parse(require_object(event))
+            route, body = split_event(require_object(event))
+            if route is not None:
+                answer = self.routes.answer(route, body)
+                logger.info(
+                    "route answered",
+                    extra={
+                        "request_id": request_id,
+                        "route": route,
+                        "cold_start": cold,
+                        "handler_ms": round((time.perf_counter() - started) * 1000, 2),
+                    },
+                )
+                return answer
+            request = self.serving.parse(body)
             if request.stream:
                 raise UnsupportedParameterError(
                     "stream=true needs the streaming endpoint (the function URL); a direct invoke returns "
