@@ -26,7 +26,13 @@ import uvicorn
 
 from snapllm.inference.client import HttpInferenceClient
 from snapllm.inference.runtime import InferenceRuntime
-from snapllm.protocol.model_routes import CHAT_INPUT_TOKENS, DETOKENIZE, ROUTED_PATHS, TOKENIZE
+from snapllm.protocol.model_routes import (
+    CHAT_INPUT_TOKENS,
+    DETOKENIZE,
+    EMBEDDINGS,
+    ROUTED_PATHS,
+    TOKENIZE,
+)
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
@@ -35,7 +41,7 @@ from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
 from snapllm_dev.local.s3 import free_port
 from tests.support.hostile_schemas import HOSTILE
-from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import EMBEDDING_MODEL, MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +50,7 @@ RESPONSES = "/v1/responses"
 JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
 GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
+GOOD_EMBEDDING = {"model": EMBEDDING_MODEL, "input": ["Say hi.", "Say bye."]}
 MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
 CALLING = {
     "role": "assistant",
@@ -68,6 +75,15 @@ def response_with(**fields: Any) -> bytes:
 def raw_response(extra: str) -> bytes:
     """A Responses body with ``extra`` (raw JSON text) spliced in as one more field."""
     return b'{"input": "Say hi.", "max_output_tokens": 4, ' + extra.encode() + b"}"
+
+
+def embed_with(**fields: Any) -> bytes:
+    return json.dumps({**GOOD_EMBEDDING, **fields}).encode()
+
+
+def raw_embed(extra: str) -> bytes:
+    """An embeddings body with ``extra`` (raw JSON text) spliced in as one more field."""
+    return b'{"model": "' + EMBEDDING_MODEL.encode() + b'", "input": "hi", ' + extra.encode() + b"}"
 
 
 def raw_tokens(number: str) -> bytes:
@@ -97,6 +113,8 @@ class Case:
 
 
 HTTP_ONLY = frozenset({"invoke"})
+# Refused by the embedding model itself: the streaming app, which serves the chat model, answers 404.
+EMBEDDING_MODEL_ONLY = frozenset({"stream"})
 NOT_JSON = frozenset({"invoke"})
 AGENT = frozenset(
     {"router", "router-always-on", "stream", "invoke"}
@@ -431,6 +449,50 @@ CASES = [
     Case("count-messages-string", chat_with(messages="hi"), path=CHAT_INPUT_TOKENS),
     Case("count-unknown-field", chat_with(max_token=4), path=CHAT_INPUT_TOKENS),
     Case("count-max-tokens-over-the-limit", chat_with(max_tokens=10_000), path=CHAT_INPUT_TOKENS),
+    # Embeddings, sent to the embedding model (the streaming app serves the chat model only: it cannot take
+    # what only the embedding model refuses).
+    Case("embeddings-input-number", embed_with(input=5), path=EMBEDDINGS),
+    Case("embeddings-input-null", embed_with(input=None), path=EMBEDDINGS),
+    Case("embeddings-input-object", embed_with(input={"text": "hi"}), path=EMBEDDINGS),
+    Case("embeddings-text-and-tokens-mixed", embed_with(input=["a", [1, 2]]), path=EMBEDDINGS),
+    Case("embeddings-nested-token-arrays", embed_with(input=[[[1]]]), path=EMBEDDINGS),
+    Case("embeddings-float-token", embed_with(input=[1.5]), path=EMBEDDINGS),
+    Case("embeddings-format-unknown", embed_with(encoding_format="int8"), path=EMBEDDINGS),
+    Case("embeddings-dimensions-string", embed_with(dimensions="8"), path=EMBEDDINGS),
+    Case("embeddings-dimensions-zero", embed_with(dimensions=0), path=EMBEDDINGS),
+    Case("embeddings-unknown-field", embed_with(inputs=["a"]), path=EMBEDDINGS),
+    Case("embeddings-surrogate", embed_with(input=["\ud800"]), path=EMBEDDINGS),
+    Case("embeddings-huge-number", raw_embed('"dimensions": ' + "9" * 5000), path=EMBEDDINGS, skip=NOT_JSON),
+    Case("embeddings-array-body", json.dumps([GOOD_EMBEDDING]).encode(), path=EMBEDDINGS),
+    Case("embeddings-get", b"", 405, method="GET", path=EMBEDDINGS, skip=HTTP_ONLY),
+    Case("embeddings-empty-list", embed_with(input=[]), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case("embeddings-empty-string", embed_with(input=""), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case(
+        "embeddings-empty-token-array",
+        embed_with(input=[[1], []]),
+        path=EMBEDDINGS,
+        skip=EMBEDDING_MODEL_ONLY,
+    ),
+    Case(
+        "embeddings-too-many-inputs", embed_with(input=["a"] * 65), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY
+    ),
+    Case(
+        "embeddings-too-many-tokens",
+        embed_with(input=["word " * 60] * 40),
+        path=EMBEDDINGS,
+        skip=EMBEDDING_MODEL_ONLY,
+    ),
+    Case("embeddings-huge-input", embed_with(input="a" * 40_000), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case(
+        "embeddings-id-past-the-vocabulary",
+        embed_with(input=[[1, 10**9]]),
+        path=EMBEDDINGS,
+        skip=EMBEDDING_MODEL_ONLY,
+    ),
+    Case("embeddings-negative-id", embed_with(input=[-1]), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case(
+        "embeddings-dimensions-refused", embed_with(dimensions=8), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY
+    ),
     Case(
         "count-prompt-past-the-context",
         chat_with(messages=[{"role": "user", "content": "word " * 3000}]),
@@ -470,16 +532,18 @@ def inference_overrides() -> dict[str, str]:
     return {"SNAPLLM_MAX_TOKENS": "16"}
 
 
-def _router_entry(environment: Any, endpoint: str | None = None) -> EntryPoint:
+def _router_entry(environment: Any, embedding: Any, endpoint: str | None = None) -> EntryPoint:
     settings = RouterSettings.from_env(
         {
-            "SNAPLLM_ROUTES": json.dumps({MODEL: endpoint or "local:InferenceFunction"}),
+            "SNAPLLM_ROUTES": json.dumps(
+                {MODEL: endpoint or "local:InferenceFunction", EMBEDDING_MODEL: "local:embedding"}
+            ),
             "SNAPLLM_MAX_TOKENS": "16",
             "SNAPLLM_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         }
     )
     client = HttpInferenceClient(endpoint) if endpoint else LocalInferenceClient(environment)
-    router = RouterApp(settings, {MODEL: client})
+    router = RouterApp(settings, {MODEL: client, EMBEDDING_MODEL: LocalInferenceClient(embedding)})
 
     def send(case: Case) -> Answer:
         # The path arrives percent-decoded in the event, as API Gateway decodes it.
@@ -513,14 +577,14 @@ def _stream_server(runtime: InferenceRuntime) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def _invoke_entry(environment: Any) -> EntryPoint:
+def _invoke_entry(environment: Any, embedding: Any) -> EntryPoint:
     def send(case: Case) -> Answer:
         # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does; a
         # route other than the completions' gets its body as a routed event.
         payload = case.body
         if case.path in ROUTED_PATHS:
             payload = b'{"route": ' + json.dumps(case.path).encode() + b', "body": ' + payload + b"}"
-        result = environment.invoke_json(payload)
+        result = (embedding if case.path == EMBEDDINGS else environment).invoke_json(payload)
         assert result.error is None, result.error  # an unhandled exception: Lambda would report it as such
         response = dict(result.response)
         return response.pop("statusCode", 200), {}, json.dumps(response).encode()
@@ -529,14 +593,16 @@ def _invoke_entry(environment: Any) -> EntryPoint:
 
 
 @pytest.fixture(scope="module")
-def entry_points(runtime, environment, server, always_on_endpoint) -> Iterator[dict[str, EntryPoint]]:
+def entry_points(
+    runtime, environment, embedding_environment, embedding_server, always_on_endpoint
+) -> Iterator[dict[str, EntryPoint]]:
     with _stream_server(runtime) as stream_url:
         yield {
-            "http": _http(server.url),
-            "router": _router_entry(environment),
-            "router-always-on": _router_entry(environment, always_on_endpoint),
+            "http": _http(embedding_server.url),
+            "router": _router_entry(environment, embedding_environment),
+            "router-always-on": _router_entry(environment, embedding_environment, always_on_endpoint),
             "stream": _http(stream_url),
-            "invoke": _invoke_entry(environment),
+            "invoke": _invoke_entry(environment, embedding_environment),
         }
 
 
@@ -585,6 +651,15 @@ def test_a_good_response_succeeds_after_the_table(entry_points, entry):
     answer = json.loads(body)
     assert answer["object"] == "response" and answer["output"][0]["content"][0]["text"].strip()
     assert answer["usage"]["output_tokens"] >= 1
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if e != "stream"])
+def test_good_embeddings_succeed_after_the_table(entry_points, entry):
+    good = Case("good-embeddings", json.dumps(GOOD_EMBEDDING).encode(), 200, path=EMBEDDINGS)
+    status, _headers, body = entry_points[entry](good)
+    assert status == 200, body[:300]
+    answer = json.loads(body)
+    assert [len(item["embedding"]) for item in answer["data"]] == [576, 576]
 
 
 def test_a_client_that_leaves_mid_upload_leaves_no_traceback(tmp_path):

@@ -28,6 +28,7 @@ OPERATIONS = [
     ("POST", "/v1/completions"),
     ("POST", "/v1/responses"),
     ("POST", "/v1/chat/completions/input_tokens"),
+    ("POST", "/v1/embeddings"),
     ("POST", "/tokenize"),
     ("POST", "/detokenize"),
     ("GET", "/v1/models"),

@@ -23,6 +23,7 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
+from snapllm.protocol.embeddings import EmbeddingServing
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.protocol.tokens import (
@@ -39,8 +40,9 @@ ROUTE_KEY = "route"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 CHAT_INPUT_TOKENS = "/v1/chat/completions/input_tokens"
+EMBEDDINGS = "/v1/embeddings"
 #: Every route invoked as a routed event.
-ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS)
+ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS, EMBEDDINGS)
 
 
 def routed_event(route: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -64,20 +66,28 @@ def split_event(event: dict[str, Any]) -> tuple[str | None, Any]:
 
 
 class ModelRoutes:
-    """The routed events of one loaded model: its vocabulary's routes, and the chat count where the
-    model serves chat (``serving``)."""
+    """The routed events of one loaded model: its vocabulary's routes, the chat count where it serves chat
+    (``serving``), embeddings where it is an embedding model (``embeddings``)."""
 
     def __init__(
-        self, *, model_name: str, vocabulary: Vocabulary, serving: OpenAIServing | None, max_chars: int
+        self,
+        *,
+        model_name: str,
+        vocabulary: Vocabulary,
+        serving: OpenAIServing | None,
+        max_chars: int,
+        embeddings: EmbeddingServing | None = None,
     ) -> None:
         self.model_name = model_name
         self.vocabulary = vocabulary
         self.serving = serving
+        self.embeddings = embeddings
         self.max_chars = max_chars
         self._answers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             TOKENIZE: self._tokenize,
             DETOKENIZE: self._detokenize,
             CHAT_INPUT_TOKENS: self._count,
+            EMBEDDINGS: self._embed,
         }
 
     def answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -104,5 +114,15 @@ class ModelRoutes:
 
     def _count(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.serving is None:
-            raise UnsupportedParameterError("this model serves no chat completions", param="messages")
+            raise UnsupportedParameterError(
+                f"{self.model_name} is an embedding model: it serves no chat completions", param="model"
+            )
         return count_chat_tokens(self.serving, body)
+
+    def _embed(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.embeddings is None:
+            raise UnsupportedParameterError(
+                f"{self.model_name} is not an embedding model: deploy one to serve /v1/embeddings",
+                param="model",
+            )
+        return self.embeddings.answer(body)

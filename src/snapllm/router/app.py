@@ -62,11 +62,13 @@ from snapllm.protocol.edge import (
     check_path,
     decode_json,
 )
+from snapllm.protocol.embeddings import EmbeddingList, EmbeddingsRequest
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import add_completion_metrics, record_error, request_features
 from snapllm.protocol.model_routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
+    EMBEDDINGS,
     ROUTE_KEY,
     TOKENIZE,
     routed_event,
@@ -101,7 +103,7 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 # A target that answers these is throttled or down: the request goes to the next target of its fallback order.
 FALLBACK_ERRORS = (InferenceThrottledError, InferenceNotReadyError)
 #: A request the router sends to a model as a routed event (it names the model, or none for the default).
-RoutedRequest = ChatCompletionRequest | TokenizeRequest | DetokenizeRequest
+RoutedRequest = ChatCompletionRequest | TokenizeRequest | DetokenizeRequest | EmbeddingsRequest
 STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
@@ -280,6 +282,15 @@ class RouterApp:
         )
         def create_response(request: ResponsesRequest) -> Response[dict[str, Any]]:
             return self._complete(request, "/v1/responses")
+
+        @app.post(
+            EMBEDDINGS,
+            summary="Create embeddings with an embedding model",
+            responses=openapi.model_route_responses(EmbeddingList),
+            tags=["OpenAI"],
+        )
+        def create_embeddings(request: EmbeddingsRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, EMBEDDINGS)
 
         @app.post(
             CHAT_INPUT_TOKENS,

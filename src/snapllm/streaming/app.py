@@ -230,17 +230,17 @@ class StreamingApp:
         return JSONResponse(card.model_dump(mode="json"))
 
     def _models(self) -> ModelList:
-        return ModelList.of([self.runtime.serving.model_name], created=0, owned_by="snapllm")
+        return ModelList.of([self.runtime.model_name], created=0, owned_by="snapllm")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse(Health(status="ok", models=[self.runtime.serving.model_name]).model_dump())
+        return JSONResponse(Health(status="ok", models=[self.runtime.model_name]).model_dump())
 
     async def _complete(self, request: Request, *, required: Required) -> Response:
-        serving = self.runtime.serving
         # The model dimension is "unknown" until the request is known to name this function's model.
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
         try:
             parsed = await self._parse(request, required)
+            serving = self.runtime.serving  # an embedding model refuses completions here
         except ClientDisconnect:
             # The client left while sending its body: nobody is there to read an answer or an error.
             return Response(status_code=400)

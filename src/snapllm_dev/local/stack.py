@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.agent import routes as agent_routes
+from snapllm.engine.settings import EmbeddingPooling
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, InferenceClient
 from snapllm.router.app import RouterApp
@@ -32,17 +33,27 @@ from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm_dev.local.environment import function_environment
 from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.kinds import Kind, model_function, of_kind, one_of_kind
+from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE, Kind, model_function, of_kind, one_of_kind
 from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.lwa import WebAdapterProcess
 from snapllm_dev.local.processes import Closing
-from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm_dev.packaged_models import default_model_path
 from snapllm_dev.sam import Function, Template
 
 MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
 # Posted as they are by events/agent/review.json, which names these files on the local S3.
 AGENT_DOCUMENTS = Path("events/agent/documents")
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    """An embedding model to serve beside the chat model: its own environment of the model function (as a
+    deployment gives it a function of its own), loaded in embedding mode and routed by ``name``."""
+
+    path: Path
+    name: str
+    pooling: EmbeddingPooling = "model"
 
 
 @dataclass
@@ -74,6 +85,7 @@ class LocalStack(Closing):
         endpoints: Mapping[str, str] | None = None,
         fallbacks: Mapping[str, Sequence[str]] | None = None,
         agent_overrides: Mapping[str, str] | None = None,
+        embedding: EmbeddingModel | None = None,
     ) -> LocalStack:
         """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
         HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
@@ -81,15 +93,21 @@ class LocalStack(Closing):
 
         ``endpoints`` adds routes to always-on OpenAI-compatible servers (``{"name": "http://host:port/v1"}``)
         beside the model function's; ``fallbacks`` is the router's fallback order over all of them;
-        ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...)."""
+        ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...);
+        ``embedding`` adds an embedding model's route."""
         router_function = router_function or one_of_kind(template, Kind.HTTP_API)
         durable = of_kind(template, Kind.DURABLE)
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
         model_fn = model_function(template, callers=[router_function])
         # The router's settings, checked before anything starts (the same check runs on the built router).
         named = function_environment(model_fn, wired=tuple(model_fn.environment)).get("SNAPLLM_MODEL_NAME")
+        models = {embedding.name: f"local:{embedding.name}"} if embedding else {}
         cls._router_settings(
-            router_function, named or model_fn.name, model_fn, endpoints or {}, fallbacks or {}
+            router_function,
+            named or model_fn.name,
+            model_fn,
+            {**models, **(endpoints or {})},
+            fallbacks or {},
         )
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
@@ -108,7 +126,14 @@ class LocalStack(Closing):
                 settings = agent_settings(template, agent_function, **(agent_overrides or {}))
                 agent = LocalAgent(deployment, settings, client)
                 resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
-            router = cls._router(router_function, model, model_fn, client, endpoints or {}, fallbacks or {})
+            others: dict[str, InferenceClient] = {}
+            if embedding is not None:
+                others[embedding.name] = LocalInferenceClient(
+                    resources.enter_context(cls._embedding_environment(deployment, model_fn, embedding))
+                )
+            router = cls._router(
+                router_function, model, model_fn, client, endpoints or {}, fallbacks or {}, others
+            )
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
@@ -119,6 +144,24 @@ class LocalStack(Closing):
         return cls(router, router_function, stream, model, model_fn, environment, agent, owned)
 
     @staticmethod
+    @contextlib.contextmanager
+    def _embedding_environment(
+        deployment: LocalDeployment, model_fn: Function, embedding: EmbeddingModel
+    ) -> Iterator[RestoredEnvironment]:
+        """The model function restored with ``embedding`` loaded in embedding mode (its file uploaded
+        under a key of its own when it is not the chat model's)."""
+        overrides = {MODEL_NAME_VARIABLE: embedding.name, "SNAPLLM_EMBEDDING_POOLING": embedding.pooling}
+        if embedding.path.resolve() != deployment.model_path.resolve():
+            key = f"embedding/{embedding.path.name}"
+            digest = deployment.s3.put_model(embedding.path, bucket=LOCAL_MODEL_BUCKET, key=key)
+            overrides |= {MODEL_KEY_VARIABLE: key, "SNAPLLM_MODEL_SHA256": digest}
+        with deployment.function(model_fn.name, **overrides) as function:
+            function.init()
+            function.snapshot()
+            with function.restore() as environment:
+                yield environment
+
+    @staticmethod
     def _router(
         function: Function,
         model: str,
@@ -126,9 +169,12 @@ class LocalStack(Closing):
         client: LocalInferenceClient,
         endpoints: Mapping[str, str],
         fallbacks: Mapping[str, Sequence[str]],
+        others: Mapping[str, InferenceClient],
     ) -> RouterApp:
-        settings = LocalStack._router_settings(function, model, model_fn, endpoints, fallbacks)
-        clients: dict[str, InferenceClient] = {model: client}
+        settings = LocalStack._router_settings(
+            function, model, model_fn, {**{name: f"local:{name}" for name in others}, **endpoints}, fallbacks
+        )
+        clients: dict[str, InferenceClient] = {model: client, **others}
         for name, url in endpoints.items():
             clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
         return RouterApp(settings, clients, routers=[agent_routes.router])
