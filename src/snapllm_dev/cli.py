@@ -26,6 +26,7 @@ from snapllm_dev.preflight.arguments import add_parser as add_preflight
 from snapllm_dev.replay.arguments import add_parser as add_replay
 from snapllm_dev.samlocal.arguments import add_parser as add_sam_local
 from snapllm_dev.settings_arguments import add_parser as add_settings
+from snapllm_dev.testmodels.arguments import add_parser as add_test_models
 
 SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
 REGISTRARS: list[SubcommandRegistrar] = [
@@ -38,6 +39,7 @@ REGISTRARS: list[SubcommandRegistrar] = [
     add_model,
     add_deploy_check,
     add_cost,
+    add_test_models,
 ]
 
 

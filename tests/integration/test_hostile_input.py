@@ -11,21 +11,16 @@ same entry point afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 
 from snapllm.inference.client import HttpInferenceClient
-from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.model_routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
@@ -36,17 +31,17 @@ from snapllm.protocol.model_routes import (
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
-from snapllm.streaming.app import create_app
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.s3 import free_port
 from tests.support.hostile_schemas import HOSTILE
 from tests.support.serve import EMBEDDING_MODEL, MODEL, SERVE_ENV, ServeProcess
+from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
+COMPLETIONS = "/v1/completions"
 JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
 GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
@@ -70,6 +65,19 @@ def chat_with(**fields: Any) -> bytes:
 
 def response_with(**fields: Any) -> bytes:
     return json.dumps({**GOOD_RESPONSE, **fields}).encode()
+
+
+def completion_with(**fields: Any) -> bytes:
+    return json.dumps({"prompt": "Say hi.", "max_tokens": 4, **fields}).encode()
+
+
+def sent_back(arguments: str, stream: bool) -> bytes:
+    """A chat that sends back an earlier call with these ``arguments``, and its answer."""
+    call = {
+        **CALLING,
+        "tool_calls": [{**CALLING["tool_calls"][0], "function": {"name": "f", "arguments": arguments}}],
+    }
+    return chat_with(messages=[GOOD["messages"][0], call, TOOL_ANSWER], stream=stream)
 
 
 def raw_response(extra: str) -> bytes:
@@ -113,6 +121,7 @@ class Case:
 
 
 HTTP_ONLY = frozenset({"invoke"})
+ALWAYS_ON = frozenset({"router-always-on"})
 # Refused by the embedding model itself: the streaming app, which serves the chat model, answers 404.
 EMBEDDING_MODEL_ONLY = frozenset({"stream"})
 NOT_JSON = frozenset({"invoke"})
@@ -152,7 +161,75 @@ CASES = [
     Case("messages-string", chat_with(messages="hi")),
     Case("content-number", chat_with(messages=[{"role": "user", "content": 5}])),
     Case("unknown-role", chat_with(messages=[{"role": "bot", "content": "hi"}])),
-    Case("unknown-field", chat_with(max_token=4)),
+    # Unknown fields are ignored, but what they hold passes the edge's checks.
+    Case("unknown-field-nesting-100", chat_with(unknown=json.loads(nested(100)))),
+    Case("unknown-field-surrogate-in-its-name", chat_with(**{"\ud800": 1})),
+    Case("unknown-field-surrogate-in-its-value", chat_with(unknown="\udfff")),
+    # The sampling fields of llama-server and vLLM, and logit_bias.
+    Case("top-k-below-minus-one", chat_with(top_k=-2)),
+    Case("top-k-past-a-c-int", chat_with(top_k=2**31)),
+    Case("top-k-string", chat_with(top_k="40")),
+    Case("min-p-past-one", chat_with(min_p=1.5)),
+    Case("typical-p-negative", chat_with(typical_p=-0.1)),
+    Case("repeat-penalty-zero", chat_with(repeat_penalty=0)),
+    Case("repetition-penalty-past-two", chat_with(repetition_penalty=3)),
+    Case("repeat-penalties-disagree", chat_with(repeat_penalty=1.1, repetition_penalty=1.2)),
+    Case("repeat-last-n-past-a-c-int", chat_with(repeat_last_n=2**31)),
+    Case("repeat-last-n-nan", raw_chat('"repeat_last_n": NaN'), skip=NOT_JSON),
+    Case("logit-bias-301-tokens", chat_with(logit_bias={str(t): 1 for t in range(301)})),
+    Case("logit-bias-word-key", chat_with(logit_bias={"hello": 1})),
+    Case("logit-bias-negative-id", chat_with(logit_bias={"-5": 1})),
+    Case("logit-bias-past-100", chat_with(logit_bias={"5": 1e6})),
+    Case("logit-bias-list", chat_with(logit_bias=[[5, 1]])),
+    # The router cannot know an always-on endpoint's vocabulary: that server answers for it.
+    Case("logit-bias-outside-the-vocabulary", chat_with(logit_bias={"1000000000": 1}), skip=ALWAYS_ON),
+    Case("refused-local-sampler", chat_with(mirostat=2)),
+    # Token prompts.
+    # An always-on endpoint (llama-cpp-python's server) answers these with its own 500: the router knows
+    # neither its vocabulary nor its context window.
+    Case(
+        "token-prompt-outside-the-vocabulary",
+        completion_with(prompt=[1, 10**12]),
+        path=COMPLETIONS,
+        skip=ALWAYS_ON,
+    ),
+    Case("token-prompt-negative", completion_with(prompt=[-1]), path=COMPLETIONS),
+    Case("token-prompt-nested-three-deep", completion_with(prompt=[[[1]]]), path=COMPLETIONS),
+    Case("token-prompt-batch-of-two", completion_with(prompt=[[1], [2]]), path=COMPLETIONS),
+    Case("token-prompt-empty", completion_with(prompt=[]), path=COMPLETIONS),
+    Case("token-prompt-mixed", completion_with(prompt=[1, "a"]), path=COMPLETIONS),
+    Case("token-prompt-booleans", completion_with(prompt=[True]), path=COMPLETIONS),
+    Case(
+        "token-prompt-past-the-context",
+        completion_with(prompt=[1] * 15_000),
+        path=COMPLETIONS,
+        skip=ALWAYS_ON,
+    ),
+    # An earlier call sent back with deep or huge arguments: refused before anything is rendered.
+    *(
+        Case(
+            f"sent-back-arguments-nesting-{depth}{'-streamed' if stream else ''}",
+            sent_back(arguments, stream),
+        )
+        for depth, arguments in ((65, nested(65)), (1_200, nested(1_200)), (10_000, nested(10_000)))
+        for stream in (False, True)
+    ),
+    Case("sent-back-arguments-40000-characters", sent_back(json.dumps({"a": "x" * 40_000}), False)),
+    *(
+        Case(
+            f"responses-sent-back-arguments-nesting-10000{'-streamed' if stream else ''}",
+            response_with(
+                stream=stream,
+                input=[
+                    {"role": "user", "content": "Say hi."},
+                    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": nested(10_000)},
+                    {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+                ],
+            ),
+            path=RESPONSES,
+        )
+        for stream in (False, True)
+    ),
     Case("streamed-wrong-type", chat_with(stream=True, max_tokens="10")),
     Case("streamed-surrogate", chat_with(stream=True, user="\ud800")),
     # Structured output and tools: what the grammar cannot enforce is refused, never half-honoured.
@@ -323,7 +400,10 @@ CASES = [
     Case("responses-surrogate-in-input", response_with(input="\ud800"), path=RESPONSES),
     Case("responses-surrogate-in-instructions", response_with(instructions="\udfff"), path=RESPONSES),
     Case("responses-max-output-tokens-string", response_with(max_output_tokens="4"), path=RESPONSES),
-    Case("responses-unknown-field", response_with(max_output_token=4), path=RESPONSES),
+    Case(
+        "responses-unknown-field-nesting-100", response_with(unknown=json.loads(nested(100))), path=RESPONSES
+    ),
+    Case("responses-top-k-below-minus-one", response_with(top_k=-2), path=RESPONSES),
     Case("responses-store-true", response_with(store=True), path=RESPONSES),
     Case("responses-previous-response-id", response_with(previous_response_id="resp_1"), path=RESPONSES),
     Case("responses-background", response_with(background=True), path=RESPONSES),
@@ -447,7 +527,7 @@ CASES = [
     Case("detokenize-array-body", b"[1, 2]", path=DETOKENIZE),
     Case("detokenize-get", b"", 405, method="GET", path=DETOKENIZE, skip=HTTP_ONLY),
     Case("count-messages-string", chat_with(messages="hi"), path=CHAT_INPUT_TOKENS),
-    Case("count-unknown-field", chat_with(max_token=4), path=CHAT_INPUT_TOKENS),
+    Case("count-max-tokens-string", chat_with(max_tokens="4"), path=CHAT_INPUT_TOKENS),
     Case("count-max-tokens-over-the-limit", chat_with(max_tokens=10_000), path=CHAT_INPUT_TOKENS),
     # Embeddings, sent to the embedding model (the streaming app serves the chat model only: it cannot take
     # what only the embedding model refuses).
@@ -559,24 +639,6 @@ def _router_entry(environment: Any, embedding: Any, endpoint: str | None = None)
     return send
 
 
-@contextlib.contextmanager
-def _stream_server(runtime: InferenceRuntime) -> Iterator[str]:
-    """The streaming app under uvicorn on loopback, as Lambda Web Adapter reaches it (real HTTP parsing)."""
-    app = create_app(runtime, max_body_bytes=MAX_BODY_BYTES)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _invoke_entry(environment: Any, embedding: Any) -> EntryPoint:
     def send(case: Case) -> Answer:
         # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does; a
@@ -596,7 +658,7 @@ def _invoke_entry(environment: Any, embedding: Any) -> EntryPoint:
 def entry_points(
     runtime, environment, embedding_environment, embedding_server, always_on_endpoint
 ) -> Iterator[dict[str, EntryPoint]]:
-    with _stream_server(runtime) as stream_url:
+    with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES) as stream_url:
         yield {
             "http": _http(embedding_server.url),
             "router": _router_entry(environment, embedding_environment),

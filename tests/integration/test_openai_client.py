@@ -75,6 +75,111 @@ def test_fields_current_clients_send_are_accepted(client):
     assert completion.system_fingerprint.startswith("fp_")
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "stream"])
+def test_unknown_fields_are_ignored_and_named_in_a_header(client, stream):
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=4, seed=1, stream=stream, extra_body={"top_kk": 3, "ab": 1}
+    )
+    assert raw.headers["x-snapllm-ignored-fields"] == "top_kk, ab"
+    answer = raw.parse()
+    if stream:
+        assert [c for c in answer if c.choices and c.choices[0].finish_reason]
+    else:
+        assert answer.choices[0].message.content is not None
+    plain = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+    assert "x-snapllm-ignored-fields" not in plain.headers
+
+
+def test_local_sampling_fields_are_served(client):
+    greedy = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=6, temperature=0)
+    narrowed = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=6,
+        temperature=1.5,
+        seed=2,
+        extra_body={
+            "top_k": 1,
+            "min_p": 0.1,
+            "typical_p": 1.0,
+            "repetition_penalty": 1.0,
+            "repeat_last_n": 32,
+        },
+    )
+    assert narrowed.choices[0].message.content == greedy.choices[0].message.content
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 8}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_an_earlier_answer_sent_back_as_the_sdk_returns_it_is_served(client):
+    first = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=6, seed=1)
+    earlier = first.choices[0].message.model_dump()  # every field, nulls included
+    assert {"refusal", "annotations", "audio", "function_call", "tool_calls"} <= set(earlier)
+    follow_up = {"role": "user", "content": "Again, shorter."}
+    second = client.chat.completions.create(
+        model=MODEL, messages=[*MESSAGES, earlier, follow_up], max_tokens=4, seed=1
+    )
+    assert second.choices[0].message.content is not None
+    # What reasoning servers and frameworks add, and a name on every role, are accepted as well.
+    decorated = {
+        **earlier,
+        "annotations": [],
+        "reasoning_content": "They asked for three words.",
+        "name": "bot",
+    }
+    named = {**MESSAGES[0], "name": "alice"}
+    third = client.chat.completions.create(model=MODEL, messages=[named, decorated, follow_up], max_tokens=4)
+    assert third.choices[0].message.content is not None
+
+
+def test_an_earlier_tool_call_sent_back_as_the_sdk_returns_it_is_served(client):
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.chat.completions.create(
+        model=MODEL, messages=ask, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=16, seed=1
+    )
+    calling = first.choices[0].message
+    assert calling.tool_calls, first
+    answers = [{"role": "tool", "tool_call_id": call.id, "content": "sunny"} for call in calling.tool_calls]
+    second = client.chat.completions.create(
+        model=MODEL, messages=[*ask, calling.model_dump(), *answers], tools=[WEATHER_TOOL], max_tokens=4
+    )
+    assert second.choices[0].finish_reason in {"stop", "length", "tool_calls"}
+
+
+def test_token_prompts_are_served_as_the_text_they_spell(client, engine):
+    text = "The capital of France is"
+    tokens = engine.tokenize(text, add_bos=True)
+    by_text = client.completions.create(model=MODEL, prompt=text, max_tokens=4, temperature=0, seed=1)
+    for prompt in (tokens, [tokens]):
+        by_tokens = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0, seed=1)
+        assert by_tokens.choices[0].text == by_text.choices[0].text
+        assert by_tokens.usage.prompt_tokens == by_text.usage.prompt_tokens == len(tokens)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "stream"])
+@pytest.mark.parametrize(
+    "prompt",
+    [[[1, 2], [3, 4]], [1, 1_000_000], [[1, -1]], [], [1, 2] * 600],
+    ids=["batch-of-two", "outside-the-vocabulary", "negative", "empty", "past-the-context"],
+)
+def test_bad_token_prompts_get_400s_naming_prompt(client, prompt, stream):
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, stream=stream)
+    assert raised.value.body["param"].startswith("prompt"), raised.value.body
+
+
 def test_chat_logprobs_cover_every_token(client):
     completion = client.chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=6, seed=1, logprobs=True, top_logprobs=3
@@ -139,7 +244,11 @@ CHAT_ERRORS = [
         "tools.0.function.parameters",
         "unsupported_parameter",
     ),
-    ({"extra_body": {"max_token": 3}}, openai.BadRequestError, "max_token", None),
+    ({"extra_body": {"mirostat": 2}}, openai.BadRequestError, "mirostat", "unsupported_parameter"),
+    ({"extra_body": {"top_k": -5}}, openai.BadRequestError, "top_k", None),
+    ({"extra_body": {"repetition_penalty": 0}}, openai.BadRequestError, "repetition_penalty", None),
+    ({"logit_bias": {"1000000": 5}}, openai.BadRequestError, "logit_bias", None),
+    ({"logit_bias": {"5": 101}}, openai.BadRequestError, "logit_bias", None),
     ({"messages": [{"role": "user", "content": "x" * 2001}]}, openai.BadRequestError, "messages", None),
 ]
 

@@ -248,3 +248,16 @@ def test_requests_are_decoded_and_checked_off_the_event_loop(runtime, client, mo
     with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
         assert response.status_code == 200 and _events(response)[-1] == "[DONE]"
     assert on_the_loop == [False, False]
+
+
+def test_unknown_fields_are_named_by_the_stream_and_the_direct_invoke(client, runtime):
+    body = {**CHAT, "max_tokens": 2, "top_kk": 1, "caf\u00e9": True}
+    answer = runtime.handle(dict(body), None)
+    assert answer["ignored_fields"] == ["top_kk", "caf\u00e9"] and answer["choices"][0]["message"]["content"]
+    assert "ignored_fields" not in runtime.handle(dict(CHAT), None)
+    buffered = client.post("/v1/chat/completions", json=body)
+    assert buffered.status_code == 200 and buffered.headers["x-snapllm-ignored-fields"] == "top_kk, caf\\xe9"
+    with client.stream("POST", "/v1/responses", json={"input": "Hi", "stream": True, "zz": 1}) as response:
+        assert response.status_code == 200 and response.headers["x-snapllm-ignored-fields"] == "zz"
+    refused = client.post("/v1/chat/completions", json={**body, "max_tokens": 999})
+    assert refused.status_code == 400 and refused.headers["x-snapllm-ignored-fields"] == "top_kk, caf\\xe9"

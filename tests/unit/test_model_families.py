@@ -22,6 +22,7 @@ from snapllm.protocol.tool_formats import (
     DEEPSEEK,
     GENERIC,
     GRANITE,
+    HARMONY,
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
@@ -43,7 +44,7 @@ WEATHER = {
 TIME = {"name": "get_time", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}
 FUNCTIONS = [WEATHER, TIME]
 SCHEMAS = {f["name"]: f["parameters"] for f in FUNCTIONS}
-FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, PHI4, GRANITE, DEEPSEEK]
+FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, PHI4, GRANITE, DEEPSEEK, HARMONY]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,7 @@ def sampler() -> GrammarSampler:
         ("<tool_call><think>", "", "hermes-thinking"),
         ("<｜Assistant｜><think>", "", "deepseek-r1"),
         ("<|start_header_id|>{{ tools }}", "", "llama3"),
+        ("<|start|>assistant<|channel|>final<|message|>", "", "gpt-oss"),
         ("[TOOL_CALLS]", "", "mistral"),
         ("<|tool_call|>{{ x }}<|/tool_call|>", "", "phi4-mini"),
         ("<|start_of_role|><|tool_call|>", "", "granite"),
@@ -79,8 +81,12 @@ def test_a_template_names_its_family(template, architecture, family):
 def test_thinking_is_switched_through_the_template_only_where_it_has_a_switch():
     assert detect_family("enable_thinking <think>").template_kwargs("none") == {"enable_thinking": False}
     assert detect_family("enable_thinking <think>").template_kwargs("high") == {"enable_thinking": True}
-    assert detect_family("enable_thinking <think>").template_kwargs(None) == {}
+    assert detect_family("enable_thinking <think>").template_kwargs(None) == {"enable_thinking": True}
     assert detect_family("<｜Assistant｜>").template_kwargs("none") == {}
+    assert detect_family("<｜Assistant｜>{{ enable_thinking }}").template_kwargs(None) == {
+        "enable_thinking": True
+    }
+    assert detect_family("<|im_start|>{{ enable_thinking }}").template_kwargs("none") == {}
 
 
 def _check_calls(calls: list[tuple[str, str]] | None, text: str) -> None:
@@ -101,10 +107,10 @@ def test_every_call_the_grammar_allows_reads_back_as_valid_calls(
     assert len(texts) >= 3
     for text in texts:
         if tool_format.opener:
-            assert text.startswith(tool_format.opener)
+            assert text.lstrip().startswith(tool_format.opener)
         calls = tool_format.parse(text, SCHEMAS)
         _check_calls(calls, text)
-        if not parallel:
+        if not parallel or tool_format is HARMONY:  # harmony: one call per turn
             assert len(calls or []) == 1
         # Cut anywhere, it is still calls (or nothing yet), never an error.
         for cut in range(1, len(text), max(1, len(text) // 12)):
@@ -138,6 +144,27 @@ def test_deepseek_reads_its_markers():
     )
     assert DEEPSEEK.parse(text, SCHEMAS) == [("get_weather", '{"city": "Oslo"}')]
     assert DEEPSEEK.parse_cut(text[: text.index("\n```<")], SCHEMAS) == [("get_weather", '{"city": "Oslo"}')]
+
+
+def test_harmony_reads_the_recipient_before_or_after_the_channel():
+    template_order = ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Rome"}'
+    model_order = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Rome"}'
+    for text in (template_order, model_order):
+        assert HARMONY.parse(text[text.find("to=") :], SCHEMAS) == [("get_weather", '{"city": "Rome"}')]
+    assert HARMONY.parse_cut("to=functions.get_w", SCHEMAS) == [("get_weather", "")]
+
+
+def test_gpt_oss_channels_become_reasoning_and_answer():
+    family = detect_family("<|channel|>analysis<|message|> {{ reasoning_effort }}")
+    markers = family.thinking
+    assert markers is not None and family.special_text
+    text = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hi."
+    assert markers.split(text, state="optional") == ("Think.", "Hi.")
+    assert markers.split("<|channel|>final<|message|>Hi.", state="optional") == (None, "Hi.")
+    splitter = ReasoningSplitter(markers, state="optional")
+    pieces = [piece for ch in text for piece in splitter.feed(ch)] + splitter.flush()
+    assert "".join(t for k, t in pieces if k == "content") == "Hi."
+    assert family.template_kwargs("none") == {"reasoning_effort": "low"}
 
 
 def test_the_free_text_rule_never_writes_its_word(sampler):
@@ -197,7 +224,7 @@ MARKERS = [
     ThinkingMarkers(
         "<|channel|>analysis<|message|>",
         "<|end|>",
-        answer_header="<|start|>assistant<|channel|>final<|message|>",
+        answer_headers=("<|start|>assistant<|channel|>final<|message|>",),
     ),
 ]
 
@@ -214,7 +241,14 @@ def test_the_stream_splits_thinking_from_the_answer_as_the_whole_text_does(
     markers, thought, answer, cuts, opened
 ):
     state = "open" if opened else "optional"
-    text = ("" if opened else markers.start) + thought + markers.end + "\n\n" + markers.answer_header + answer
+    text = (
+        ("" if opened else markers.start)
+        + thought
+        + markers.end
+        + "\n\n"
+        + "".join(markers.answer_headers[:1])
+        + answer
+    )
     whole_reasoning, whole_answer = markers.split(text, state=state)
     splitter = ReasoningSplitter(markers, state=state)
     pieces = []

@@ -8,7 +8,7 @@ from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import response_create_params as responses_params
 
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.fields import FIELD_DECISIONS, ignored_fields
+from snapllm.protocol.fields import FIELD_DECISIONS, field_table, ignored_fields_header
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import parse_responses_request
 
@@ -56,18 +56,21 @@ def test_every_field_of_the_openai_request_types_has_a_decision(endpoint, fields
     assert not missing, f"fields of the installed openai package with no decision for {endpoint}: {missing}"
 
 
-def test_ignored_fields_are_accepted_and_listed_in_the_docs():
-    readme = API_PAGE.read_text()
-    for field, found in ignored_fields().items():
-        assert f"| `{field}` | {found.reason} |" in readme, field
+def test_the_docs_hold_the_field_table_as_the_code_decides_it():
+    assert field_table() in API_PAGE.read_text(), "docs/api.md: paste snapllm.protocol.fields.field_table()"
+
+
+def test_ignored_fields_are_accepted():
     samples = {
         "reasoning_effort": "low",
         "prompt_cache_key": "k",
         "safety_identifier": "s",
         "verbosity": "low",
+        "cache_prompt": True,
+        "id_slot": 0,
     }
     request = parse_request({**CHAT, **samples, "modalities": ["text"], "store": False})
-    assert request.messages[0].text() == "Hi"
+    assert request.messages[0].text() == "Hi" and request.ignored_fields == ()
 
 
 @pytest.mark.parametrize("field", [f for f, d in FIELD_DECISIONS["chat"].items() if d.kind == "refused"])
@@ -78,9 +81,20 @@ def test_refused_fields_say_why(field):
     assert FIELD_DECISIONS["chat"][field].reason in caught.value.message
 
 
-def test_typos_are_still_unrecognized():
-    with pytest.raises(InvalidRequestError, match="unrecognized request argument: reasoning_efort"):
-        parse_request({**CHAT, "reasoning_efort": "low"})
+def test_unknown_fields_are_ignored_and_named():
+    request = parse_request({**CHAT, "reasoning_efort": "low", "top_kk": 3, "temperature": 0.0})
+    assert request.ignored_fields == ("reasoning_efort", "top_kk") and request.temperature == 0.0
+    # Known fields keep their checks, and so does what an unknown one holds.
+    with pytest.raises(InvalidRequestError) as refused:
+        parse_request({**CHAT, "extra": "\ud800"})
+    assert refused.value.param == "extra"
+
+
+def test_the_ignored_fields_header_is_ascii_and_bounded():
+    names = ["caf\u00e9", "a" * 100, *(f"f{i}" for i in range(30))]
+    value = ignored_fields_header(names)
+    assert value.isascii() and value.startswith("caf\\xe9, " + "a" * 64 + ", f0")
+    assert value.endswith("and 12 more")
 
 
 def test_ignored_responses_fields_are_accepted():
@@ -92,9 +106,12 @@ def test_ignored_responses_fields_are_accepted():
         "prompt_cache_key": "k",
         "prompt_cache_retention": "24h",
         "prompt_cache_options": {},
-        "reasoning": {"effort": "low"},
         "max_tool_calls": 3,
         "stream_options": {"include_obfuscation": False},
+        "cache_prompt": True,
+        "id_slot": 1,
+        "priority": 0,
+        "request_id": "r",
     }
     assert set(samples) == {f for f, d in FIELD_DECISIONS["responses"].items() if d.kind == "ignored"}
     request = parse_responses_request({**RESPONSE, **samples, "store": False, "truncation": "disabled"})
@@ -109,6 +126,6 @@ def test_refused_responses_fields_say_why(field):
     assert FIELD_DECISIONS["responses"][field].reason in caught.value.message
 
 
-def test_responses_typos_are_still_unrecognized():
-    with pytest.raises(InvalidRequestError, match="unrecognized request argument: max_output_token"):
-        parse_responses_request({**RESPONSE, "max_output_token": 5})
+def test_responses_unknown_fields_are_ignored_and_named():
+    request = parse_responses_request({**RESPONSE, "max_output_token": 5})
+    assert request.ignored_fields == ("max_output_token",) and request.max_output_tokens is None

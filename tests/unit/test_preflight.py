@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from snapllm_dev import sam
+from snapllm_dev.packaged_models import default_model_path
 from snapllm_dev.preflight.cli import main, run
 from snapllm_dev.preflight.elf import is_elf, read_elf
 from snapllm_dev.preflight.package import scan_package
@@ -561,3 +562,25 @@ def test_a_model_whose_init_would_not_fit_snapstarts_limit_is_warned_about(tmp_p
     assert "81.9 s warm-up" in warning
     # Not a model function (no SNAPLLM_MODEL_KEY): nothing to estimate.
     assert _notes(make_build(tmp_path / "plain"), capsys, "--model-bytes", str(8 * gib)) == []
+
+
+def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_path, capsys):
+    model = str(default_model_path())
+    roomy = make_build(tmp_path / "roomy", props=MODEL_PROPS)
+    assert main([str(roomy), "--no-zip", "--model", model]) == 0
+    out = capsys.readouterr().out
+    assert "llama, family: generic, thinking: none, tool_calls: json; chat template: the file's" in out
+    needed = int(out.split("the model needs about ")[1].split(" MB")[0])
+    # 98 MB of weights, a 2048-token KV cache (30 layers x 3 KV heads x 64 x 2 x 2 bytes), buffers, runtime.
+    assert 400 < needed < 600 and "of its 2048 MB" in out
+    tight = make_build(tmp_path / "tight", props=MODEL_PROPS)
+    template = tight / "template.yaml"
+    template.write_text(template.read_text().replace("MemorySize: 2048", "MemorySize: 256"))
+    code, errors = run_preflight(tight, capsys, "--model", model)
+    assert code == 1 and len(errors) == 1
+    assert errors[0].startswith(f"ERROR Fn: the model needs about {needed} MB")
+    assert f"InferenceMemorySize to at least {needed}" in errors[0]
+    # A longer context needs a larger KV cache.
+    assert main([str(roomy), "--no-zip", "--model", model, "--n-ctx", "8192"]) == 0
+    longer = int(capsys.readouterr().out.split("the model needs about ")[1].split(" MB")[0])
+    assert longer > needed + 100

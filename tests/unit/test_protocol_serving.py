@@ -10,10 +10,15 @@ the same path with the real model.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from llama_cpp import Llama
 
 from snapllm.engine.types import Completion, Deadline, EngineRequest, Finish, Timings, TokenDelta
 from snapllm.errors import (
@@ -23,10 +28,12 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.chat import ChatRenderer
+from snapllm.protocol.chat import MAX_RENDER_SECONDS, ChatRenderer
 from snapllm.protocol.chat_templates import GEMMA_TURNS
 from snapllm.protocol.requests import Generation, parse_request
 from snapllm.protocol.serving import OpenAIServing, fingerprint
+from snapllm_dev.packaged_models import default_model_path
+from tests.support.grammar_sampler import GrammarSampler
 
 #: A ChatML template in the style of SmolLM2's (written for this test), with a default system prompt.
 CHATML = (
@@ -60,6 +67,7 @@ class ScriptedEngine:
     answers: list[str] = field(default_factory=list)
     template: str | None = CHATML
     n_ctx: int = 4096
+    n_vocab: int = 0x110000  # tokens are characters
     model_name: str = "scripted"
     identity: str = "digest|llama-cpp-python x|snapllm y"
     grammar_ok: bool = True
@@ -76,6 +84,9 @@ class ScriptedEngine:
 
     def control_tokens(self) -> frozenset[str]:
         return frozenset({"<|im_start|>", "<|im_end|>"})
+
+    def user_tokens(self) -> frozenset[str]:
+        return frozenset()
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         return ([1] if add_bos else []) + [ord(c) for c in text]
@@ -317,12 +328,13 @@ def _streamed(serving: OpenAIServing, body: dict) -> tuple[list[str], Generation
 
 def test_the_stream_holds_a_calls_text_back_and_lets_free_text_through():
     texts, final = _streamed(_serving(ScriptedEngine(answers=[CALL])), _chat(tools=[WEATHER]))
-    assert texts == [] and final.tool_calls[0].name == "get_weather"  # the call goes out whole, at the end
+    # The call goes out whole, at the end; each of its tokens is an empty delta, where a consumer may stop.
+    assert texts == [""] * len(CALL) and final.tool_calls[0].name == "get_weather"
     texts, final = _streamed(_serving(ScriptedEngine(answers=["Sunny."])), _chat(tools=[WEATHER]))
     assert texts == list("Sunny.") and final.tool_calls == () and final.finish_reason == "stop"
     # JSON under "auto" that is not a call (a response_format's answer) is held, then sent as text.
     texts, final = _streamed(_serving(ScriptedEngine(answers=['{"a": 1}'])), _chat(tools=[WEATHER]))
-    assert texts == ['{"a": 1}'] and final.tool_calls == ()
+    assert [t for t in texts if t] == ['{"a": 1}'] and final.tool_calls == ()
 
 
 def test_warm_up_runs_every_path_and_primes_the_common_chat_prefix():
@@ -334,3 +346,98 @@ def test_warm_up_runs_every_path_and_primes_the_common_chat_prefix():
     assert {r.max_tokens for r in engine.requests} == {2}
     default_prompt = "<|im_start|>system\nBe helpful.<|im_end|>\n<|im_start|>user\n"
     assert engine.primed == engine.tokenize(default_prompt, add_bos=False)
+
+
+# Chat templates that a model file could carry, each trying to hold the function: every one is refused with
+# a 400 naming the messages, within the render's bounds (MAX_RENDER_SECONDS), and the serving still works.
+HOSTILE_TEMPLATES = {
+    "raises": "{{ raise_exception('Conversation roles must alternate') }}",
+    "loops": "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+    "repeats a string": "{{ 'x' * 1000000000 }}",
+    "raises to a power": "{{ 10 ** 100000000 }}",
+    "recurses": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "writes a huge prompt": (
+        "{% for m in messages %}{% for i in range(100000) %}{{ m.content }}{% endfor %}{% endfor %}"
+    ),
+    "reads outside the sandbox": "{{ messages.__class__.__mro__[1].__subclasses__() }}",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
+def test_a_hostile_chat_template_costs_a_bounded_render_and_a_400(name):
+    serving = _serving(ScriptedEngine(template=HOSTILE_TEMPLATES[name]))
+    started = time.perf_counter()
+    with pytest.raises(InvalidRequestError) as refused:
+        serving.prepare(parse_request(_chat("Hello there, " * 50)))
+    assert time.perf_counter() - started < MAX_RENDER_SECONDS + 1.5
+    assert refused.value.param == "messages" and "chat template" in refused.value.message
+    assert refused.value.to_http().status_code == 400
+    text = serving.prepare(parse_request({"prompt": "Still serving."}))
+    assert text.engine_request.tokens
+
+
+FLAG = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+# Templates whose text names a family (as a real template's markup does): the family's call format is used.
+FAMILY_MARKS = {
+    "json": "",
+    "hermes": "{# tools <tool_call> #}",
+    "llama3-json": "{# tools <|start_header_id|> #}",
+    "deepseek": "{# tools <｜Assistant｜> <｜tool▁calls▁begin｜> #}",
+    "harmony": "{# tools <|channel|> #}",
+}
+
+
+@pytest.fixture(scope="module")
+def sampler() -> GrammarSampler:
+    return GrammarSampler(Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False))
+
+
+def test_a_json_answer_shaped_like_a_call_stays_an_answer():
+    # The answer branch of tools + "auto" + json_object may write the shape of a call; its arguments break
+    # the tool's schema (no "city", an unknown "town"), so the call branch cannot have written it.
+    shaped = '{"name": "get_weather", "arguments": {"town": "Paris"}}'
+    serving = _serving(ScriptedEngine(answers=[shaped]))
+    request = parse_request(
+        _chat(tools=[WEATHER], tool_choice="auto", response_format={"type": "json_object"})
+    )
+    answer = serving.generate(request)
+    assert answer.tool_calls == () and answer.text == shaped and answer.finish_reason == "stop"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    family=st.sampled_from(sorted(FAMILY_MARKS)),
+    tools=st.sampled_from([[WEATHER], [WEATHER, TIME]]),
+    choice=st.sampled_from(["auto", "required", {"type": "function", "function": {"name": "get_weather"}}]),
+    form=st.sampled_from(
+        [None, {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "f", "schema": FLAG}}]
+    ),
+    seed=st.integers(0, 1000),
+)
+def test_a_call_is_a_call_only_when_the_call_branch_made_it(family, tools, choice, form, seed, sampler):
+    engine = ScriptedEngine(template=CHATML + FAMILY_MARKS[family])
+    serving = _serving(engine, max_tokens=400)
+    assert serving.tool_format.name == family
+    fields = {"tools": tools, "tool_choice": choice, **({"response_format": form} if form else {})}
+    request = parse_request(_chat(**fields))
+    grammar = serving.prepare(request).engine_request.grammar
+    assert grammar is not None
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
+    for text in sampler.texts(grammar, count=3, seed=seed, max_tokens=150):
+        engine.answers = [text]
+        answer = serving.generate(request)
+        if answer.tool_calls:
+            for call in answer.tool_calls:
+                jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+            assert answer.finish_reason == "tool_calls"
+            continue
+        # Not calls: only where the model may answer, and then in the response_format's shape.
+        assert choice == "auto", text
+        if form is not None:
+            value = json.loads(answer.text)
+            jsonschema.validate(value, FLAG if form["type"] == "json_schema" else {"type": "object"})

@@ -5,8 +5,9 @@
         ...  # stop iterating to stop: the last token yielded is never evaluated
 
 It knows tokens, samplers and grammars, and nothing of the requests that ask for them. The chain is the one
-llama-cpp-python builds for ``create_completion`` (penalties; then greedy, or top-k 40, typical 1.0, top-p,
-min-p 0.05, temperature and a seeded draw), so a seeded answer is the one that path gives.
+llama-cpp-python builds for ``create_completion`` (logit biases and penalties; then greedy, or top-k, typical,
+top-p, min-p, temperature and a seeded draw), with its fixed values as :class:`Sampling`'s defaults (top-k 40,
+typical 1.0, min-p 0.05, repeat penalty 1.0 over 64 tokens), so a seeded answer is the one that path gives.
 
 **The grammar is checked lazily.** Applying a grammar to every token of the vocabulary at every step (what
 llama-cpp-python does) costs as much as the model's forward pass of a small model. As llama.cpp's own sampler
@@ -41,11 +42,6 @@ _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]
 #: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
 #: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
 _CHECKED_CANDIDATES = (32, 256, 4096)
-#: llama-cpp-python's fixed settings for what its ``create_completion`` does not expose to a request.
-_TOP_K = 40
-_MIN_P = 0.05
-_PENALTY_LAST_N = 64
-
 GrammarCheck = Literal["lazy", "eager"]
 
 
@@ -111,29 +107,49 @@ class SpanTracker:
 
 
 class _Samplers:
-    """One request's samplers: the penalties, the rest of the chain and the grammar (each freed on close)."""
+    """One request's samplers: the logit biases and penalties (applied to every candidate), the rest of the
+    chain and the grammar (each freed on close)."""
 
-    def __init__(self, vocab: Any, n_vocab: int, sampling: Sampling, grammar: str | None) -> None:
-        self.penalties = low_level.llama_sampler_init_penalties(
-            n_vocab, _PENALTY_LAST_N, 1.0, sampling.frequency_penalty, sampling.presence_penalty
+    def __init__(self, vocab: Any, n_vocab: int, n_ctx: int, sampling: Sampling, grammar: str | None) -> None:
+        # Both run on the whole vocabulary before the chain picks: a chain step sees the biased, penalised
+        # logits, and so does the grammar's shortlist of the best candidates.
+        self.adjustments = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
+        if sampling.logit_bias:
+            biases = (low_level.llama_logit_bias * len(sampling.logit_bias))(*sampling.logit_bias)
+            low_level.llama_sampler_chain_add(
+                self.adjustments, low_level.llama_sampler_init_logit_bias(n_vocab, len(biases), biases)
+            )
+        # The window is at most the context (-1: all of it): no token before it could be repeated.
+        last_n = n_ctx if sampling.penalty_last_n < 0 else min(sampling.penalty_last_n, n_ctx)
+        low_level.llama_sampler_chain_add(
+            self.adjustments,
+            low_level.llama_sampler_init_penalties(
+                n_vocab,
+                last_n,
+                sampling.repeat_penalty,
+                sampling.frequency_penalty,
+                sampling.presence_penalty,
+            ),
         )
         self.greedy = sampling.temperature == 0.0
         self.chain = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
+        # top-k 0 keeps every token, as llama.cpp's top-k does for k <= 0.
+        top_k = n_vocab if sampling.top_k <= 0 else min(sampling.top_k, n_vocab)
         if self.greedy:
             steps = [low_level.llama_sampler_init_greedy()]
         else:
             steps = [
-                low_level.llama_sampler_init_top_k(_TOP_K),
-                low_level.llama_sampler_init_typical(1.0, 1),
+                low_level.llama_sampler_init_top_k(top_k),
+                low_level.llama_sampler_init_typical(sampling.typical_p, 1),
                 low_level.llama_sampler_init_top_p(sampling.top_p, 1),
-                low_level.llama_sampler_init_min_p(_MIN_P, 1),
+                low_level.llama_sampler_init_min_p(sampling.min_p, 1),
                 low_level.llama_sampler_init_temp(sampling.temperature),
                 low_level.llama_sampler_init_dist(sampling.seed),
             ]
         for step in steps:
             low_level.llama_sampler_chain_add(self.chain, step)
         # How many candidates the chain can choose among: all its choices lie in that many best tokens.
-        self.kept = 1 if self.greedy else _TOP_K
+        self.kept = 1 if self.greedy else top_k
         self.shortlists = [
             low_level.llama_sampler_init_top_k(size) for size in _CHECKED_CANDIDATES if size >= 4 * self.kept
         ]
@@ -145,16 +161,16 @@ class _Samplers:
                 raise ValueError("llama.cpp could not parse the grammar")
 
     def accept(self, token: int) -> None:
-        low_level.llama_sampler_accept(self.penalties, token)
+        low_level.llama_sampler_accept(self.adjustments, token)
         low_level.llama_sampler_accept(self.chain, token)
         if self.grammar is not None:
             low_level.llama_sampler_accept(self.grammar, token)
 
     def close(self) -> None:
-        for sampler in (self.penalties, self.chain, *self.shortlists, self.grammar):
+        for sampler in (self.adjustments, self.chain, *self.shortlists, self.grammar):
             if sampler:
                 low_level.llama_sampler_free(sampler)
-        self.penalties = self.chain = self.grammar = None
+        self.adjustments = self.chain = self.grammar = None
         self.shortlists = []
 
 
@@ -169,6 +185,7 @@ class Decoder:
         self._memory = low_level.llama_get_memory(self._ctx)
         self.n_vocab = int(llama.n_vocab())
         self._n_batch = int(llama.n_batch)
+        self._n_ctx = int(llama.n_ctx())
         self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
         self._ids = np.arange(self.n_vocab, dtype=np.intc)
         self._buffer = (low_level.llama_token_data * self.n_vocab)()
@@ -293,7 +310,7 @@ class Decoder:
         reports (0: only its own log probability; None: nothing).
         """
         self._load(prompt)
-        samplers = _Samplers(self._vocab, self.n_vocab, sampling, grammar)
+        samplers = _Samplers(self._vocab, self.n_vocab, self._n_ctx, sampling, grammar)
         history = list(prompt)
         produced = 0
         accepted_length = len(self.cached)
@@ -341,7 +358,8 @@ class Decoder:
                 self.drafted += len(guesses)
                 self._decode([*pending, *guesses], outputs=1 + len(guesses))
                 accepted_length = len(self.cached) - len(guesses)
-                rows = list(range(len(guesses) + 1))
+                # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
+                rows = list(range(len(pending) - 1, len(pending) + len(guesses)))
         finally:
             samplers.close()
             self._truncate(accepted_length)
@@ -371,7 +389,7 @@ class Decoder:
         self._array.size = self.n_vocab
         self._array.selected = -1
         self._array.sorted = False
-        low_level.llama_sampler_apply(samplers.penalties, ctypes.byref(self._array))
+        low_level.llama_sampler_apply(samplers.adjustments, ctypes.byref(self._array))
 
     def _apply(self, sampler: Any) -> None:
         low_level.llama_sampler_apply(sampler, ctypes.byref(self._array))
@@ -398,7 +416,9 @@ class Decoder:
                 if self._allowed(samplers, token):
                     return token
                 self.grammar_rejections += 1
-                self._array.selected = -1  # greedy only chose: the candidates are as the penalties left them
+                self._array.selected = (
+                    -1
+                )  # greedy only chose: the candidates are as the adjustments left them
             # The chain keeps only its ``kept`` best candidates: when the grammar allows that many among
             # the best few, those are exactly the ones it would keep from the whole vocabulary.
             for number, shortlist in enumerate(samplers.shortlists):

@@ -234,7 +234,7 @@ class Engine:
         self._llama = llama
         self._decoder = Decoder(llama)
         self._draft = draft
-        self._control_tokens: frozenset[str] | None = None
+        self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
         self._lock = threading.Lock()
         self._model_name = model_name
@@ -310,6 +310,11 @@ class Engine:
         return min(int(self._llama.n_ctx()), self._settings.n_ctx)
 
     @property
+    def n_vocab(self) -> int:
+        """How many tokens the vocabulary has: a token id is at least 0 and below this."""
+        return self._decoder.n_vocab
+
+    @property
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
         return tuple(self._decoder.cached)
@@ -328,28 +333,30 @@ class Engine:
         as such, else they are text like any other."""
         return self._llama.tokenize(text.encode(), add_bos=add_bos, special=special)
 
-    @property
-    def n_vocab(self) -> int:
-        """How many tokens the vocabulary has: every valid token id is below it."""
-        return self._decoder.n_vocab
-
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         """The bytes ``tokens`` stand for, control tokens written as their text; each id must be below
         :attr:`n_vocab` (llama.cpp reads past its vocabulary otherwise)."""
         return self._llama.detokenize(list(tokens), special=True)
 
     def control_tokens(self) -> frozenset[str]:
-        """The text of every control token (what text must never turn into), read once from the vocabulary."""
-        if self._control_tokens is None:
+        """The text of every control token: text that must never turn into one (read once)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_CONTROL)
+
+    def user_tokens(self) -> frozenset[str]:
+        """The text of every user-defined token: llama.cpp turns such text into the token wherever it is
+        written, parsing special tokens or not (Qwen's ``<tool_call>``, gpt-oss's ``<|channel|>``)."""
+        return self._token_texts(low_level.LLAMA_TOKEN_ATTR_USER_DEFINED)
+
+    def _token_texts(self, attribute: int) -> frozenset[str]:
+        if attribute not in self._token_texts_by_attribute:
             vocab = self._llama._model.vocab
-            control = low_level.LLAMA_TOKEN_ATTR_CONTROL
             texts = (
                 low_level.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
                 for token in range(self._decoder.n_vocab)
-                if low_level.llama_vocab_get_attr(vocab, token) & control
+                if low_level.llama_vocab_get_attr(vocab, token) & attribute
             )
-            self._control_tokens = frozenset(text for text in texts if text)
-        return self._control_tokens
+            self._token_texts_by_attribute[attribute] = frozenset(text for text in texts if text)
+        return self._token_texts_by_attribute[attribute]
 
     def accepts_grammar(self, grammar: str) -> bool:
         """Whether llama.cpp parses ``grammar``: one it refuses would otherwise reach the sampler chain as a
@@ -417,10 +424,18 @@ class Engine:
             self._decoder.evaluate(tokens)
 
     def _check(self, request: EngineRequest) -> None:
-        """Refuse what llama.cpp cannot run: no token to start from, or no room left in the context."""
+        """Refuse what llama.cpp cannot run: no token to start from, a token or a biased token outside the
+        vocabulary, or no room left in the context."""
         if not request.tokens:
             # llama.cpp cannot sample without at least one token of context.
             raise InvalidRequestError("the prompt is empty")
+        n_vocab = self.n_vocab
+        biased = (token for token, _ in request.sampling.logit_bias)
+        outside = next((t for t in (*request.tokens, *biased) if not 0 <= t < n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"token id {outside} is outside this model's vocabulary (ids 0 to {n_vocab - 1})"
+            )
         if len(request.tokens) >= self.n_ctx:
             raise ContextLengthExceededError(
                 f"the prompt is {len(request.tokens)} tokens; "

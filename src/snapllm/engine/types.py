@@ -33,13 +33,26 @@ class Deadline:
 
 @dataclass(frozen=True)
 class Sampling:
-    """How a token is picked from the model's distribution (temperature 0: the most likely one)."""
+    """How a token is picked from the model's distribution (temperature 0: the most likely one).
+
+    The defaults are llama.cpp's sampler chain as llama-cpp-python's ``create_completion`` runs it: the 40
+    best tokens, typical sampling off (1.0), min-p 0.05, no repetition penalty (1.0) over the last 64 tokens.
+    ``top_k`` 0 (or less) keeps the whole vocabulary; ``penalty_last_n`` 0 turns the penalties off, and -1
+    (or more than the context window) makes them look at the whole context. ``logit_bias``
+    pairs (token id, bias) are added to those tokens' logits before anything else, at temperature 0 too.
+    """
 
     temperature: float
     top_p: float
     seed: int
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    top_k: int = 40
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    penalty_last_n: int = 64
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,9 @@ class TextEngine(Protocol):
     def n_ctx(self) -> int: ...
 
     @property
+    def n_vocab(self) -> int: ...
+
+    @property
     def metadata(self) -> Mapping[str, str]: ...
 
     @property
@@ -156,6 +172,8 @@ class TextEngine(Protocol):
     def special_tokens(self) -> tuple[str, str]: ...
 
     def control_tokens(self) -> frozenset[str]: ...
+
+    def user_tokens(self) -> frozenset[str]: ...
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]: ...
 

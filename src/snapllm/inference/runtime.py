@@ -147,6 +147,8 @@ class InferenceRuntime:
 
     def _warm_up_completions(self) -> None:
         bodies = self.serving.warm_up_bodies(max(1, self.settings.serving.warmup_tokens))
+        for refusal in self.serving.warm_up_refusals:
+            logger.warning("warm-up path refused by the model's chat template", extra={"refusal": refusal})
         # Through the handler first, so decoding, validation, rendering and logging have run once too.
         for body in bodies:
             answer = self.handle(dict(body), None)
@@ -205,8 +207,16 @@ class InferenceRuntime:
                     "the whole completion",
                     param="stream",
                 )
+            if request.ignored_fields:
+                logger.warning(
+                    "unknown request fields ignored",
+                    extra={"request_id": request_id, "fields": list(request.ignored_fields)},
+                )
             deadline = invoke_deadline(context, margin_ms=self.settings.serving.deadline_margin_ms)
             response, generation = self.serving.complete(request, deadline=deadline)
+            if request.ignored_fields:
+                # A direct invoke has no headers for them: the answer names them.
+                response["ignored_fields"] = list(request.ignored_fields)
         except RequestError as exc:
             return self._reject(exc, request_id)
         except Exception:

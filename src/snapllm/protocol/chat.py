@@ -149,6 +149,7 @@ class ChatRenderer:
         eos_token: str,
         stop: str,
         control_tokens: frozenset[str] = frozenset(),
+        user_tokens: frozenset[str] = frozenset(),
     ) -> None:
         environment = _BoundedSandbox(
             loader=jinja2.BaseLoader(),
@@ -159,8 +160,13 @@ class ChatRenderer:
         environment.filters["tojson"] = _tojson
         self._template = environment.from_string(template)
         self.source = template
-        # Longest first, so a control token that begins another is not matched in its place.
-        texts = sorted(control_tokens, key=len, reverse=True)
+        # The tokens a message's text must not become: the control tokens, and the user-defined tokens that
+        # are markup: those the template writes, and those shaped like control tokens (gpt-oss's harmony
+        # tokens are user-defined in llama.cpp). llama.cpp turns their text into them even as plain text, so
+        # a message that holds one is tokenized in pieces that cut it. Longest first, so a token that begins
+        # another is not matched in its place.
+        markup = control_tokens | {t for t in user_tokens if t in template or _marker_shaped(t)}
+        texts = sorted(markup, key=len, reverse=True)
         self._control = re.compile("|".join(map(re.escape, texts))) if texts else None
         self._bos_token = bos_token
         self._eos_token = eos_token
@@ -174,6 +180,7 @@ class ChatRenderer:
         bos_token: str,
         eos_token: str,
         control_tokens: frozenset[str] = frozenset(),
+        user_tokens: frozenset[str] = frozenset(),
     ) -> ChatRenderer | None:
         """The model's own template, else its family's, else None (the model has no chat format)."""
         template = metadata.get("tokenizer.chat_template")
@@ -184,6 +191,7 @@ class ChatRenderer:
                 eos_token=eos_token,
                 stop=eos_token,
                 control_tokens=control_tokens,
+                user_tokens=user_tokens,
             )
         fallback = family_template(metadata)
         if fallback is None:
@@ -195,6 +203,7 @@ class ChatRenderer:
             eos_token=fallback.stop,
             stop=fallback.stop,
             control_tokens=control_tokens,
+            user_tokens=user_tokens,
         )
 
     def render(
@@ -229,7 +238,21 @@ class ChatRenderer:
             return RenderedChat(prompt, stop, ((prompt, True),))
         marked = [{**m, "content": f"\ue000{i}\ue001"} if i in held else m for i, m in enumerate(messages)]
         layout = self._render(marked, variables, max_chars)
-        return RenderedChat(prompt, stop, _pieces(prompt, layout, messages))
+        pieces: list[tuple[str, bool]] = []
+        for text, markup in _pieces(prompt, layout, messages):
+            pieces += [(text, True)] if markup else self._as_text(text)
+        return RenderedChat(prompt, stop, tuple(pieces))
+
+    def _as_text(self, text: str) -> list[tuple[str, bool]]:
+        """A message's text in pieces that no token's text spans whole: each marker written in it is cut
+        after its first character, so no tokenizer reads it as the token."""
+        assert self._control is not None
+        pieces: list[tuple[str, bool]] = []
+        at = 0
+        for found in self._control.finditer(text):
+            pieces += [(text[at : found.start() + 1], False)]
+            at = found.start() + 1
+        return [*pieces, (text[at:], False)]
 
     def _render(self, messages: list[dict[str, Any]], variables: dict[str, Any], max_chars: int) -> str:
         budget = TemplateBudget()
@@ -304,7 +327,7 @@ class ChatRenderer:
                     }
                     for call in m.tool_calls
                 ]
-                messages.append({"role": role, "content": m.text(), "tool_calls": calls})
+                messages.append({"role": role, "content": m.text(), "tool_calls": calls, **_thought(m)})
             elif m.tool_calls:
                 text = generic_tool_call_text([(c.function.name, c.function.arguments) for c in m.tool_calls])
                 messages.append({"role": role, "content": (m.text() + "\n" + text).lstrip("\n")})
@@ -315,8 +338,22 @@ class ChatRenderer:
                 content = f"Result of the call {m.tool_call_id} to {name}: {m.text()}"
                 messages.append({"role": "user", "content": content})
             else:
-                messages.append({"role": role, "content": m.text()})
+                messages.append({"role": role, "content": m.text(), **_thought(m)})
         return messages
+
+
+def _marker_shaped(text: str) -> bool:
+    """Whether a token's text is written like a control token (``<|constrain|>``, ``<｜User｜>``)."""
+    return (text.startswith("<|") and text.endswith("|>")) or (
+        text.startswith("<｜") and text.endswith("｜>")
+    )
+
+
+def _thought(message: Any) -> dict[str, str]:
+    """An earlier answer's thinking, sent back, under the names templates read it by (Qwen3's
+    ``reasoning_content``, gpt-oss's ``thinking``)."""
+    thought = getattr(message, "reasoning_content", None)
+    return {"reasoning_content": thought, "thinking": thought} if isinstance(thought, str) else {}
 
 
 def _pieces(prompt: str, layout: str, messages: list[dict[str, Any]]) -> tuple[tuple[str, bool], ...]:

@@ -48,23 +48,31 @@ def chat_grammar(
 
     Calls are written in the model family's ``tool_format``. A model that thinks first (``thinking``, from
     where the prompt leaves it: ``state``) thinks freely: the grammar starts where the thinking ends."""
-    reply = _reply(request, tool_format)
+    reply = _reply(request, tool_format, answer_prefix=thinking.answer_prefix if thinking else "")
     if reply is None:
         return None, None
     expression, rules, tool_calls = reply
     if thinking is None or state == "closed":
         return f"root ::= {expression}\n{rules}", tool_calls
-    think = f"think-body {literal(thinking.end)} spacing"
+    resume = literal(thinking.resume) if thinking.resume else "spacing"
+    think = f"think-body {literal(thinking.end)} {resume}"
     if state == "optional":
-        think = f"( {literal(thinking.start)} {think} )?"
+        think = (
+            f"{literal(thinking.start)} {think}"
+            if thinking.always
+            else f"( {literal(thinking.start)} {think} )?"
+        )
     thought = text_without(thinking.end, "think-body") + _SPACING
     return f"root ::= {think} ( {expression} )\n{thought}{rules}", tool_calls
 
 
 def _reply(
-    request: ChatCompletionRequest, tool_format: ToolCallFormat
+    request: ChatCompletionRequest, tool_format: ToolCallFormat, *, answer_prefix: str = ""
 ) -> tuple[str, str, ToolCalls | None] | None:
-    """The answer after any thinking: its GBNF expression, the rules it uses, and whether it calls tools."""
+    """The answer after any thinking: its GBNF expression, the rules it uses, and whether it calls tools.
+    An answer that is not a call opens with ``answer_prefix`` (its channel's header, where the model has
+    channels)."""
+    opened = f"{literal(answer_prefix)} " if answer_prefix else ""
     parallel = request.parallel_calls
     forced = request.forced_tools
     if forced:
@@ -74,14 +82,16 @@ def _reply(
     if not request.calls_tools:
         if schema is None:
             return None
-        return "answer-root", schema_grammar(schema, param="response_format", prefix="answer-"), None
+        return f"{opened}answer-root", schema_grammar(schema, param="response_format", prefix="answer-"), None
     functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []]
     calls = tool_format.grammar(functions, parallel=parallel, prefix="call-")
     # Two branches whose rules are named apart: the calls, and the answer (the response_format's JSON, or
     # text). A format with an opener lets text come before the calls, and only the opener starts them.
     if schema is not None:
         answer = schema_grammar(schema, param="response_format", prefix="answer-")
-        return "call-root | answer-root", calls + answer, "auto"
+        return f"call-root | {opened}answer-root", calls + answer, "auto"
+    if answer_prefix:  # text and calls are messages apart: a call, or text on the answer's channel
+        return f"call-root | {opened}prose", calls + text_without(tool_format.opener, "prose"), "auto"
     if tool_format.opener:
         return "prose call-root?", calls + text_without(tool_format.opener, "prose"), "auto"
     return "call-root | free-text", calls + TEXT_RULE, "auto"

@@ -43,6 +43,8 @@ _JSON_TYPES = ("application/json",)
 _PATH_FORBIDDEN = re.compile("[\x00-\x20\x7f\ud800-\udfff]")
 _PATH_PARAMETER = re.compile(r"\\\{\w+\\\}|<\w+>")
 _HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# A JSON string (escapes included), or one bracket.
+_JSON_NESTING = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]')
 
 
 def is_json_content_type(content_type: str | None) -> bool:
@@ -186,6 +188,21 @@ def _check_text(text: str, location: tuple[str | int, ...]) -> None:
             "valid Unicode text",
             param=param,
         ) from None
+
+
+def json_text_depth(text: str) -> int:
+    """How deep the JSON in ``text`` nests (brackets outside strings), counted without decoding it: text that
+    is not JSON gets a count too, which is at most its number of brackets."""
+    depth = deepest = 0
+    # Strings (with their escapes) are skipped whole; what is left are the brackets that nest.
+    for token in _JSON_NESTING.finditer(text):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif bracket in "]}":
+            depth -= 1
+    return deepest
 
 
 def check_json_value(value: Any) -> None:

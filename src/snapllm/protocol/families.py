@@ -22,6 +22,7 @@ from snapllm.protocol.tool_formats import (
     DEEPSEEK,
     GENERIC,
     GRANITE,
+    HARMONY,
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
@@ -30,6 +31,8 @@ from snapllm.protocol.tool_formats import (
 )
 
 THINK_TAGS = ThinkingMarkers("<think>", "</think>")
+#: Qwen3's thinking: when it is on, every answer opens with it.
+QWEN3_THINKING = ThinkingMarkers("<think>", "</think>", always=True)
 
 
 class ModelFamily:
@@ -46,6 +49,10 @@ class ModelFamily:
     #: in them, as gpt-oss's channels are).
     special_text: ClassVar[bool] = False
 
+    def __init__(self, template: str = "") -> None:
+        #: Whether the template switches the thinking on and off (``enable_thinking``, as Qwen3's does).
+        self.thinking_switch = self.thinking is not None and "enable_thinking" in template
+
     @classmethod
     def matches(cls, template: str, architecture: str) -> bool:
         if template:
@@ -53,8 +60,10 @@ class ModelFamily:
         return architecture in cls.architectures
 
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
-        """Template variables that carry the request's ``reasoning_effort`` (none for most families)."""
-        return {}
+        """Template variables that carry the request's ``reasoning_effort``: a template with a thinking
+        switch gets it on unless the effort is "none" (as llama-server sets it: some templates leave the
+        thinking off when the variable is missing)."""
+        return {"enable_thinking": effort != "none"} if self.thinking_switch else {}
 
     def describe(self) -> dict[str, str]:
         """What was detected, for people (``snapllm preflight --model``)."""
@@ -71,15 +80,41 @@ class Qwen3(ModelFamily):
     name = "qwen3"
     markers = ("enable_thinking",)
     architectures = ("qwen3", "qwen3moe", "smollm3")
-    thinking = THINK_TAGS
+    thinking = QWEN3_THINKING
     tool_calls = HERMES
 
     @classmethod
     def matches(cls, template: str, architecture: str) -> bool:
         return super().matches(template, architecture) and (not template or "<think>" in template)
 
+
+class GptOss(ModelFamily):
+    """gpt-oss (harmony): thinking on the analysis channel, the answer on the final channel, calls as
+    messages to ``functions.NAME``; the channels are control tokens, so they are written into the text.
+    ``reasoning_effort`` goes to the template, which writes it into the system message."""
+
+    name = "gpt-oss"
+    markers = ("<|channel|>",)
+    architectures = ("gpt-oss",)
+    thinking = ThinkingMarkers(
+        "<|channel|>analysis<|message|>",
+        "<|end|>",
+        close="<|end|><|start|>assistant",
+        answer_headers=(
+            "<|start|>assistant<|channel|>final<|message|>",
+            "<|channel|>final<|message|>",
+            "<|start|>assistant",
+        ),
+        resume="<|start|>assistant",
+        answer_prefix="<|channel|>final<|message|>",
+    )
+    tool_calls = HARMONY
+    special_text = True
+
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
-        return {} if effort is None else {"enable_thinking": effort != "none"}
+        # The template knows low, medium and high; the others are the nearest of those.
+        levels = {"none": "low", "minimal": "low", "xhigh": "high"}
+        return {} if effort is None else {"reasoning_effort": levels.get(effort, effort)}
 
 
 class DeepSeekR1(ModelFamily):
@@ -151,6 +186,7 @@ class Gemma(ModelFamily):
 
 #: Every family, most specific first: the first whose markers the template holds is the model's.
 FAMILIES: tuple[type[ModelFamily], ...] = (
+    GptOss,
     DeepSeekR1,
     Qwen3,
     ThinkingChatML,
@@ -168,5 +204,5 @@ def detect_family(template: str, *, architecture: str = "") -> ModelFamily:
     architecture = architecture.lower()
     for family in FAMILIES:
         if family.matches(template, architecture):
-            return family()
-    return ModelFamily()
+            return family(template)
+    return ModelFamily(template)

@@ -15,7 +15,7 @@ from snapllm.protocol.requests import (
     ChatCompletionRequest,
     InferenceRequest,
     JSONSchemaResponseFormat,
-    prompt_text,
+    prompt_chars,
 )
 from snapllm.protocol.structured import schema_size
 
@@ -46,11 +46,10 @@ class Limits:
             )
         if self.max_prompt_chars is None:
             return
-        text, param = prompt_text(request)
-        if len(text) > self.max_prompt_chars:
+        chars, param = prompt_chars(request)
+        if chars > self.max_prompt_chars:
             raise ContextLengthExceededError(
-                f"the prompt is {len(text)} characters; this deployment accepts at most "
-                f"{self.max_prompt_chars}",
+                f"the prompt is {chars} characters; this deployment accepts at most {self.max_prompt_chars}",
                 param=param,
             )
 

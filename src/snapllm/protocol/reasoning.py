@@ -33,8 +33,16 @@ class ThinkingMarkers:
     start: str
     end: str
     close: str = ""
-    #: Text that follows the end marker before the answer (a channel header), removed from the answer.
-    answer_header: str = ""
+    #: Headers that open the answer (gpt-oss's ``<|channel|>final<|message|>``), removed from it; longest
+    #: first.
+    answer_headers: tuple[str, ...] = ()
+    #: What must follow the end marker in a constrained answer (a new message's header); "" for spacing.
+    resume: str = ""
+    #: What a constrained answer that is not a tool call starts with (its channel's header).
+    answer_prefix: str = ""
+    #: Whether the model always thinks when its thinking is on (Qwen3 opens ``<think>`` every time): a
+    #: constrained answer then requires the thinking, as the model was trained to write it.
+    always: bool = False
 
     @property
     def closing_text(self) -> str:
@@ -45,22 +53,29 @@ class ThinkingMarkers:
         tail = prompt.rstrip()
         if tail.endswith(self.start.rstrip()):
             return "open"
-        if tail.endswith(self.end.rstrip()) or tail.endswith((self.end + self.answer_header).rstrip()):
+        if tail.endswith(self.end.rstrip()):
             return "closed"
         return "optional"
+
+    def answer(self, text: str) -> str:
+        """The answer without the header that opens it."""
+        text = text.lstrip()
+        header = next((h for h in self.answer_headers if text.startswith(h)), "")
+        return text[len(header) :].lstrip() if header else text
 
     def split(self, text: str, *, state: ThinkingState) -> tuple[str | None, str]:
         """The thinking (None when there was none) and the answer of a whole generated text."""
         body = self._body(text, state)
         if body is None:
-            return None, text
+            return None, self.answer(text) if self.answer_headers else text
         reasoning, found, answer = body.partition(self.end)
         if not found:
             return reasoning.strip(), ""
-        answer = answer.lstrip()
-        if self.answer_header and answer.startswith(self.answer_header):
-            answer = answer[len(self.answer_header) :]
-        return reasoning.strip(), answer.lstrip()
+        return reasoning.strip(), self.answer(answer)
+
+    def splits(self, state: ThinkingState) -> bool:
+        """Whether an answer from this state has anything to take apart (thinking, or a header)."""
+        return state != "closed" or bool(self.answer_headers)
 
     def _body(self, text: str, state: ThinkingState) -> str | None:
         if state == "open":
@@ -77,7 +92,8 @@ class ReasoningSplitter:
         self.markers = markers
         # "before": the model may open its thinking; "thinking"; "header": past the end marker, before
         # the answer header; "answer".
-        self._phase = {"open": "thinking", "optional": "before", "closed": "answer"}[state]
+        closed = "header" if markers.answer_headers else "answer"
+        self._phase = {"open": "thinking", "optional": "before", "closed": closed}[state]
         self._held = ""
 
     def feed(self, text: str) -> list[tuple[PieceKind, str]]:
@@ -103,7 +119,7 @@ class ReasoningSplitter:
             if stripped.startswith(markers.start):
                 self._held, self._phase = stripped[len(markers.start) :].lstrip(), "thinking"
             elif not markers.start.startswith(stripped):
-                self._phase = "answer"
+                self._phase = "header" if markers.answer_headers else "answer"
         elif self._phase == "thinking":
             found = held.find(markers.end)
             if found >= 0:
@@ -114,12 +130,10 @@ class ReasoningSplitter:
                 out.append(("reasoning", held[: len(held) - keep]))
                 self._held = held[len(held) - keep :]
         elif self._phase == "header":
-            header = markers.answer_header
             stripped = held.lstrip()
-            if header and stripped.startswith(header):
-                self._held, self._phase = stripped[len(header) :].lstrip(), "answer"
-            elif not header or not header.startswith(stripped):
-                self._held, self._phase = stripped, "answer"
+            if not any(h.startswith(stripped) and h != stripped for h in markers.answer_headers):
+                # No header can still be forming: the answer starts, without the header it opened with.
+                self._held, self._phase = markers.answer(stripped), "answer"
         elif held:
             out.append(("content", held))
             self._held = ""

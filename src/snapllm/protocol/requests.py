@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -33,7 +36,7 @@ from pydantic import (
 
 from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.edge import check_json_value
+from snapllm.protocol.edge import MAX_JSON_DEPTH, check_json_value, json_text_depth
 from snapllm.protocol.fields import Endpoint, decision
 from snapllm.protocol.structured import check_schema
 
@@ -41,6 +44,12 @@ MAX_STOP_SEQUENCES = 4
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
 MAX_COMPLETION_LOGPROBS = 5
 MAX_SEED = 2**32 - 1
+# OpenAI's limits on logit_bias: at most 300 tokens, each biased by -100 to 100.
+MAX_LOGIT_BIAS_TOKENS = 300
+MAX_LOGIT_BIAS = 100.0
+# llama.cpp takes top_k and the penalty window as C ints; any value past the vocabulary (or the context
+# window) means the whole of it, so the cost is bounded by those, not by the number sent.
+MAX_SAMPLER_INT = 2**31 - 1
 # Strict: JSON types are never converted ("10" is not an integer, true is not 1); an int is still a float.
 STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -69,18 +78,34 @@ class TextPart(BaseModel):
     text: str
 
 
+def _arguments_depth(arguments: str) -> str:
+    """Refuse call arguments whose JSON nests deeper than any request may: a template or the generic tool
+    format decodes them, and Python's decoder fails on deep nesting (a RecursionError, near 1,000 levels)
+    rather than refusing it. Counted over the text, without decoding it."""
+    if json_text_depth(arguments) > MAX_JSON_DEPTH:
+        raise ValueError(f"the arguments nest deeper than {MAX_JSON_DEPTH} levels")
+    return arguments
+
+
+#: A call's ``arguments`` sent back: a JSON string, nesting no deeper than a request body may.
+ArgumentsText = Annotated[str, AfterValidator(_arguments_depth)]
+# What a client sends back of an earlier answer's call is whatever its SDK dumped: keys beyond these
+# (another server's extras) are dropped rather than refused.
+_SENT_BACK = ConfigDict(extra="ignore", strict=True)
+
+
 class FunctionCall(BaseModel):
     """The function an earlier assistant turn called; ``arguments`` is a JSON string, as OpenAI's."""
 
-    model_config = STRICT
+    model_config = _SENT_BACK
     name: str
-    arguments: str
+    arguments: ArgumentsText
 
 
 class ToolCallIn(BaseModel):
     """A tool call of an earlier assistant turn, sent back with the conversation."""
 
-    model_config = STRICT
+    model_config = _SENT_BACK
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
@@ -88,7 +113,13 @@ class ToolCallIn(BaseModel):
 
 class ChatMessage(BaseModel):
     """A chat turn. ``content`` is a string or a list of text parts; an assistant turn that called tools
-    carries ``tool_calls`` (and may have no content); a ``tool`` turn answers one call by its id."""
+    carries ``tool_calls`` (and may have no content); a ``tool`` turn answers one call by its id.
+
+    An earlier answer comes back as the client got it: the fields OpenAI's answers carry (``refusal``,
+    ``annotations``, ``audio``, the deprecated ``function_call``) and ``reasoning_content`` (what reasoning
+    servers return and chat templates read) are accepted on any message, and ``name`` on any role.
+    ``reasoning_content`` is kept for chat templates that read it; the others do not reach the prompt.
+    """
 
     model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
@@ -97,6 +128,10 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: dict[str, Any] | None = None
+    function_call: FunctionCall | None = None
+    reasoning_content: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -116,7 +151,8 @@ class ChatMessage(BaseModel):
 
     @model_validator(mode="after")
     def _roles(self) -> ChatMessage:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+        called = self.tool_calls or self.function_call
+        if self.content is None and not (self.role == "assistant" and called):
             raise ValueError("content may be null only in an assistant message with tool_calls")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
@@ -130,6 +166,16 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+    def prompt_chars(self) -> int:
+        """How many characters of this message can reach the prompt: its text, its calls' names and
+        arguments, and its reasoning (a sent-back call counts toward the prompt's limit as text does)."""
+        calls = self.tool_calls or []
+        return (
+            len(self.text())
+            + sum(len(call.function.name) + len(call.function.arguments) for call in calls)
+            + len(self.reasoning_content or "")
+        )
 
 
 class FunctionSchema(Protocol):
@@ -311,31 +357,116 @@ class NamedToolChoice(BaseModel):
 class DecidedRequest(RequestBody):
     """A request of one of OpenAI's endpoints, whose fields are decided in one table.
 
-    Fields of OpenAI's request types that snapllm refuses or ignores are decided in
-    :data:`snapllm.protocol.fields.FIELD_DECISIONS`: a refused one is answered with its reason, an ignored
-    one that no field here declares is dropped before validation.
+    Fields that snapllm refuses or ignores are decided in :data:`snapllm.protocol.fields.FIELD_DECISIONS`:
+    a refused one is answered with its reason, an ignored one that no field here declares is dropped before
+    validation. A top-level field in no table is unknown: it is dropped too, and named in
+    :attr:`ignored_fields` (each entry point logs it and names it in a response header), as clients expect
+    of an OpenAI-compatible server when they send a field it does not know.
     """
 
     endpoint: ClassVar[Endpoint]
+    _ignored_fields: tuple[str, ...] = PrivateAttr(default=())
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _decided(cls, data: Any) -> Any:
+    def _decided(cls, data: Any, handler: ModelWrapValidatorHandler[DecidedRequest]) -> DecidedRequest:
         if not isinstance(data, dict):
-            return data
-        dropped = []
+            return handler(data)
+        dropped: list[str] = []
+        unknown: list[str] = []
         for field in data:
             found = decision(cls.endpoint, field) if isinstance(field, str) else None
             if found is None:
+                if field not in cls.model_fields:
+                    unknown.append(field)
                 continue
             if found.kind == "refused":
                 raise UnsupportedParameterError(f"{field} is not supported: {found.reason}", param=field)
             if found.kind == "ignored" and field not in cls.model_fields:
                 dropped.append(field)
-        return {k: v for k, v in data.items() if k not in dropped} if dropped else data
+        if unknown:
+            # What is dropped unread still passes the edge's checks: a name or value that is not Unicode
+            # text, or nests too deep, is refused as it would be in a known field.
+            check_json_value({field: data[field] for field in unknown})
+        leaving = {*dropped, *unknown}
+        request = handler({k: v for k, v in data.items() if k not in leaving} if leaving else data)
+        request._ignored_fields = tuple(unknown)
+        return request
+
+    @property
+    def ignored_fields(self) -> tuple[str, ...]:
+        """The unknown top-level fields the request sent, which were ignored (in the order sent)."""
+        return self._ignored_fields
 
 
-class GenerationParameters(DecidedRequest):
+class LocalSamplingFields(BaseModel):
+    """The sampling fields local-model servers take beyond OpenAI's, under their names: llama-server's
+    ``top_k``, ``min_p``, ``typical_p``, ``repeat_penalty`` and ``repeat_last_n``, and vLLM's
+    ``repetition_penalty`` (the same penalty). Each left out keeps the engine's default
+    (:class:`snapllm.engine.types.Sampling`), so a request without them is answered as before they existed.
+    """
+
+    model_config = STRICT
+    top_k: Annotated[int, Field(ge=-1, le=MAX_SAMPLER_INT)] | None = Field(
+        default=None, description="Sample among the k most likely tokens; 0 or -1: all of them (default 40)."
+    )
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="Drop tokens less likely than min_p times the most likely (default 0.05)."
+    )
+    typical_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="Locally typical sampling; 1.0 turns it off (the default)."
+    )
+    repeat_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = Field(
+        default=None, description="Divide the logits of recently seen tokens by this (default 1.0: off)."
+    )
+    repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = Field(
+        default=None, description="vLLM's name for repeat_penalty."
+    )
+    repeat_last_n: Annotated[int, Field(ge=-1, le=MAX_SAMPLER_INT)] | None = Field(
+        default=None,
+        description="How many recent tokens the penalties look at; 0: none, -1: the context (default 64).",
+    )
+
+    @model_validator(mode="after")
+    def _one_repeat_penalty(self) -> LocalSamplingFields:
+        both = self.repeat_penalty is not None and self.repetition_penalty is not None
+        if both and self.repeat_penalty != self.repetition_penalty:
+            raise InvalidRequestError(
+                "repeat_penalty and repetition_penalty are one setting under two names and disagree; "
+                "send one of them",
+                param="repetition_penalty",
+            )
+        return self
+
+    @property
+    def sampler_settings(self) -> dict[str, Any]:
+        """The fields sent, under the engine's names (:class:`snapllm.engine.types.Sampling`)."""
+        penalty = self.repeat_penalty if self.repeat_penalty is not None else self.repetition_penalty
+        given = {
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "typical_p": self.typical_p,
+            "repeat_penalty": penalty,
+            "penalty_last_n": self.repeat_last_n,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
+
+def _check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
+    """OpenAI's rules: token ids (as JSON keys, so strings) mapped to a bias from -100 to 100, at most 300."""
+    if value is None:
+        return None
+    if len(value) > MAX_LOGIT_BIAS_TOKENS:
+        raise ValueError(f"at most {MAX_LOGIT_BIAS_TOKENS} tokens may be biased, got {len(value)}")
+    for key, bias in value.items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 10):
+            raise ValueError(f'invalid key {key!r}: keys are token ids, such as "50256"')
+        if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            raise ValueError(f"the bias of token {key} is {bias}; biases go from -100 to 100")
+    return value
+
+
+class GenerationParameters(DecidedRequest, LocalSamplingFields):
     """Sampling and limits shared by chat and text completions."""
 
     model: str | None = Field(default=None, description="Model name; the router routes by it.")
@@ -358,6 +489,11 @@ class GenerationParameters(DecidedRequest):
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        return _check_logit_bias(value)
+
     @field_validator("stop")
     @classmethod
     def _stop_sequences(cls, value: str | list[str] | None) -> list[str] | None:
@@ -376,8 +512,6 @@ class GenerationParameters(DecidedRequest):
             raise UnsupportedParameterError("only n=1 is supported", param="n")
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
-        if self.logit_bias:
-            raise UnsupportedParameterError("logit_bias is not supported", param="logit_bias")
         if (
             self.max_tokens is not None
             and self.max_completion_tokens is not None
@@ -392,6 +526,11 @@ class GenerationParameters(DecidedRequest):
     def logprobs_count(self) -> int | None:
         """How many alternatives to report per token (0: only the chosen one), or None for no logprobs."""
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def token_biases(self) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token id, bias) pairs."""
+        return tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items())
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -485,12 +624,41 @@ class ChatCompletionRequest(GenerationParameters):
         return self.parallel_tool_calls is not False and not isinstance(self.tool_choice, NamedToolChoice)
 
 
+def _prompt_form(value: Any) -> str | None:
+    """Which form a ``prompt`` takes: text, a batch of texts, token ids, or a batch of token-id lists (told
+    apart by the first element; an empty list is an empty prompt of tokens, refused)."""
+    if isinstance(value, str):
+        return "type=text"
+    if not isinstance(value, list):
+        return None
+    first = value[0] if value else 0
+    if isinstance(first, str):
+        return "type=texts"
+    return "type=token_lists" if isinstance(first, list) else "type=tokens"
+
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+#: OpenAI's ``prompt``: text or token ids, alone or as a batch. A batch of one is served; more is a 400.
+Prompt = Annotated[
+    Annotated[str, Tag("type=text")]
+    | Annotated[list[str], Field(min_length=1, max_length=1), Tag("type=texts")]
+    | Annotated[TokenIds, Tag("type=tokens")]
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=1), Tag("type=token_lists")],
+    Discriminator(
+        _prompt_form,
+        custom_error_type="invalid_prompt",
+        custom_error_message="prompt must be a string, a list of strings, a list of token ids or a list "
+        "of lists of token ids",
+    ),
+]
+
+
 class CompletionRequest(GenerationParameters):
     """``POST /v1/completions`` and the plain form of a direct invoke."""
 
     endpoint: ClassVar[Endpoint] = "completion"
 
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    prompt: Prompt
     # Text completions take a number here: how many alternatives to report per token (OpenAI's max is 5).
     logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None  # type: ignore[assignment]
     echo: bool = False
@@ -512,8 +680,20 @@ class CompletionRequest(GenerationParameters):
         return self.logprobs
 
     @property
-    def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def text(self) -> str | None:
+        """The prompt's text; None for a prompt of token ids."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return prompt
+        return prompt[0] if prompt and isinstance(prompt[0], str) else None
+
+    @property
+    def tokens(self) -> list[int] | None:
+        """The prompt's token ids, as sent; None for a prompt of text."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], str)):
+            return None
+        return prompt[0] if prompt and isinstance(prompt[0], list) else prompt  # type: ignore[return-value]
 
 
 InferenceRequest = ChatCompletionRequest | CompletionRequest
@@ -557,11 +737,12 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError
     return InvalidRequestError(message, param=param)
 
 
-def prompt_text(request: InferenceRequest) -> tuple[str, str]:
-    """The text the model will read and the field it came from (``messages`` or ``prompt``)."""
+def prompt_chars(request: InferenceRequest) -> tuple[int, str]:
+    """How many characters of the request can reach the prompt, and the field they come from (``messages``
+    or ``prompt``; a prompt of token ids has none: its tokens are checked against the context window)."""
     if isinstance(request, ChatCompletionRequest):
-        return "".join(message.text() for message in request.messages), "messages"
-    return request.text, "prompt"
+        return sum(message.prompt_chars() for message in request.messages), "messages"
+    return len(request.text or ""), "prompt"
 
 
 _JSON_TYPE_NAMES = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))

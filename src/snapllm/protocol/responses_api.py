@@ -40,10 +40,13 @@ from snapllm.protocol.requests import (
     MAX_SEED,
     MAX_TOP_LOGPROBS,
     STRICT,
+    ArgumentsText,
     ChatCompletionRequest,
     DecidedRequest,
     InferenceRequest,
+    LocalSamplingFields,
     OpenAIName,
+    ReasoningEffort,
     Turn,
     check_tool_turns,
     check_tools,
@@ -131,7 +134,7 @@ class FunctionCallItem(BaseModel):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
-    arguments: str
+    arguments: ArgumentsText
     id: str | None = None
     status: ItemStatus | None = None
     parsed_arguments: Any = None  # what the official SDK's parse() added to a call sent back
@@ -235,6 +238,16 @@ def _input_form(value: Any) -> str | None:
 ResponsesToolChoice = Literal["none", "auto", "required"] | FunctionToolChoice
 
 
+def _without_reasoning_items(data: dict[str, Any]) -> dict[str, Any]:
+    """The request without the ``reasoning`` items of earlier output sent back as input: a client that sends
+    a response's output back whole sends them, and a model reads its earlier answers without their
+    thinking (its template drops it too)."""
+    items = data.get("input")
+    if not isinstance(items, list) or not any(_item_kind(item) == "reasoning" for item in items):
+        return data
+    return {**data, "input": [item for item in items if _item_kind(item) != "reasoning"]}
+
+
 def _refuse_unservable(data: dict[str, Any]) -> None:
     """Built-in tools, other tool choices, stored items and non-text content: refused by name and reason,
     before the models' own errors would list every branch of a union."""
@@ -266,7 +279,7 @@ def _refuse_unservable(data: dict[str, Any]) -> None:
         if isinstance(kind, str) and kind not in _ITEM_TYPES:
             raise UnsupportedParameterError(
                 f"input.{index} is a {kind!r} item; only message, function_call and function_call_output "
-                "items are served here (no built-in tools, no reasoning items)",
+                "items are served here (no built-in tools; reasoning items sent back are left out)",
                 param="input",
             )
         parts = item.get("content") if isinstance(item, dict) else None
@@ -282,7 +295,17 @@ def _refuse_unservable(data: dict[str, Any]) -> None:
                 )
 
 
-class ResponsesRequest(DecidedRequest):
+class ReasoningConfig(BaseModel):
+    """``reasoning``: a reasoning model's thinking budget (``effort``, as ``reasoning_effort`` in chat); the
+    thinking comes back whole as a ``reasoning`` item, so ``summary`` changes nothing here."""
+
+    model_config = STRICT
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class ResponsesRequest(DecidedRequest, LocalSamplingFields):
     """``POST /v1/responses`` and the ``input`` form of a direct invoke.
 
     :attr:`chat` is the same request as a chat completion, which is what the engine runs.
@@ -304,6 +327,7 @@ class ResponsesRequest(DecidedRequest):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: ResponsesToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -324,6 +348,7 @@ class ResponsesRequest(DecidedRequest):
     @classmethod
     def _servable(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            data = _without_reasoning_items(data)
             _refuse_unservable(data)
         return data
 
@@ -400,10 +425,13 @@ class ResponsesRequest(DecidedRequest):
         }
         if self.model is not None:
             body["model"] = self.model
+        body.update(self.model_dump(include=set(LocalSamplingFields.model_fields), exclude_none=True))
         if self.seed is not None:
             body["seed"] = self.seed
         if self.max_output_tokens is not None:
             body["max_completion_tokens"] = self.max_output_tokens
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            body["reasoning_effort"] = self.reasoning.effort
         if self.tools:
             body["tools"] = [
                 {"type": "function", "function": tool.model_dump(exclude={"type"}, exclude_none=True)}

@@ -34,6 +34,7 @@ from snapllm.engine.types import (
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
+    RequestError,
     UnknownModelError,
     UnsupportedParameterError,
 )
@@ -60,7 +61,7 @@ from snapllm.protocol.responses_api import (
 )
 from snapllm.protocol.sse import StreamEncoder, encoder_for
 from snapllm.protocol.structured import arguments_valid, cut_call_error
-from snapllm.protocol.tool_formats import ToolCallFormat
+from snapllm.protocol.tool_formats import GENERIC, ToolCallFormat
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class ReasoningDelta:
 
 
 StreamItem = TokenDelta | ReasoningDelta | Generation
+#: What a stream yields for a token that has nothing to send (a tool call's text, sent whole at the end;
+#: text held in case it opens a call): a point where the consumer may stop generation by closing the stream.
+HELD = TokenDelta("")
 
 #: The thinking budget of each ``reasoning_effort``, in tokens (never more than half the answer's
 #: ``max_tokens``, so the answer always has room); a request that sends none thinks at "medium".
@@ -159,13 +163,21 @@ class OpenAIServing:
         self.model_name = engine.model_name
         self.fingerprint = fingerprint(engine.identity)
         self._chat = ChatRenderer.for_model(
-            engine.metadata, *engine.special_tokens(), control_tokens=engine.control_tokens()
+            engine.metadata,
+            *engine.special_tokens(),
+            control_tokens=engine.control_tokens(),
+            user_tokens=engine.user_tokens(),
         )
         architecture = str(engine.metadata.get("general.architecture", ""))
         #: What the model's family writes: its thinking and its tool calls.
         self.family: ModelFamily = detect_family(
             self._chat.source if self._chat else "", architecture=architecture
         )
+        #: How calls are written: the family's own format when the template takes tools (and describes that
+        #: format to the model), else the generic JSON format snapllm describes in the system message.
+        self.tool_format = self.family.tool_calls if self._chat and self._chat.native_tools else GENERIC
+        #: The warm-up paths the model's template refused (see :meth:`warm_up_bodies`).
+        self.warm_up_refusals: list[str] = []
         # A render may write this much: the longest prompt, and room for the template's markup and tools.
         self._max_rendered = 4 * max_prompt_chars + 262_144
 
@@ -220,7 +232,7 @@ class OpenAIServing:
             param = "messages"
             tokens, thinking, span = self._thinking(request, chat.prompt, tokens, deadline)
             grammar, tool_calls = chat_grammar(
-                request, tool_format=self.family.tool_calls, thinking=self.family.thinking, state=thinking
+                request, tool_format=self.tool_format, thinking=self.family.thinking, state=thinking
             )
             if grammar is not None and not self.engine.accepts_grammar(grammar):
                 # snapllm.protocol.json_grammar refuses, by name, every schema it cannot write a grammar for.
@@ -232,8 +244,12 @@ class OpenAIServing:
                     param=where,
                 )
         else:
-            tokens = self.engine.tokenize(request.text, add_bos=True)
             param = "prompt"
+            tokens = request.tokens
+            if tokens is None:
+                tokens = self.engine.tokenize(request.text or "", add_bos=True)
+            else:
+                self._check_vocabulary(tokens, param="prompt")
         if not tokens:
             # llama.cpp cannot sample without at least one token of context (an empty prompt for a model
             # that adds no BOS token fails inside sampling).
@@ -251,6 +267,8 @@ class OpenAIServing:
             seed=seed,
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
+            logit_bias=self._token_biases(request),
+            **request.sampler_settings,
         )
         forced = getattr(request, "forced_tools", None) or []
         tools = getattr(request, "tools", None) or []
@@ -273,6 +291,22 @@ class OpenAIServing:
             tool_parameters=tuple((f.name, f.parameters) for f in functions),
             thinking=thinking,
         )
+
+    def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token, bias) pairs, each token in this model's vocabulary (else a 400)."""
+        biases = request.token_biases
+        self._check_vocabulary([token for token, _ in biases], param="logit_bias")
+        return biases
+
+    def _check_vocabulary(self, tokens: list[int], *, param: str) -> None:
+        """Refuse token ids the model does not have (the request models refuse negative ones)."""
+        n_vocab = self.engine.n_vocab
+        outside = next((token for token in tokens if token >= n_vocab), None)
+        if outside is not None:
+            raise InvalidRequestError(
+                f"{param}: token id {outside} is not in this model's vocabulary (ids 0 to {n_vocab - 1})",
+                param=param,
+            )
 
     def _chat_tokens(self, chat: RenderedChat) -> list[int]:
         """The rendered chat's tokens: the template's markup with its control tokens, the messages' text as
@@ -334,11 +368,11 @@ class OpenAIServing:
         markers = self.family.thinking
         splitter = (
             ReasoningSplitter(markers, state=prepared.thinking)
-            if markers and prepared.thinking != "closed"
+            if markers and markers.splits(prepared.thinking)
             else None
         )
         calls = prepared.tool_calls
-        opener = self.family.tool_calls.opener
+        opener = self.tool_format.opener
         answer = ""  # the answer's text so far (the thinking apart)
         sent = 0  # how much of it went out
         holding = calls is not None
@@ -355,21 +389,24 @@ class OpenAIServing:
                         yield ReasoningDelta(text)
                     else:
                         answer += text
+                # A token with nothing to send yields HELD: the consumer gets control back after every
+                # token, so one whose client has gone closes the stream there, which stops generation.
                 if holding:
-                    if calls == "all" or not answer:
+                    if calls == "all" or not answer or (not opener and answer[0] in "{["):
+                        yield HELD
                         continue
-                    if not opener:
-                        if answer[0] in "{[":
-                            continue
-                        holding = False
-                    else:
+                    if opener:
                         found = answer.find(opener)
                         end = found if found >= 0 else len(answer) - held_length(answer, opener)
                         if end > sent:
                             yield TokenDelta(answer[sent:end])
                             sent = end
+                        else:
+                            yield HELD
                         continue
-                if holding or (sent == len(answer) and not item.logprobs):
+                    holding = False
+                if sent == len(answer) and not item.logprobs:
+                    yield HELD
                     continue
                 if item.logprobs is not None:
                     recorded += len(item.logprobs)
@@ -408,12 +445,12 @@ class OpenAIServing:
         text = completion.text
         reasoning: str | None = None
         markers = self.family.thinking
-        if markers is not None and prepared.thinking != "closed":
+        if markers is not None and markers.splits(prepared.thinking):
             reasoning, text = markers.split(text, state=prepared.thinking)
         finish_reason: FinishReason = completion.finish
         calls: tuple[ToolCall, ...] = ()
         if prepared.tool_calls is not None:
-            tool_format = self.family.tool_calls
+            tool_format = self.tool_format
             prose, call_text = _calls_part(text, tool_format)
             names = prepared.tool_names
             if finish_reason == "stop":
@@ -483,16 +520,31 @@ class OpenAIServing:
     # --- Warm-up ------------------------------------------------------------------------------------------
 
     def warm_up_bodies(self, max_tokens: int) -> list[dict[str, Any]]:
-        """The warm-up requests as bodies for this model, generating ``max_tokens`` each."""
-        return [
-            {
+        """The warm-up requests as bodies for this model, generating ``max_tokens`` each: every path the
+        model serves. A path the model's own template refuses (gpt-oss's template raises on a tool without a
+        description...) is left out and named in :attr:`warm_up_refusals`: requests that take it get the
+        same 400, and the rest of the model is served."""
+        bodies = []
+        self.warm_up_refusals.clear()
+        for body in WARMUP_REQUESTS:
+            if not self.supports_chat and "prompt" not in body:  # a base model serves text only
+                continue
+            sized = {
                 **body,
                 "model": self.model_name,
                 "max_output_tokens" if "input" in body else "max_tokens": max_tokens,
             }
-            for body in WARMUP_REQUESTS
-            if self.supports_chat or "prompt" in body  # a base model serves text only
-        ]
+            try:
+                self.prepare(inference_request(self.parse(sized)))
+            except RequestError as exc:
+                path = (
+                    ", ".join(field for field in body if field not in ("messages", "input", "prompt"))
+                    or "chat"
+                )
+                self.warm_up_refusals.append(f"{path}: {exc.message}")
+                continue
+            bodies.append(sized)
+        return bodies
 
     def warm_up(self, bodies: list[dict[str, Any]]) -> None:
         """Generate and stream each body, so compute buffers, the sampler, the chat template and every path
@@ -513,6 +565,13 @@ class OpenAIServing:
         """The tokens every single-user-message chat begins with, as this model's template formats it."""
         if self._chat is None:
             return []
+        try:
+            return self._common_chat_prefix()
+        except RequestError:  # a template that refuses a lone user message serves no chat to prime for
+            return []
+
+    def _common_chat_prefix(self) -> list[int]:
+        assert self._chat is not None
         first, second = (
             self.engine.tokenize(
                 self._chat.render(ChatCompletionRequest(messages=[{"role": "user", "content": text}])).prompt,

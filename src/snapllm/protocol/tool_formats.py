@@ -210,6 +210,56 @@ class DeepSeekToolCalls(ToolCallFormat):
         return calls
 
 
+class HarmonyToolCalls(ToolCallFormat):
+    """gpt-oss's harmony format: a call is a message of its own to ``functions.NAME`` on the commentary
+    channel (``<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{...}``), one
+    per turn (its ``<|call|>`` ends generation). Both orders models write, the recipient before or after the
+    channel, are read back."""
+
+    name = "harmony"
+    opener = "to=functions."
+    _CALL = re.compile(
+        r"to=functions\.([A-Za-z0-9_.-]+)[^<]*(?:<\|channel\|>[^<]*)?(?:<\|constrain\|>[^<]*)?<\|message\|>(.*)",
+        re.S,
+    )
+
+    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
+        rules, choices = [], []
+        for index, function in enumerate(functions):
+            schema = arguments_schema(function.get("parameters"))
+            rules.append(schema_grammar(schema, param="tools", prefix=f"{prefix}f{index}-"))
+            head = f"{function['name']}<|channel|>commentary json<|message|>"
+            choices.append(f"{literal(head)} {prefix}f{index}-root")
+        return f"{prefix}root ::= {literal(' ' + self.opener)} ( {' | '.join(choices)} )\n" + "".join(rules)
+
+    def _match(self, text: str, names: Collection[str]) -> tuple[str, str] | None:
+        found = self._CALL.search(text)
+        if found is None or found.group(1) not in names:
+            return None
+        return found.group(1), found.group(2).strip()
+
+    def parse(self, text: str, names: Collection[str]) -> list[Call] | None:
+        found = self._match(text, names)
+        if found is None:
+            return None
+        try:
+            value = json.loads(found[1])
+        except ValueError:
+            return None
+        return [(found[0], json.dumps(value, ensure_ascii=False))]
+
+    def parse_cut(self, text: str, names: Collection[str]) -> list[CutCall] | None:
+        stripped = text.strip()
+        if not stripped or not (stripped.startswith(self.opener) or self.opener.startswith(stripped)):
+            return None
+        found = self._match(stripped, names)
+        if found is not None:
+            return [found]
+        partial = stripped[len(self.opener) :].split("<", 1)[0].strip()
+        matches = [name for name in names if name.startswith(partial)]
+        return [(matches[0] if len(matches) == 1 else None, "")]
+
+
 GENERIC = ToolCallFormat()
 LLAMA3_JSON = LlamaJSONToolCalls()
 HERMES = WrappedJSONToolCalls("hermes", opener="<tool_call>", closer="</tool_call>", each=True, pad="\n")
@@ -217,3 +267,4 @@ MISTRAL = WrappedJSONToolCalls("mistral", opener="[TOOL_CALLS]")
 PHI4 = WrappedJSONToolCalls("phi4", opener="<|tool_call|>", closer="<|/tool_call|>")
 GRANITE = WrappedJSONToolCalls("granite", opener="<|tool_call|>")
 DEEPSEEK = DeepSeekToolCalls()
+HARMONY = HarmonyToolCalls()

@@ -63,6 +63,7 @@ from snapllm.protocol.edge import (
     decode_json,
 )
 from snapllm.protocol.embeddings import EmbeddingList, EmbeddingsRequest
+from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import add_completion_metrics, record_error, request_features
 from snapllm.protocol.model_routes import (
@@ -132,6 +133,7 @@ class _Request:
     invoke_s: float = 0.0
     response: dict[str, Any] | None = None
     features: dict[str, str] | None = None
+    ignored_fields: tuple[str, ...] = ()
 
 
 class RouterApp:
@@ -221,7 +223,10 @@ class RouterApp:
             result = self.resolver.resolve(event, context)
         # OpenAI's header, which clients read as the request's id (the SDKs' ``_request_id``): API Gateway's
         # request id, the correlation id of this request's logs.
-        result["headers"] = {**(result.get("headers") or {}), REQUEST_ID_HEADER: _request_id(event, context)}
+        headers = {**(result.get("headers") or {}), REQUEST_ID_HEADER: _request_id(event, context)}
+        if self._request.ignored_fields:
+            headers[IGNORED_FIELDS_HEADER] = ignored_fields_header(self._request.ignored_fields)
+        result["headers"] = headers
         self._record(result.get("statusCode", 500))
         return result
 
@@ -401,6 +406,11 @@ class RouterApp:
         state = self._request
         state.route = route
         state.features = request_features(inference_request(request))
+        state.ignored_fields = request.ignored_fields
+        if request.ignored_fields:
+            self.logger.warning(
+                "unknown request fields ignored", extra={"fields": list(request.ignored_fields)}
+            )
         model = self.settings.resolve_model(request.model)
         state.model = model or request.model
         self.tracer.put_annotation("route", route)

@@ -37,6 +37,7 @@ from snapllm.engine.types import Deadline, TokenDelta
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
+from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.metrics import CompletionMetrics, request_features
 from snapllm.protocol.model_routes import ROUTED_PATHS
 from snapllm.protocol.objects import Health, ModelList
@@ -108,7 +109,8 @@ async def _events(
             if item is done:
                 return
             if isinstance(item, TokenDelta):
-                yield encoder.delta(item.text, item.logprobs)
+                if item.text or item.logprobs:  # a held token (HELD) has nothing to send
+                    yield encoder.delta(item.text, item.logprobs)
             elif isinstance(item, ReasoningDelta):
                 yield encoder.reasoning(item.text)
             else:
@@ -240,7 +242,6 @@ class StreamingApp:
         metrics = CompletionMetrics(namespace=self.metrics_namespace, service=self.service, model="unknown")
         try:
             parsed = await self._parse(request, required)
-            serving = self.runtime.serving  # an embedding model refuses completions here
         except ClientDisconnect:
             # The client left while sending its body: nobody is there to read an answer or an error.
             return Response(status_code=400)
@@ -248,6 +249,15 @@ class StreamingApp:
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
             return error_response(exc)
+        response = await self._serve(parsed, request, metrics)
+        if parsed.ignored_fields:
+            logger.warning("unknown request fields ignored", extra={"fields": list(parsed.ignored_fields)})
+            response.headers[IGNORED_FIELDS_HEADER] = ignored_fields_header(parsed.ignored_fields)
+        return response
+
+    async def _serve(self, parsed: AnyRequest, request: Request, metrics: CompletionMetrics) -> Response:
+        """The answer to a parsed request: its JSON, its stream, or the error that came before either."""
+        serving = self.runtime.serving
         try:
             metrics.model = serving.model_name
             metrics.features = request_features(inference_request(parsed))

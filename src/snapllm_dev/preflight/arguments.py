@@ -47,7 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         type=readable_file,
-        help="the GGUF file to deploy: checks that its init fits SnapStart's limit",
+        help="the GGUF file to deploy: reports its family, chat template, thinking and tool-call format, "
+        "checks the memory it needs and that its init fits SnapStart's limit",
+    )
+    parser.add_argument(
+        "--n-ctx",
+        type=integer(16, 2**20),
+        help="the context window the function will give the model (SNAPLLM_N_CTX; default: the engine's)",
     )
     parser.add_argument("--model-bytes", type=integer(1, 2**50), help="the model's size, instead of --model")
     parser.add_argument(

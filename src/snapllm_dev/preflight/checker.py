@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from snapllm_dev.preflight.errors import BuildDirError
 from snapllm_dev.preflight.package import Package, scan_package
 from snapllm_dev.preflight.rules import RULES, Finding, ModelInit, Rule, Target, run_rules
 from snapllm_dev.preflight.template import load_build
+
+if TYPE_CHECKING:
+    from snapllm_dev.preflight.model import ModelProfile
 
 
 def preflight(
@@ -26,6 +30,7 @@ def preflight(
     *,
     region: str | None = None,
     model_init: ModelInit | None = None,
+    model: ModelProfile | None = None,
 ) -> tuple[list[Finding], list[Target]]:
     """Checks every function in ``build_dir`` against ``rules``, for a deploy to ``region`` (when known) of
     a model whose init ``model_init`` describes (when known).
@@ -48,5 +53,5 @@ def preflight(
     for fn in build.functions:
         code = package(fn.path, fn.name) if fn.path else None
         layers = [package(layer.path, layer.name) for layer in fn.layers if layer.path]
-        targets.append(Target(fn, code, layers, region=region, model_init=model_init))
+        targets.append(Target(fn, code, layers, region=region, model_init=model_init, model=model))
     return run_rules(targets, rules), targets

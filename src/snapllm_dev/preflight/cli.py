@@ -18,9 +18,11 @@ import json
 import sys
 from pathlib import Path
 
+from snapllm.engine.settings import EngineSettings
 from snapllm_dev.preflight.arguments import DESCRIPTION, add_arguments
 from snapllm_dev.preflight.checker import preflight
 from snapllm_dev.preflight.errors import PreflightError
+from snapllm_dev.preflight.model import ModelProfile
 from snapllm_dev.preflight.regions import region_of
 from snapllm_dev.preflight.report import render
 from snapllm_dev.preflight.rules import ModelInit
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
             dict(args.parameter_overrides),
             region=region,
             model_init=_model_init(args),
+            model=_model(args),
         )
     except PreflightError as exc:
         # One line, even for a YAML parser's multi-line message.
@@ -54,6 +57,16 @@ def run(args: argparse.Namespace) -> int:
     )
     print(render(findings, targets, zipped=not args.no_zip))
     return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def _model(args: argparse.Namespace) -> ModelProfile | None:
+    if args.model is None:
+        return None
+    n_ctx = args.n_ctx or EngineSettings.model_fields["n_ctx"].default
+    try:
+        return ModelProfile.read(args.model, n_ctx=n_ctx)
+    except (OSError, ValueError) as exc:  # llama.cpp refuses a file that is not a GGUF model with ValueError
+        raise PreflightError(f"--model: {args.model} cannot be read as a GGUF model: {exc}") from None
 
 
 def _model_init(args: argparse.Namespace) -> ModelInit | None:

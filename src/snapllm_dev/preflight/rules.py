@@ -15,12 +15,15 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from snapllm_dev.preflight.elf import format_version, parse_version
 from snapllm_dev.preflight.package import Package
 from snapllm_dev.preflight.regions import region_problems
 from snapllm_dev.preflight.template import Function
+
+if TYPE_CHECKING:  # reading a model needs llama.cpp, which the rules themselves do not
+    from snapllm_dev.preflight.model import ModelProfile
 
 #: Amazon Linux 2023 (the python3.12+ runtimes) ships glibc 2.34.
 MAX_GLIBC = (2, 34)
@@ -138,6 +141,8 @@ class Target:
     region: str | None = None
     #: The init a SnapStart version of a model function runs, when the model is known (``--model``).
     model_init: ModelInit | None = None
+    #: The model itself, when it is known (``--model``): its family, chat checks and memory.
+    model: ModelProfile | None = None
 
     @property
     def packages(self) -> list[Package]:
@@ -419,6 +424,57 @@ def check_init_time(target: Target) -> list[Finding]:
     ]
 
 
+def _model_function(target: Target) -> bool:
+    variables = (target.function.properties.get("Environment") or {}).get("Variables") or {}
+    return MODEL_KEY_VARIABLE in variables
+
+
+def check_model_memory(target: Target) -> list[Finding]:
+    """A model function's memory holds the model: its weights, KV cache, compute buffers and the runtime."""
+    fn, model = target.function, target.model
+    if model is None or not _model_function(target):
+        return []
+    need, have = model.memory_mb, fn.memory
+    parts = (
+        f"{mb(model.size_bytes)} weights + {mb(model.kv_cache_bytes)} KV cache for {model.n_ctx} tokens + "
+        "compute buffers and the runtime"
+    )
+    if need > have:
+        return [
+            _error(
+                fn,
+                f"the model needs about {need} MB ({parts}); the function has {have} MB: set "
+                f"InferenceMemorySize to at least {need} (or lower SNAPLLM_N_CTX, or a smaller quantization)",
+            )
+        ]
+    return [_note(fn, f"the model needs about {need} MB of its {have} MB ({parts})")]
+
+
+def check_model_chat(target: Target) -> list[Finding]:
+    """What the model's family and chat template give a model function: its thinking, its tool-call format,
+    and the requests its template refuses (those get a 400 naming the template's reason)."""
+    model = target.model
+    if model is None or not _model_function(target):
+        return []
+    fn = target.function
+    found = ", ".join(f"{key}: {value}" for key, value in model.family.items())
+    findings = [
+        _note(fn, f"{model.path.name}: {model.architecture}, {found}; chat template: {model.template}")
+    ]
+    if model.template == "none":
+        findings.append(_note(fn, "the model has no chat template: it serves text completions (prompt) only"))
+    if "chat" in model.refusals:
+        findings.append(
+            _error(fn, f"the model's chat template refuses a plain chat: {model.refusals['chat']}")
+        )
+    findings += [
+        _note(fn, f"WARNING requests with {name} will be refused: {reason}")
+        for name, reason in model.refusals.items()
+        if name != "chat"
+    ]
+    return findings
+
+
 RULES: tuple[Rule, ...] = (
     check_elf,
     check_wheels,
@@ -431,6 +487,8 @@ RULES: tuple[Rule, ...] = (
     check_overrides,
     check_region,
     check_init_time,
+    check_model_memory,
+    check_model_chat,
 )
 
 

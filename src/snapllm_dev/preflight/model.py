@@ -1,0 +1,150 @@
+"""What a user's model is, read before it is deployed: its family, chat template, thinking and tool-call
+format, what its template refuses, and the memory it needs.
+
+    profile = ModelProfile.read(Path("model.gguf"), n_ctx=2048)
+    profile.family                 # {"family": "qwen3", "tool_calls": "hermes", ...}
+    profile.refusals               # {"tools": "the model's chat template rejected the messages: ..."}
+    profile.memory_mb              # weights + KV cache + compute buffers + runtime
+
+The template is exercised through snapllm's own renderer (what the function will run), on the requests
+the warm-up and common clients send; the memory is an estimate from the file's shape (see ``memory_mb``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llama_cpp import Llama
+
+from snapllm.errors import RequestError
+from snapllm.protocol.chat import ChatRenderer
+from snapllm.protocol.families import detect_family
+from snapllm.protocol.requests import parse_request
+
+MiB = 1024 * 1024
+#: The Python runtime, snapllm and llama.cpp's own allocations, measured as the RSS of the function with the
+#: 135M model less the model's bytes (about 180 MiB), rounded up.
+RUNTIME_MIB = 256
+#: llama.cpp's compute buffers, as a share of the weights (the graph's activations and the logits), with a
+#: floor: an estimate that errs high.
+COMPUTE_SHARE = 0.10
+COMPUTE_FLOOR_MIB = 64
+
+_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+#: The conversations a deployed model meets first: what its template must render.
+PROBES: dict[str, dict[str, Any]] = {
+    "chat": {"messages": [{"role": "user", "content": "Hello."}]},
+    "system message": {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello."}]
+    },
+    "multi-turn": {
+        "messages": [
+            {"role": "user", "content": "Hello."},
+            {"role": "assistant", "content": "Hi."},
+            {"role": "user", "content": "Bye."},
+        ]
+    },
+    "tools": {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": [_WEATHER]},
+    "tool results": {
+        "messages": [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        ],
+        "tools": [_WEATHER],
+    },
+    "thinking off": {"messages": [{"role": "user", "content": "Hello."}], "reasoning_effort": "none"},
+}
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A GGUF file's family, chat checks and memory, as ``snapllm preflight --model`` reports them."""
+
+    path: Path
+    size_bytes: int
+    architecture: str
+    family: Mapping[str, str]
+    template: str  # "the file's", "the family's (the file has none)" or "none"
+    refusals: Mapping[str, str] = field(default_factory=dict)
+    kv_cache_bytes: int = 0
+    n_ctx: int = 2048
+
+    @classmethod
+    def read(cls, path: Path, *, n_ctx: int) -> ModelProfile:
+        """Read the file's metadata and vocabulary (no weights are loaded) and render the probes."""
+        llama = Llama(model_path=str(path), vocab_only=True, verbose=False)
+        metadata = dict(llama.metadata)
+        vocab = llama._model
+        bos, eos = llama.token_bos(), llama.token_eos()
+        renderer = ChatRenderer.for_model(
+            metadata,
+            vocab.token_get_text(bos) if bos != -1 else "",
+            vocab.token_get_text(eos) if eos != -1 else "",
+        )
+        architecture = str(metadata.get("general.architecture", ""))
+        family = detect_family(renderer.source if renderer else "", architecture=architecture)
+        own = bool(metadata.get("tokenizer.chat_template"))
+        template = "the file's" if own else ("the family's (the file has none)" if renderer else "none")
+        refusals: dict[str, str] = {}
+        for name, body in PROBES.items():
+            if renderer is None:
+                break
+            try:
+                request = parse_request(body)
+                renderer.render(request, family.template_kwargs(request.reasoning_effort))
+            except RequestError as exc:
+                refusals[name] = exc.message
+        return cls(
+            path=path,
+            size_bytes=path.stat().st_size,
+            architecture=architecture,
+            family=family.describe(),
+            template=template,
+            refusals=refusals,
+            kv_cache_bytes=_kv_cache_bytes(metadata, architecture, n_ctx),
+            n_ctx=n_ctx,
+        )
+
+    @property
+    def memory_mb(self) -> int:
+        """The memory the function needs: the weights (one copy, in the memfd the model is loaded from), the
+        KV cache (f16 keys and values for ``n_ctx`` tokens), llama.cpp's compute buffers and the runtime."""
+        compute = max(COMPUTE_FLOOR_MIB * MiB, int(self.size_bytes * COMPUTE_SHARE))
+        total = self.size_bytes + self.kv_cache_bytes + compute + RUNTIME_MIB * MiB
+        return -(-total // MiB)
+
+
+def _kv_cache_bytes(metadata: Mapping[str, str], architecture: str, n_ctx: int) -> int:
+    def number(key: str, default: int = 0) -> int:
+        try:
+            return int(metadata.get(f"{architecture}.{key}", default))
+        except ValueError:
+            return default
+
+    layers = number("block_count")
+    heads = number("attention.head_count", 1) or 1
+    kv_heads = number("attention.head_count_kv", heads) or heads
+    head_size = number("attention.key_length") or number("embedding_length") // heads
+    value_size = number("attention.value_length") or head_size
+    return layers * n_ctx * kv_heads * (head_size + value_size) * 2  # f16

@@ -1,0 +1,95 @@
+"""A user's model of another family behind ``snapllm local serve``, called by the official ``openai`` client:
+tool calls forced through the family's own format (Qwen3's Hermes ``<tool_call>``, Llama 3's JSON,
+gpt-oss's harmony messages) come back as OpenAI ``tool_calls``, whole and streamed, with arguments valid
+for the tool; a reasoning model's thinking comes back as ``reasoning_content``.
+
+Each family's test model has random weights and its real tokenizer and template (``snapllm test-models``):
+what comes back is what the grammar forced, read back through the family's parser.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from tests.support.family_models import family_model
+from tests.support.serve import SERVE_ENV, ServeProcess
+
+CITY = {
+    "type": "object",
+    "properties": {"city": {"enum": ["Paris", "Oslo", "Lima"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": CITY},
+    }
+]
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama3.2", "gpt-oss"])
+def family_server(request):
+    model = family_model(request.param)
+    env = {**SERVE_ENV, "SNAPLLM_MAX_TOKENS": "256"}
+    with ServeProcess.start(env=env, args=["--model", str(model.path)]) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+        yield request.param, client, client.models.list().data[0].id
+
+
+def _check(calls) -> None:
+    # One call, or several (parallel calls are allowed unless refused), each valid for its tool.
+    assert calls
+    for call in calls:
+        assert call.function.name == "get_weather" and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), CITY)
+
+
+def test_a_forced_call_comes_back_in_tool_calls_whole_and_streamed(family_server):
+    _, client, model = family_server
+    common = {"model": model, "messages": MESSAGES, "tools": TOOLS, "max_tokens": 160, "seed": 3}
+    whole = client.chat.completions.create(**common, tool_choice="required")
+    assert whole.choices[0].finish_reason == "tool_calls", whole
+    _check(whole.choices[0].message.tool_calls)
+    named = client.chat.completions.create(
+        **common, tool_choice={"type": "function", "function": {"name": "get_weather"}}
+    )
+    _check(named.choices[0].message.tool_calls)
+    stream = client.chat.completions.create(**common, tool_choice="required", stream=True)
+    names, arguments, finish = {}, {}, None
+    for chunk in stream:
+        for call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            if call.function.name:
+                names[call.index] = call.function.name
+            arguments[call.index] = arguments.get(call.index, "") + (call.function.arguments or "")
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    assert finish == "tool_calls"
+    calls = whole.choices[0].message.tool_calls
+    assert names == {index: "get_weather" for index in range(len(calls))}
+    assert [json.loads(arguments[index]) for index in names] == [
+        json.loads(c.function.arguments) for c in calls
+    ]
+
+
+def test_the_thinking_comes_back_apart_from_the_answer(family_server):
+    family, client, model = family_server
+    if family != "qwen3":
+        pytest.skip("the thinking is forced here for Qwen3, whose answers always open with it")
+    answer = client.chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}},
+        reasoning_effort="minimal",
+        max_tokens=160,
+        seed=3,
+    )
+    message = answer.choices[0].message
+    assert message.reasoning_content  # the SDK keeps the field it does not declare
+    jsonschema.validate(json.loads(message.content), CITY)
+    assert answer.usage.completion_tokens_details.reasoning_tokens >= 64
