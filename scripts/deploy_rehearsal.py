@@ -20,10 +20,16 @@ moto does not play everything; what stands in (each printed when it happens):
   resources, log metric filters, the dashboard and the alarms. The script lists them from the template.
 - `Rules` are not evaluated by moto (`snapllm deploy-check` evaluates them), and no function's init runs
   (no SnapStart snapshot, no model load).
+- API keys (`ApiAuth=KEY`, the default): moto creates the authorizer function and its role, but skips the
+  HTTP API's authorizer, its route and the Function URL with their permissions, so no request reaches the
+  authorizer through them (`snapllm deploy-check` proves that wiring). After the first deploy,
+  `snapllm keys create` writes a key to moto's Parameter Store, and the authorizer's handler runs here with
+  the deployed function's variables, as Lambda would run it with its role: the key is valid, then revoked.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -34,6 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -46,9 +53,12 @@ from moto.cloudformation.custom_model import CustomModel
 from moto.cloudformation.parsing import resource_class_from_type
 from moto.server import ThreadedMotoServer
 
+from snapllm.api_keys.store import ApiKeyEnvironment
+from snapllm.authorizer import KeyAuthorizer
 from snapllm.deploy.version_digest import VersionDigestResource
 from snapllm_dev import sam
 from snapllm_dev.deploycheck.transform import Stack, transformed, translate_document
+from snapllm_dev.keys.manage import StackKeys
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The stack's templates as the SAM transform made them, one per change set `sam deploy` created.
@@ -221,7 +231,7 @@ def _arns(value: Any) -> Any:
     return value
 
 
-def _answer_moto(url: str, body: dict[str, Any]) -> None:
+def _answer_moto(url: str, body: dict[str, Any], *, deadline: float | None = None) -> None:
     """PUT the response as JSON: moto reads a response body only with a JSON content type (CloudFormation's
     pre-signed URL wants none, which is what the function itself sends)."""
     request = urllib.request.Request(
@@ -286,6 +296,44 @@ def _versions(endpoint: str) -> dict[str, list[str]]:
         versions = client.list_versions_by_function(FunctionName=name)["Versions"]
         found[name] = [v["Version"] for v in versions if v["Version"] != "$LATEST"]
     return found
+
+
+def _check_api_keys(endpoint: str) -> int:
+    """The deployed authorizer's variables and role, and its handler on a key made with `snapllm keys`."""
+    lam = boto3.client("lambda", endpoint_url=endpoint, region_name=REGION)
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name=REGION)
+    ssm = boto3.client("ssm", endpoint_url=endpoint, region_name=REGION)
+    [function] = [f for f in lam.list_functions()["Functions"] if "AuthorizerFunction" in f["FunctionName"]]
+    variables = function["Environment"]["Variables"]
+    path = f"/snapllm/{STACK}/api-keys/"
+    role = function["Role"].rsplit("/", 1)[1]
+    statements = []
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        # boto3 decodes IAM's URL-encoded document; moto's comes back as the text of a Python dict.
+        document = ast.literal_eval(urllib.parse.unquote(document)) if isinstance(document, str) else document
+        statements += document["Statement"]
+    print(f"   AuthorizerFunction: {variables}; its role allows " + json.dumps(statements))
+    problems = []
+    if variables.get("SNAPLLM_API_KEY_PARAMETER_PATH") != path:
+        problems.append(f"the authorizer reads keys from {variables.get('SNAPLLM_API_KEY_PARAMETER_PATH')!r}")
+    if [(s["Action"], s["Resource"]) for s in statements] != [
+        ("ssm:GetParameter", f"arn:aws:ssm:{REGION}:123456789012:parameter{path}*")
+    ]:
+        problems.append("the authorizer's role allows more (or other) than reading the key hashes")
+    print("  stand-in: AuthorizerFunction's handler runs here with its deployed variables (no Docker)")
+    authorizer = KeyAuthorizer(ApiKeyEnvironment.from_env(variables).verifier(client=ssm, cache_s=0))
+    keys = StackKeys(STACK, ssm)
+    key, record = keys.create()
+    verdicts = [authorizer.handle({"headers": {"authorization": f"Bearer {key}"}})["context"]]
+    keys.revoke(record.key_id)
+    verdicts.append(authorizer.handle({"headers": {"authorization": f"Bearer {key}"}})["context"])
+    print(f"   a key from `snapllm keys create`: {verdicts[0]}; revoked: {verdicts[1]}")
+    if [v["snapllm_api_key"] for v in verdicts] != ["valid", "invalid"]:
+        problems.append("the authorizer did not accept the created key, then refuse it revoked")
+    for problem in problems:
+        print(f"FAILED: {problem}")
+    return 1 if problems else 0
 
 
 def _report(first: dict[str, list[str]], second: dict[str, list[str]]) -> int:
@@ -353,6 +401,7 @@ def main(argv: list[str]) -> int:
         _sam_deploy(build_dir, endpoint, parameters=parameters)
         first = _versions(endpoint)
         print("   published versions: " + json.dumps(first))
+        keys_failed = _check_api_keys(endpoint)
 
         print("\n2. a one-line change to snapllm's code, then an update deploy")
         with tempfile.TemporaryDirectory(prefix="snapllm-rehearsal-") as scratch:
@@ -363,7 +412,7 @@ def main(argv: list[str]) -> int:
             _sam_deploy(changed, endpoint, parameters=parameters)
         second = _versions(endpoint)
         print("   published versions: " + json.dumps(second))
-        return _report(first, second)
+        return _report(first, second) or keys_failed
     finally:
         server.stop()
 

@@ -273,6 +273,20 @@ class MethodNotAllowedError(RequestError):
         return {"Allow": ", ".join(self.allow)}
 
 
+class InvalidApiKeyError(RequestError):
+    """The request carries no API key, a malformed one, or one this deployment does not know
+    (``ApiAuth=KEY``): OpenAI's 401. The message says which (no key, a malformed header, an incorrect key),
+    never anything of a stored key."""
+
+    status_code = 401
+    code = "invalid_api_key"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # RFC 6750: a 401 names the scheme it wants.
+        return {"WWW-Authenticate": "Bearer"}
+
+
 class HeadersTooLargeError(RequestError):
     """The request's headers are larger than the front door accepts."""
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from snapllm_dev.bench.arguments import add_parser as add_bench
 from snapllm_dev.cost.arguments import add_parser as add_cost
 from snapllm_dev.deploycheck.arguments import add_parser as add_deploy_check
+from snapllm_dev.keys.arguments import add_parser as add_keys
 from snapllm_dev.local.arguments import add_parser as add_local
 from snapllm_dev.local.processes import exit_on_sigterm
 from snapllm_dev.model_push.arguments import add_parser as add_model
@@ -37,6 +38,7 @@ REGISTRARS: list[SubcommandRegistrar] = [
     add_sam_local,
     add_replay,
     add_model,
+    add_keys,
     add_deploy_check,
     add_cost,
     add_test_models,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pydantic.fields import FieldInfo
 
 from snapllm.agent.settings import AgentEnvironment, AgentRoutesEnvironment
+from snapllm.api_keys.store import ApiKeyEnvironment
 from snapllm.environment import EnvironmentSettings
 from snapllm.inference.settings import INFERENCE_ENVIRONMENT
 from snapllm.router.settings import RouterEnvironment
@@ -34,6 +35,7 @@ SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
     ("`StreamFunction`", (StreamingEnvironment,)),
     ("`RouterFunction` and the agent routes it mounts", (RouterEnvironment, AgentRoutesEnvironment)),
     ("`AgentFunction`", (AgentEnvironment,)),
+    ("`AuthorizerFunction` and `StreamFunction` (API keys, `ApiAuth=KEY`)", (ApiKeyEnvironment,)),
 )
 
 
@@ -41,9 +43,10 @@ SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
 #: them with what a running container was given).
 FUNCTION_SETTINGS: dict[str, tuple[type[EnvironmentSettings], ...]] = {
     "InferenceFunction": INFERENCE_ENVIRONMENT,
-    "StreamFunction": (*INFERENCE_ENVIRONMENT, StreamingEnvironment),
+    "StreamFunction": (*INFERENCE_ENVIRONMENT, StreamingEnvironment, ApiKeyEnvironment),
     "RouterFunction": (RouterEnvironment, AgentRoutesEnvironment),
     "AgentFunction": (AgentEnvironment,),
+    "AuthorizerFunction": (ApiKeyEnvironment,),
     # The CloudFormation custom resource reads its input from the resource's properties, not variables.
     "ModelSourceFunction": (),
     "VersionDigestFunction": (),

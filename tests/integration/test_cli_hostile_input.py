@@ -69,6 +69,10 @@ CASES = [
     case("serve-port-not-a-number", *SERVE, "--port", "abc", names="--port"),
     case("serve-port-in-use", *SERVE, "--port", "{busy_port}", names="{busy_port}"),
     case("serve-route-no-equals", *SERVE, "--route", "gpt", names="--route"),
+    case("serve-api-key-with-a-space", *SERVE, "--api-key", "sk a", names="--api-key"),
+    case("serve-api-key-empty", *SERVE, "--api-key", "", names="--api-key"),
+    case("serve-api-keys-file-missing", *SERVE, "--api-keys-file", "{missing}", names="--api-keys-file"),
+    case("serve-api-keys-file-bad-line", *SERVE, "--api-keys-file", "{not_json}", names="--api-keys-file"),
     case("serve-route-not-a-url", *SERVE, "--route", "gpt=localhost:8000", names="--route"),
     case("serve-route-no-name", *SERVE, "--route", "=http://127.0.0.1:1/v1", names="--route"),
     case("serve-fallback-empty", *SERVE, "--fallback", "a=", names="--fallback"),
@@ -247,6 +251,12 @@ CASES = [
         names="AWS_REGION",
         env={**FAKE_KEYS, "AWS_REGION": ""},
     ),
+    # --- keys ----------------------------------------------------------------------------------------------
+    case("keys-no-verb", "keys", names="verb"),
+    case("keys-no-stack", "keys", "create", names="--stack"),
+    case("keys-revoke-no-key", "keys", "revoke", "--stack", "s", names="key"),
+    case("keys-stack-not-a-name", "keys", "list", "--stack", "no/such stack", names="no/such stack"),
+    case("keys-no-credentials", "keys", "list", "--stack", "s", names="credentials"),
     # --- deploy-check, preflight, settings ------------------------------------------------------------------
     case(
         "deploy-check-override",

@@ -14,6 +14,7 @@ import json
 import jsonschema
 import openai
 import pytest
+from llama_cpp import Llama
 
 from tests.support.family_models import family_model
 from tests.support.serve import SERVE_ENV, ServeProcess
@@ -33,13 +34,20 @@ TOOLS = [
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
+# The text that opens a call in each family's format: under "auto", a logit_bias on its first token makes
+# the random weights open a call, and the grammar writes the rest.
+OPENERS = {"qwen3": "<tool_call>", "llama3.2": "{", "gpt-oss": " to"}
+
+
 @pytest.fixture(scope="module", params=["qwen3", "llama3.2", "gpt-oss"])
 def family_server(request):
     model = family_model(request.param)
+    vocab = Llama(model_path=str(model.path), vocab_only=True, verbose=False)
+    opener = vocab.tokenize(OPENERS[request.param].encode(), add_bos=False, special=True)[0]
     env = {**SERVE_ENV, "SNAPLLM_MAX_TOKENS": "256"}
     with ServeProcess.start(env=env, args=["--model", str(model.path)]) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
-        yield request.param, client, client.models.list().data[0].id
+        yield request.param, client, client.models.list().data[0].id, opener
 
 
 def _check(calls) -> None:
@@ -51,7 +59,7 @@ def _check(calls) -> None:
 
 
 def test_a_forced_call_comes_back_in_tool_calls_whole_and_streamed(family_server):
-    _, client, model = family_server
+    _, client, model, _ = family_server
     common = {"model": model, "messages": MESSAGES, "tools": TOOLS, "max_tokens": 160, "seed": 3}
     whole = client.chat.completions.create(**common, tool_choice="required")
     assert whole.choices[0].finish_reason == "tool_calls", whole
@@ -78,7 +86,7 @@ def test_a_forced_call_comes_back_in_tool_calls_whole_and_streamed(family_server
 
 
 def test_the_thinking_comes_back_apart_from_the_answer(family_server):
-    family, client, model = family_server
+    family, client, model, _ = family_server
     if family != "qwen3":
         pytest.skip("the thinking is forced here for Qwen3, whose answers always open with it")
     answer = client.chat.completions.create(
@@ -93,3 +101,30 @@ def test_the_thinking_comes_back_apart_from_the_answer(family_server):
     assert message.reasoning_content  # the SDK keeps the field it does not declare
     jsonschema.validate(json.loads(message.content), CITY)
     assert answer.usage.completion_tokens_details.reasoning_tokens >= 64
+
+
+def test_under_auto_a_call_the_model_opens_comes_back_as_tool_calls(family_server):
+    _, client, model, opener = family_server
+    common = {
+        "model": model,
+        "messages": MESSAGES,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+        "max_tokens": 160,
+        "seed": 3,
+        # Qwen3's thinking off, so the call is the first thing it writes.
+        "reasoning_effort": "none",
+        "logit_bias": {str(opener): 100},
+    }
+    whole = client.chat.completions.create(**common)
+    assert whole.choices[0].finish_reason == "tool_calls", whole
+    _check(whole.choices[0].message.tool_calls)
+    names = {}
+    for chunk in client.chat.completions.create(**common, stream=True):
+        for call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            if call.function.name:
+                names[call.index] = call.function.name
+    assert names and set(names.values()) == {"get_weather"}
+    # Without the bias the random weights write text, which stays text: content, no calls.
+    text = client.chat.completions.create(**{**common, "logit_bias": {}, "max_tokens": 12})
+    assert text.choices[0].message.tool_calls is None or text.choices[0].finish_reason == "tool_calls"

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, local_store
+from snapllm.authorizer import KeyAuthorizer
 from snapllm.inference.client import HttpInferenceClient
 from snapllm.protocol.model_routes import (
     CHAT_INPUT_TOKENS,
@@ -747,3 +749,141 @@ def test_an_event_too_deep_to_decode_is_the_runtimes_unmarshal_error(environment
     assert result.response is None and result.error["errorType"] == "Runtime.UnmarshalError"
     assert result.error["stackTrace"] == []
     assert environment.invoke(GOOD).response["choices"][0]["message"]["content"].strip()
+
+
+# --- Headers with ApiAuth=KEY -----------------------------------------------------------------------------
+
+KEY = "sk-hostile-0123456789abcdef0123"
+# A key of this project's form that another deployment (another realm, another salt) could have made.
+ANOTHER_STACKS_KEY = "sk-snapllm-0a1b2c3d4e5f-" + "Q" * 43
+NO_HEADER = "no-authorization"
+
+
+@dataclass(frozen=True)
+class KeyCase:
+    """A request whose only fault (or none, with 200) is its Authorization header(s): ``authorization`` is
+    each value sent, as raw bytes (a header is not always ASCII)."""
+
+    name: str
+    authorization: tuple[bytes, ...]
+    status: int = 401
+
+    def __str__(self) -> str:
+        return self.name
+
+
+KEY_CASES = [
+    KeyCase(NO_HEADER, ()),
+    KeyCase("bearer-with-no-key", (b"Bearer",)),
+    KeyCase("key-with-no-scheme", (KEY.encode(),)),
+    KeyCase("basic-scheme", (b"Basic dXNlcjpwYXNz",)),
+    KeyCase("lowercase-bearer-wrong-key", (b"bearer sk-wrong",)),
+    KeyCase("wrong-case-key", (f"Bearer {KEY.upper()}".encode(),)),
+    KeyCase("key-with-a-trailing-comma", (f"Bearer {KEY},".encode(),)),
+    KeyCase("two-keys-in-one-header", (f"Bearer {KEY} {KEY}".encode(),)),
+    KeyCase("repeated-header", (f"Bearer {KEY}".encode(), f"Bearer {KEY}".encode())),
+    KeyCase("non-ascii-key", (("Bearer ключ-" + KEY).encode(),)),
+    KeyCase("latin1-key", (b"Bearer \xe9" + KEY.encode(),)),
+    KeyCase("another-stacks-key", (f"Bearer {ANOTHER_STACKS_KEY}".encode(),)),
+    KeyCase("long-authorization", (b"Bearer " + b"k" * 600,)),
+    KeyCase("huge-authorization", (b"Bearer " + b"k" * 12_000,), status=431),
+    # The scheme is case-insensitive (RFC 7235): the right key with a lowercase scheme gets in.
+    KeyCase("lowercase-bearer-right-key", (f"bearer {KEY}".encode(),), status=200),
+]
+
+
+def _keyed_http(url: str, *, stream: bool) -> Callable[[KeyCase], Answer]:
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({**GOOD, "stream": stream}).encode()
+
+    def send(case: KeyCase) -> Answer:
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            connection.putrequest("POST", CHAT, skip_accept_encoding=True)
+            connection.putheader("content-type", "application/json")
+            connection.putheader("content-length", str(len(body)))
+            for value in case.authorization:
+                connection.putheader("authorization", value)
+            connection.endheaders(body)
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            connection.close()
+
+    return send
+
+
+def _keyed_router(environment: Any, keys: Any) -> Callable[[KeyCase], Answer]:
+    """The authorizer and the router as API Gateway chains them: no header, API Gateway's own 401; else the
+    authorizer's verdict in the router's event."""
+    settings = RouterSettings.from_env(
+        {"SNAPLLM_ROUTES": json.dumps({MODEL: "local:InferenceFunction"}), "SNAPLLM_API_AUTH": "KEY"}
+    )
+    router = RouterApp(settings, {MODEL: LocalInferenceClient(environment)})
+    authorizer = KeyAuthorizer(keys)
+
+    def send(case: KeyCase) -> Answer:
+        # API Gateway hands on header values as text, repeated ones joined by commas.
+        values = [value.decode("latin-1") for value in case.authorization]
+        headers = [*JSON.items(), *(("authorization", value) for value in values)]
+        event = http_api_event("POST", CHAT, body=json.dumps(GOOD).encode(), headers=headers)
+        if not values:
+            return 401, {}, b'{"message":"Unauthorized"}'
+        verdict = authorizer.handle({"headers": event["headers"]})
+        event["requestContext"]["authorizer"] = {"lambda": verdict["context"]}
+        result = router.handler(event, LocalContext.create("RouterFunction", timeout_s=30, memory_mb=256))
+        return (
+            result["statusCode"],
+            {k.lower(): v for k, v in result["headers"].items()},
+            result["body"].encode(),
+        )
+
+    return send
+
+
+@pytest.fixture(scope="module")
+def key_entry_points(runtime, environment) -> Iterator[dict[str, Callable[[KeyCase], Answer]]]:
+    keys = ApiKeyVerifier(local_store([KEY]), realm=LOCAL_REALM)
+    with (
+        ServeProcess.start(env=SERVE_ENV, api_key=KEY) as keyed,
+        stream_server(runtime, max_body_bytes=MAX_BODY_BYTES, api_keys=keys) as stream_url,
+    ):
+        yield {
+            "http": _keyed_http(keyed.url, stream=False),
+            "http-stream": _keyed_http(keyed.url, stream=True),
+            "router": _keyed_router(environment, keys),
+            "stream": _keyed_http(stream_url, stream=True),
+        }
+
+
+@pytest.mark.parametrize("entry", ["http", "http-stream", "router", "stream"])
+@pytest.mark.parametrize("case", KEY_CASES, ids=str)
+def test_a_hostile_authorization_header_gets_a_401_before_any_work(key_entry_points, entry, case):
+    status, headers, body = key_entry_points[entry](case)
+    assert status == case.status, body[:300]
+    if status == 200:
+        return
+    if case.name == NO_HEADER and entry in ("http", "router"):
+        # The HTTP API: API Gateway itself refuses a request without the authorizer's identity source.
+        assert json.loads(body) == {"message": "Unauthorized"}
+        return
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert error["code"] == ("invalid_api_key" if status == 401 else "request_header_fields_too_large")
+    assert KEY not in error["message"]  # a refusal never repeats what was sent
+    if status == 401:
+        assert headers.get("www-authenticate") == "Bearer"
+
+
+def test_the_streaming_app_answers_a_cors_preflight_without_a_key_and_nothing_else(runtime):
+    keys = ApiKeyVerifier(local_store([KEY]), realm=LOCAL_REALM)
+    with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES, api_keys=keys) as url:
+        send = _http(url)
+        preflight = {"origin": "https://app.example", "access-control-request-method": "POST"}
+        status, _headers, body = send(Case("preflight", b"", 204, method="OPTIONS", headers=preflight))
+        assert status == 204 and body == b""
+        # An OPTIONS that is no preflight, and LWA's readiness check coming through an invoke, need the key.
+        assert send(Case("options", b"", 401, method="OPTIONS", headers={}))[0] == 401
+        invoked = {"x-amzn-request-context": "{}"}
+        assert send(Case("health", b"", 401, method="GET", path="/health", headers=invoked))[0] == 401
+        assert send(Case("health", b"", 200, method="GET", path="/health", headers={}))[0] == 200

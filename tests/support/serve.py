@@ -82,7 +82,9 @@ class ServeProcess:
         stdout: Any = subprocess.DEVNULL,
         stderr: Any = None,
         args: Sequence[str] = (),
+        api_key: str | None = None,
     ) -> ServeProcess:
+        """``api_key``: serve with ``--api-key`` (ApiAuth=KEY); the readiness probe sends it too."""
         port = free_port()
         command = [
             sys.executable,
@@ -95,7 +97,9 @@ class ServeProcess:
             "-t",
             str(template),
             *args,
+            *(["--api-key", api_key] if api_key else []),
         ]
+        probe = {"authorization": f"Bearer {api_key}"} if api_key else {}
         process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=stderr)
         server = cls(process, port)
         deadline = time.monotonic() + timeout_s
@@ -103,7 +107,7 @@ class ServeProcess:
             if process.poll() is not None:
                 raise LocalServeError(f"snapllm local serve exited with {process.returncode} while starting")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{server.url}/health", headers=probe, timeout=2).status_code == 200:
                     return server
             if time.monotonic() > deadline:
                 server.stop()

@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
@@ -20,9 +21,10 @@ from snapllm_dev.local.s3 import free_port
 
 
 @contextlib.contextmanager
-def stream_server(runtime: InferenceRuntime, *, max_body_bytes: int) -> Iterator[str]:
-    """The app on ``runtime`` served by uvicorn; yields its base URL (``http://127.0.0.1:PORT``)."""
-    app = create_app(runtime, max_body_bytes=max_body_bytes)
+def stream_server(runtime: InferenceRuntime, *, max_body_bytes: int, api_keys: Any = None) -> Iterator[str]:
+    """The app on ``runtime`` served by uvicorn; yields its base URL (``http://127.0.0.1:PORT``). With
+    ``api_keys`` (a verifier) it checks keys as ApiAuth=KEY does."""
+    app = create_app(runtime, max_body_bytes=max_body_bytes, api_keys=api_keys)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

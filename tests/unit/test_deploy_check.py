@@ -116,7 +116,10 @@ def test_each_function_calls_what_its_code_calls():
     template = sam.load(TEMPLATE)
     actions = {fn.name: {call.action for call in aws_calls(fn)} for fn in template.functions}
     assert actions["InferenceFunction"] == {"s3:GetObject"}
-    assert actions["StreamFunction"] == {"s3:GetObject"}  # read from app.py: its handler is run.sh
+    # Read from app.py (its handler is run.sh): the model, and the API keys' records (ApiAuth=KEY).
+    assert actions["StreamFunction"] == {"s3:GetObject", "ssm:GetParameter"}
+    assert actions["AuthorizerFunction"] == {"ssm:GetParameter"}
+    assert "ssm:GetParameter" not in actions["RouterFunction"]  # it reads the authorizer's verdict
     assert {"s3:GetObject", "s3:PutObject", "lambda:InvokeFunction"} <= actions["AgentFunction"]
     assert "lambda:CheckpointDurableExecution" in actions["AgentFunction"]  # the durable SDK's
     # MCP servers: the key of one with bearer auth; a gateway with iam auth, called with signed requests.
@@ -201,3 +204,61 @@ def test_a_variable_the_code_needs_but_the_template_drops_fails_by_name(tmp_path
 @pytest.mark.parametrize("call", [AwsCall("lambda", "Invoke", "m"), AwsCall("s3", "HeadObject", "m")])
 def test_operations_map_to_the_iam_actions_that_authorize_them(call):
     assert call.action == {"Invoke": "lambda:InvokeFunction", "HeadObject": "s3:GetObject"}[call.operation]
+
+
+# --- ApiAuth=KEY and CORS ---------------------------------------------------------------------------------
+
+KEY_HASHES = "parameter/snapllm/${AWS::StackName}/api-keys/*"
+
+
+def test_an_authorizer_that_may_read_more_than_the_key_hashes_fails_by_name(tmp_path):
+    template = variant(tmp_path, KEY_HASHES, "parameter/*", count=2)
+    found = errors(template)
+    assert any("AuthorizerFunction: may read SSM parameters" in e and "parameter/*" in e for e in found)
+    assert any("StreamFunction: may read SSM parameters" in e for e in found)
+
+
+def test_an_authorizer_whose_cache_outlives_the_stream_functions_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        "AuthorizerResultTtlInSeconds: !Ref ApiKeyCacheSeconds",
+        "AuthorizerResultTtlInSeconds: 3600",
+    )
+    assert any(
+        "StreamFunction: keeps key records 300 s, but API Gateway caches verdicts 3600 s" in e
+        for e in errors(template)
+    )
+
+
+def test_a_route_past_the_key_authorizer_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        "AuthorizationType: !If [UseJwtAuth, JWT, !If [UseKeyAuth, CUSTOM, AWS_IAM]]",
+        "AuthorizationType: !If [UseJwtAuth, JWT, AWS_IAM]",
+    )
+    assert any("HttpApiRoute: does not go through the key authorizer" in e for e in errors(template))
+
+
+def test_a_public_function_url_whose_app_checks_no_key_fails_by_name(tmp_path):
+    path = 'SNAPLLM_API_KEY_PARAMETER_PATH: !If [UseKeyAuth, !Sub "/snapllm/${AWS::StackName}/api-keys/", ""]'
+    template = variant(tmp_path, path, 'SNAPLLM_API_KEY_PARAMETER_PATH: ""', count=2)
+    assert any("StreamFunctionUrl: is public, but StreamFunction is not given" in e for e in errors(template))
+    (other := tmp_path / "public").mkdir()
+    public_without_keys = variant(other, "AuthType: !If [UseKeyAuth, NONE, AWS_IAM]", "AuthType: NONE")
+    found = [str(f) for _, fs in check(public_without_keys, {"ApiAuth": "IAM"}, redeploys=False) for f in fs]
+    assert any("public Function URL (AuthType NONE) without ApiAuth=KEY" in e for e in found)
+
+
+def test_cors_without_the_openai_sdk_headers_or_a_preflight_route_fails_by_name(tmp_path):
+    template = variant(tmp_path, "x-stainless-lang,", "", count=2)
+    template.write_text(template.read_text().replace("RouteKey: OPTIONS /{proxy+}", "RouteKey: GET /v1/x"))
+    found = [
+        str(f)
+        for _, fs in check(template, {"CorsAllowedOrigins": "https://app.example"}, redeploys=False)
+        for f in fs
+    ]
+    assert any(
+        "HttpApi: CORS does not allow headers the OpenAI JS SDK sends: x-stainless-lang" in e for e in found
+    )
+    assert any("StreamFunctionUrl: CORS does not allow headers" in e for e in found)
+    assert any("HttpApi: CORS preflights (OPTIONS, no key) would meet the authorizer" in e for e in found)

@@ -675,3 +675,46 @@ def test_a_count_the_completion_would_refuse_is_refused_before_invoking(fake_lam
     status, _, body = call(router, "POST", "/v1/embeddings", {"model": "gpt", "input": "a"})
     assert status == 404 and body["error"]["param"] == "model"
     assert fake_lambda.requests == []
+
+
+# --- ApiAuth=KEY ------------------------------------------------------------------------------------------
+
+
+def _with_verdict(router: RouterApp, verdict: dict | None, method: str = "POST", **headers) -> dict:
+    event = http_api_event(method, "/v1/chat/completions", body=json.dumps(CHAT).encode(), headers=headers)
+    if verdict is not None:
+        event["requestContext"]["authorizer"] = {"lambda": verdict}
+    return router.handler(event, LocalContext.create("RouterFunction", timeout_s=29, memory_mb=256))
+
+
+def test_with_key_auth_only_the_authorizers_valid_verdict_reaches_a_route(fake_lambda):
+    router = make_router(fake_lambda, api_auth="KEY")
+    assert _with_verdict(router, {"snapllm_api_key": "valid", "key_id": "0a1b2c3d4e5f"})["statusCode"] == 200
+    for verdict in (None, {}, {"snapllm_api_key": "invalid", "message": "no API key: ..."}, {"x": "valid"}):
+        refused = _with_verdict(router, verdict)
+        assert refused["statusCode"] == 401 and refused["headers"]["WWW-Authenticate"] == "Bearer"
+        assert json.loads(refused["body"]) == {
+            "error": {
+                # The authorizer's message is passed on only when it is one of its own.
+                "message": "Incorrect API key provided",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        }
+    assert len(fake_lambda.requests) == 1  # nothing refused was invoked
+
+
+def test_a_cors_preflight_gets_204_without_a_key_and_other_options_do_not(fake_lambda):
+    router = make_router(fake_lambda, api_auth="KEY")
+    preflight = {"origin": "https://app.example", "access-control-request-method": "POST"}
+    answer = _with_verdict(router, None, "OPTIONS", **preflight)
+    assert answer["statusCode"] == 204 and answer["body"] == ""
+    assert _with_verdict(router, None, "OPTIONS")["statusCode"] == 401
+    assert (
+        make_router(fake_lambda).handler(  # without keys, a plain OPTIONS is still a 405
+            http_api_event("OPTIONS", "/v1/chat/completions"),
+            LocalContext.create("R", timeout_s=29, memory_mb=256),
+        )["statusCode"]
+        == 405
+    )

@@ -20,7 +20,9 @@ def test_stream_function_runs_under_lambda_web_adapter_with_snapstart_hooks():
     assert env["AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH"] == BEFORE_CHECKPOINT_PATH
     assert env["AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH"] == AFTER_RESTORE_PATH
     assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/health"
-    assert props["FunctionUrlConfig"] == {"AuthType": "AWS_IAM", "InvokeMode": "RESPONSE_STREAM"}
+    url = props["FunctionUrlConfig"]
+    assert url["AuthType"] == {"Fn::If": ["UseKeyAuth", "NONE", "AWS_IAM"]}  # KEY: the app checks keys
+    assert url["InvokeMode"] == "RESPONSE_STREAM" and url["Cors"]["Fn::If"][0] == "HasCors"
     assert props["SnapStart"] == {"ApplyOn": "PublishedVersions"} and props["EphemeralStorage"] == {
         "Size": 512
     }
@@ -76,9 +78,11 @@ def test_router_may_invoke_only_the_routed_aliases_and_the_agent():
     assert props["Timeout"] < 30, "API Gateway gives the integration 30 s"
 
 
-def test_http_api_uses_iam_unless_jwt_is_chosen():
+def test_http_api_takes_api_keys_unless_iam_or_jwt_is_chosen():
     route = resources()["HttpApiRoute"]["Properties"]
-    assert route["AuthorizationType"] == {"Fn::If": ["UseJwtAuth", "JWT", "AWS_IAM"]}
-    assert load_template(TEMPLATE)["Parameters"]["ApiAuth"]["Default"] == "IAM"
+    assert route["AuthorizationType"] == {
+        "Fn::If": ["UseJwtAuth", "JWT", {"Fn::If": ["UseKeyAuth", "CUSTOM", "AWS_IAM"]}]
+    }
+    assert load_template(TEMPLATE)["Parameters"]["ApiAuth"]["Default"] == "KEY"
     integration = resources()["HttpApiIntegration"]["Properties"]
     assert integration["PayloadFormatVersion"] == "2.0" and integration["TimeoutInMillis"] <= 30000

@@ -145,6 +145,8 @@ def test_the_repository_template_functions_by_kind():
         "StreamFunction": Kind.WEB_ADAPTER,
         # The custom resource CloudFormation invokes during a deploy (the version digests).
         "VersionDigestFunction": Kind.DIRECT,
+        # API Gateway's Lambda authorizer (ApiAuth=KEY): invoked with authorizer events, not HTTP API ones.
+        "AuthorizerFunction": Kind.DIRECT,
     }
     assert model_function(template).name == "InferenceFunction"
     router = template.function("RouterFunction").environment

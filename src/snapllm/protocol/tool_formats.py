@@ -66,11 +66,14 @@ class ToolCallFormat:
 
 
 class LlamaJSONToolCalls(ToolCallFormat):
-    """Llama 3.1-3.3's custom tools: ``{"name": ..., "parameters": {...}}`` from the first character (the
-    format its template asks for)."""
+    """Llama 3.1-3.3's custom tools: one ``{"name": ..., "parameters": {...}}`` from the first character, the
+    format its template asks for (it describes no list of calls, so a turn makes one call)."""
 
     name = "llama3-json"
     arguments_key = "parameters"
+
+    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
+        return super().grammar(functions, parallel=False, prefix=prefix)
 
 
 class WrappedJSONToolCalls(ToolCallFormat):

@@ -34,9 +34,11 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
+from snapllm.api_keys import authorizer_verdict
 from snapllm.aws_auth import secret_api_key
 from snapllm.errors import (
     REQUEST_ID_HEADER,
+    HttpResponse,
     InferenceNotReadyError,
     InferenceThrottledError,
     InvalidRequestError,
@@ -113,6 +115,19 @@ STREAMING_HINT = (
 
 def _object_body(raw: str) -> dict[str, Any]:
     return require_object(decode_json(raw))
+
+
+# A CORS preflight answered with no content; API Gateway adds the CORS headers of the API's configuration.
+_PREFLIGHT = HttpResponse(204, {}, "")
+
+
+def _is_preflight(event: dict[str, Any]) -> bool:
+    """A browser's CORS preflight: OPTIONS with an Origin and Access-Control-Request-Method (no key)."""
+    http = (event.get("requestContext") or {}).get("http") or {}
+    headers = event.get("headers") if isinstance(event.get("headers"), dict) else {}
+    return (
+        http.get("method") == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
+    )
 
 
 def _request_id(event: Any, context: Any) -> str:
@@ -220,7 +235,7 @@ class RouterApp:
             self._request.error_type = type(refused).__name__
             result = refused.to_http().to_lambda()
         else:
-            result = self.resolver.resolve(event, context)
+            result = _PREFLIGHT.to_lambda() if _is_preflight(event) else self.resolver.resolve(event, context)
         # OpenAI's header, which clients read as the request's id (the SDKs' ``_request_id``): API Gateway's
         # request id, the correlation id of this request's logs.
         headers = {**(result.get("headers") or {}), REQUEST_ID_HEADER: _request_id(event, context)}
@@ -245,6 +260,10 @@ class RouterApp:
         headers = event.get("headers")
         headers = headers if isinstance(headers, dict) else {}
         check_headers((str(name), str(value)) for name, value in headers.items())
+        # ApiAuth=KEY: the authorizer's verdict before the body is read (a CORS preflight carries no key).
+        if self.settings.api_auth == "KEY" and not _is_preflight(event):
+            authorizer = request.get("authorizer") if isinstance(request, dict) else None
+            authorizer_verdict(authorizer.get("lambda") if isinstance(authorizer, dict) else None)
         body = event.get("body")
         if not body or not isinstance(body, str):
             return

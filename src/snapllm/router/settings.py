@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
@@ -63,6 +63,9 @@ class RouterVariables(Settings):
     """Attempts per inference invoke (throttled invokes are retried)."""
     log_prompts: bool = False
     """Log request bodies (prompts) in the router's logs; prompts may be sensitive."""
+    api_auth: Literal["IAM", "JWT", "KEY"] = "IAM"
+    """How the HTTP API authenticates callers (the template's `ApiAuth`). With `KEY`, every request but a
+    CORS preflight needs the Lambda authorizer's verdict that its key is valid, else OpenAI's 401."""
     service: str = Field("snapllm-router", validation_alias="POWERTOOLS_SERVICE_NAME")
     """Service name of the router's logs, traces and metrics (Powertools)."""
     metrics_namespace: str = Field("snapllm", validation_alias="POWERTOOLS_METRICS_NAMESPACE")

@@ -33,6 +33,8 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from snapllm.api_keys import ApiKeyVerifier
+from snapllm.api_keys.store import ApiKeyEnvironment
 from snapllm.engine.types import Deadline, TokenDelta
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.inference.runtime import InferenceRuntime
@@ -59,6 +61,15 @@ BEFORE_CHECKPOINT_PATH = "/_snapllm/snapstart/before-checkpoint"
 AFTER_RESTORE_PATH = "/_snapllm/snapstart/after-restore"
 # Headers LWA adds to every request it turns an invoke into; LWA's own hook calls carry neither.
 INVOKE_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
+
+
+HOOK_PATHS = frozenset({BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH})
+
+
+def _is_preflight(request: Request) -> bool:
+    """A browser's CORS preflight: OPTIONS with an Origin and Access-Control-Request-Method (no key)."""
+    headers = request.headers
+    return request.method == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
 
 
 def error_response(error: RequestError) -> Response:
@@ -147,8 +158,11 @@ class StreamingApp:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         service: str = DEFAULT_SERVICE,
         metrics_namespace: str = DEFAULT_METRICS_NAMESPACE,
+        api_keys: ApiKeyVerifier | None = None,
     ) -> None:
         self.runtime = runtime
+        #: ApiAuth=KEY: the check of every request's key (None: keys are not checked).
+        self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
         self.service = service
@@ -182,11 +196,26 @@ class StreamingApp:
     async def dispatch(self, request: Request) -> Response:
         try:
             check_headers(request.headers.items())
+            if _is_preflight(request):
+                return Response(status_code=204)  # the Function URL adds the CORS headers
+            await self._check_api_key(request)
             # scope["path"], not request.url.path: URL parsing drops a decoded "\n" or "\t" from the path.
             path = self.route_table.match(request.method, request.scope["path"])
         except RequestError as exc:
             return error_response(exc)
         return await self._endpoints[(request.method, path)](request)
+
+    async def _check_api_key(self, request: Request) -> None:
+        """ApiAuth=KEY: refuse (401) a request without a valid key, before any other work. LWA's own
+        requests (its readiness check and the SnapStart hooks, which no invoke carries) need none."""
+        if self.api_keys is None:
+            return
+        path = request.scope["path"]
+        if not self._from_outside(request) and (path == "/health" or path in HOOK_PATHS):
+            return
+        # Repeated headers joined as API Gateway and Function URLs join them: no key has a comma.
+        values = request.headers.getlist("authorization")
+        await anyio.to_thread.run_sync(self.api_keys.verify, ",".join(values) if values else None)
 
     # --- OpenAI routes ----------------------------------------------------------------------------------
 
@@ -324,4 +353,6 @@ def create_app(runtime: InferenceRuntime, **options: Any) -> StreamingApp:
     options.setdefault("timeout_s", settings.stream_timeout_s)
     options.setdefault("service", settings.service)
     options.setdefault("metrics_namespace", settings.metrics_namespace)
+    if "api_keys" not in options:
+        options["api_keys"] = ApiKeyEnvironment.from_env().verifier()
     return StreamingApp(runtime, **options)

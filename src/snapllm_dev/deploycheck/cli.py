@@ -34,12 +34,23 @@ MODEL_SOURCE_SCENARIO = {
 }
 
 
+#: Parameters under which browsers of one origin may call the API (CORS).
+CORS_SCENARIO = {"CorsAllowedOrigins": "https://app.deploy-check.invalid"}
+
+
 def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
     """The parameter sets to check: as given, and with ModelSource set when the template has it."""
     found = [("as given", overrides)]
     parameters = sam.read(template).get("Parameters") or {}
     if "ModelSource" in parameters and not overrides.get("ModelSource"):
         found.append(("with ModelSource", {**overrides, **MODEL_SOURCE_SCENARIO}))
+    # The API's auth and CORS wiring under each choice the stack offers (check_api_key_wiring, check_cors).
+    if "CorsAllowedOrigins" in parameters and not overrides.get("CorsAllowedOrigins"):
+        found.append(("with CorsAllowedOrigins", {**overrides, **CORS_SCENARIO}))
+    if "ApiAuth" in parameters:
+        for auth in parameters["ApiAuth"].get("AllowedValues") or []:
+            if auth != overrides.get("ApiAuth", parameters["ApiAuth"].get("Default")):
+                found.append((f"with ApiAuth={auth}", {**overrides, "ApiAuth": auth}))
     return found
 
 

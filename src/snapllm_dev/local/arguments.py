@@ -5,6 +5,7 @@ start-up."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from snapllm_dev.argtypes import gguf_file, named_url, number, pair, port, readable_file
@@ -90,6 +91,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default="model",
         help="how the embedding model pools its tokens (default: the GGUF's own pooling type)",
     )
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        type=api_key,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' as ApiAuth=KEY does (repeatable; any text without spaces)",
+    )
+    serve.add_argument(
+        "--api-keys-file",
+        type=readable_file,
+        metavar="FILE",
+        help="like --api-key, for each line of FILE (blank lines and lines starting with # skipped)",
+    )
     serve.set_defaults(implementation="snapllm_dev.local.serve_cli")
 
 
@@ -97,6 +112,15 @@ def embedding_model(text: str) -> tuple[str, Path]:
     """``NAME=FILE``: the name an embedding model is served under and its GGUF file."""
     name, value = pair(text)
     return name, gguf_file(value)
+
+
+def api_key(text: str) -> str:
+    """A key ``snapllm local serve`` takes: what a bearer token may be (RFC 6750), at most 256 characters."""
+    if not re.fullmatch(r"[A-Za-z0-9\-._~+/]{1,256}=*", text):
+        raise argparse.ArgumentTypeError(
+            "takes letters, digits and -._~+/ (a bearer token), at most 256 characters"
+        )
+    return text
 
 
 def fallback(text: str) -> tuple[str, list[str]]:

@@ -5,9 +5,10 @@
 
 One local gateway plays both front doors of a deployment:
 
-- like API Gateway, it turns each request into an HTTP API (payload 2.0) event and calls the HTTP API
-  function's handler (:class:`~snapllm.router.app.RouterApp`, Logger/Tracer/Metrics included), whose
-  inference client invokes an environment of the model function restored from a local snapshot;
+- like API Gateway, it turns each request into an HTTP API (payload 2.0) event, with the key authorizer's
+  verdict when the stack has keys (``ApiAuth=KEY``), and calls the HTTP API function's handler
+  (:class:`~snapllm.router.app.RouterApp`, Logger/Tracer/Metrics included), whose inference client
+  invokes an environment of the model function restored from a local snapshot;
 - like the streaming Function URL with Lambda Web Adapter, it forwards completions with
   ``"stream": true`` to the web-adapter function's ASGI app, which runs under uvicorn in its own process
   (:mod:`snapllm_dev.local.lwa`).
@@ -33,15 +34,17 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
+from snapllm.authorizer import KeyAuthorizer
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, request_id_or_new
 from snapllm.protocol.edge import check_body_size, check_headers, decode_json
 from snapllm.router.events import http_api_event
-from snapllm.streaming.app import AFTER_RESTORE_PATH, BEFORE_CHECKPOINT_PATH, error_response
+from snapllm.streaming.app import HOOK_PATHS, error_response
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.stack import LocalStack
 
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
-HOOK_PATHS = frozenset({BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH})
+# What API Gateway answers itself when a route's authorizer finds no identity source (no Authorization).
+NO_IDENTITY = (401, b'{"message":"Unauthorized"}')
 # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs.
 API_GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024
 _HOP_BY_HOP = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive"})
@@ -53,6 +56,8 @@ class LocalGateway:
     def __init__(self, stack: LocalStack, *, streaming: bool = True) -> None:
         self.router = stack.router
         self.function = stack.router_function
+        # ApiAuth=KEY: the HTTP API's authorizer, played here; streams go to the app, which checks its own.
+        self._authorizer = KeyAuthorizer(stack.api_keys) if stack.api_keys is not None else None
         # One Lambda environment answers one request at a time; the resolver keeps per-request state.
         self._lock = threading.Lock()
         stream = stack.stream if streaming else None
@@ -106,14 +111,24 @@ class LocalGateway:
             query=request.url.query,
             source_ip=request.client.host if request.client else "127.0.0.1",
         )
+        if self._authorizer is not None:
+            authorization = event["headers"].get("authorization")  # repeated headers comma-joined
+            if not authorization:
+                status, content = NO_IDENTITY
+                return Response(content, status_code=status, media_type="application/json")
+            verdict = await anyio.to_thread.run_sync(self._authorizer.handle, {"headers": event["headers"]})
+            event["requestContext"]["authorizer"] = {"lambda": verdict["context"]}
         result = await anyio.to_thread.run_sync(self.invoke_router, event)
         return _http_response(result)
 
     async def _forward(self, request: Request, body: bytes) -> Response:
         assert self._http is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        # Every value of a repeated header goes on (a repeated Authorization must be refused, not collapsed),
+        # as the bytes received: a value need not be ASCII.
+        headers = [(k, v) for k, v in request.headers.raw if k.decode("latin-1") not in _HOP_BY_HOP]
         # LWA marks requests that came through an invoke; the app refuses its hooks to such requests.
-        headers["x-amzn-request-context"] = json.dumps({"http": {"method": "POST", "path": request.url.path}})
+        context = json.dumps({"http": {"method": "POST", "path": request.url.path}})
+        headers.append((b"x-amzn-request-context", context.encode()))
         upstream = self._http.build_request("POST", request.url.path, content=body, headers=headers)
         response = await self._http.send(upstream, stream=True)
         passed = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}

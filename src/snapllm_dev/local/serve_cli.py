@@ -3,6 +3,7 @@
 
 snapllm local serve --port 3000
 # then: OpenAI(base_url="http://127.0.0.1:3000/v1", api_key="local")
+snapllm local serve --api-key sk-local-1    # ApiAuth=KEY: only api_key="sk-local-1" gets in
 snapllm local invoke RouterFunction -e events/router/chat.json
 """
 
@@ -13,12 +14,16 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
+from snapllm.api_keys import local_store
 from snapllm.errors import ConfigurationError, RequestError, SnapllmError
 from snapllm.protocol.edge import decode_json
 from snapllm_dev import sam
 from snapllm_dev.argtypes import port_number
+from snapllm_dev.local.arguments import api_key
 from snapllm_dev.local.durable import with_mcp_servers
 from snapllm_dev.local.gateway import LocalGateway, listen, serve
 from snapllm_dev.local.lifecycle import LocalFunctionError
@@ -42,10 +47,33 @@ def listening_port(given: int | None, environ: Mapping[str, str] = os.environ) -
         raise ConfigurationError(f"PORT {exc}") from None
 
 
+def served_keys(given: list[str], keys_file: Path | None) -> list[str]:
+    """The keys of ``--api-key`` and ``--api-keys-file`` (ConfigurationError naming a bad line)."""
+    keys = list(given)
+    if keys_file is not None:
+        for number, line in enumerate(keys_file.read_text(encoding="utf-8").splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                keys.append(api_key(line))
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigurationError(f"--api-keys-file {keys_file} line {number}: {exc}") from None
+    return keys
+
+
 def run(args: argparse.Namespace) -> int:
     """``snapllm local serve``: exit 2, before anything starts, on an unusable port, template or route."""
     sock = None
+    resources = contextlib.ExitStack()
     try:
+        keys = served_keys(args.api_key, args.api_keys_file)
+        keys_file = None
+        if keys:
+            # The keys' records (salted hashes), for the router's authorizer and the streaming app's process.
+            folder = Path(resources.enter_context(tempfile.TemporaryDirectory(prefix="snapllm-keys-")))
+            keys_file = folder / "api-keys.jsonl"
+            local_store(keys).write(keys_file)
         port = listening_port(args.port)
         try:
             sock = listen(port)
@@ -60,15 +88,17 @@ def run(args: argparse.Namespace) -> int:
             fallbacks=dict(args.fallback),
             agent_overrides=with_mcp_servers({}, args.mcp),
             embedding=_embedding(args),
+            api_keys_file=keys_file,
         )
     except (SnapllmError, OSError, ValueError) as exc:
         if sock is not None:
             sock.close()
+        resources.close()
         print(f"snapllm local serve: {exc}", file=sys.stderr)
         # A function that failed for another reason than its configuration (a download, say) is not a usage
         # error.
         return 1 if isinstance(exc, LocalFunctionError) and not exc.is_configuration_error else 2
-    with sock, stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
+    with resources, sock, stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
         serve(stack, sock)
     return 0
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.agent import routes as agent_routes
+from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, FileKeyStore
 from snapllm.engine.settings import EmbeddingPooling
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, InferenceClient
@@ -72,6 +73,8 @@ class LocalStack(Closing):
     model_function: Function
     model_environment: RestoredEnvironment
     agent: LocalAgent | None
+    #: ApiAuth=KEY: the keys the gateway's authorizer checks (the streaming app checks the same file).
+    api_keys: ApiKeyVerifier | None = None
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     @classmethod
@@ -86,6 +89,7 @@ class LocalStack(Closing):
         fallbacks: Mapping[str, Sequence[str]] | None = None,
         agent_overrides: Mapping[str, str] | None = None,
         embedding: EmbeddingModel | None = None,
+        api_keys_file: Path | None = None,
     ) -> LocalStack:
         """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
         HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
@@ -94,7 +98,12 @@ class LocalStack(Closing):
         ``endpoints`` adds routes to always-on OpenAI-compatible servers (``{"name": "http://host:port/v1"}``)
         beside the model function's; ``fallbacks`` is the router's fallback order over all of them;
         ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...);
-        ``embedding`` adds an embedding model's route."""
+        ``api_keys_file`` (records, :class:`~snapllm.api_keys.FileKeyStore`) plays ``ApiAuth=KEY``: without
+        it nothing is checked, as no SigV4 is locally; ``embedding`` adds an embedding model's route."""
+        api_keys = (
+            ApiKeyVerifier(FileKeyStore.read(api_keys_file), realm=LOCAL_REALM) if api_keys_file else None
+        )
+        auth = "KEY" if api_keys else "IAM"
         router_function = router_function or one_of_kind(template, Kind.HTTP_API)
         durable = of_kind(template, Kind.DURABLE)
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
@@ -108,6 +117,7 @@ class LocalStack(Closing):
             model_fn,
             {**models, **(endpoints or {})},
             fallbacks or {},
+            auth,
         )
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
@@ -132,16 +142,19 @@ class LocalStack(Closing):
                     resources.enter_context(cls._embedding_environment(deployment, model_fn, embedding))
                 )
             router = cls._router(
-                router_function, model, model_fn, client, endpoints or {}, fallbacks or {}, others
+                router_function, model, model_fn, client, endpoints or {}, fallbacks or {}, auth, others
             )
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
-                stream = cls._web_adapter(deployment, web_adapter[0], named)
+                keys = {"SNAPLLM_API_KEYS_FILE": str(api_keys_file or "")}
+                stream = cls._web_adapter(deployment, web_adapter[0], {**named, **keys})
                 resources.callback(stream.stop)
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
-        return cls(router, router_function, stream, model, model_fn, environment, agent, owned)
+        return cls(
+            router, router_function, stream, model, model_fn, environment, agent, api_keys, resources=owned
+        )
 
     @staticmethod
     @contextlib.contextmanager
@@ -169,10 +182,12 @@ class LocalStack(Closing):
         client: LocalInferenceClient,
         endpoints: Mapping[str, str],
         fallbacks: Mapping[str, Sequence[str]],
+        auth: str,
         others: Mapping[str, InferenceClient],
     ) -> RouterApp:
+        locals_ = {name: f"local:{name}" for name in others}
         settings = LocalStack._router_settings(
-            function, model, model_fn, {**{name: f"local:{name}" for name in others}, **endpoints}, fallbacks
+            function, model, model_fn, {**locals_, **endpoints}, fallbacks, auth
         )
         clients: dict[str, InferenceClient] = {model: client, **others}
         for name, url in endpoints.items():
@@ -186,6 +201,7 @@ class LocalStack(Closing):
         model_fn: Function,
         endpoints: Mapping[str, str],
         fallbacks: Mapping[str, Sequence[str]],
+        auth: str,
     ) -> RouterSettings:
         routes = {model: f"local:{model_fn.name}", **endpoints}
         env = function_environment(
@@ -197,6 +213,8 @@ class LocalStack(Closing):
                 "SNAPLLM_FALLBACKS": json.dumps({name: list(order) for name, order in fallbacks.items()}),
                 # The template's default names its own model; locally the model served is the default.
                 "SNAPLLM_DEFAULT_MODEL": model,
+                # KEY with local keys (the gateway plays the authorizer); else nothing checks callers.
+                "SNAPLLM_API_AUTH": auth,
             },
             wired=("SNAPLLM_AGENT_FUNCTION_ARN", "SNAPLLM_AGENT_ARTIFACTS_BUCKET"),
         )
@@ -209,7 +227,12 @@ class LocalStack(Closing):
         env = function_environment(
             function,
             local=deployment.local_values(function),
-            overrides={"SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s), **named},
+            # Keys come from the local file (or none), never from Parameter Store.
+            overrides={
+                "SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s),
+                "SNAPLLM_API_KEY_PARAMETER_PATH": "",
+                **named,
+            },
         )
         return WebAdapterProcess.start(function, env)
 

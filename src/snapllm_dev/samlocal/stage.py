@@ -97,7 +97,7 @@ class SamLocalStage(Closing):
     def start(
         cls, build_dir: Path, *, sam_cli: Path, host: str, logs: Path, arch: str, warm_up: bool = True
     ) -> SamLocalStage:
-        template = sam.load(build_dir / "template.yaml", overrides={"Architecture": arch})
+        template = sam.load(build_dir / "template.yaml", overrides={"Architecture": arch, "ApiAuth": "IAM"})
         roles = Roles.of(template)
         logs.mkdir(parents=True, exist_ok=True)
         remove_orphaned_build_locks()
@@ -117,7 +117,9 @@ class SamLocalStage(Closing):
                 template=overlay,
                 env_vars=env_vars,
                 container_host=host,
-                parameter_overrides={"Architecture": arch},
+                # The router's recorded events carry no authorizer verdict, and SAM plays no Parameter
+                # Store: the functions run as behind IAM, which API Gateway checks before any function.
+                parameter_overrides={"Architecture": arch, "ApiAuth": "IAM"},
                 environment={EXTERNAL_EMULATOR_PORT: str(emulator_port)},
             )
             # The durable emulator must be reachable from SAM (127.0.0.1) and from the agent's container

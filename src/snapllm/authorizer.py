@@ -1,0 +1,55 @@
+"""The HTTP API's Lambda authorizer (``ApiAuth=KEY``): checks ``Authorization: Bearer <key>`` against the key
+hashes in SSM Parameter Store.
+
+``functions/authorizer/app.py`` is the thin handler around this module::
+
+    authorizer = KeyAuthorizer.from_env()    # SNAPLLM_API_KEY_PARAMETER_PATH
+    handler = authorizer.handle
+
+It answers API Gateway in the simple response format (payload 2.0). An HTTP API cannot change the body of
+its own 401 or 403, so the authorizer lets every request through with its verdict in the context
+(``{"snapllm_api_key": "valid", "key_id": ...}`` or ``"invalid"`` with the reason), and the router answers
+an invalid key with OpenAI's 401 error before any other work (:func:`snapllm.api_keys.authorizer_verdict`).
+API Gateway caches each verdict per ``Authorization`` value for the authorizer's TTL, so the authorizer
+itself keeps no cache: a revoked key stops working within that TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from snapllm.api_keys import VALID, VERDICT, ApiKeyVerifier
+from snapllm.api_keys.store import ApiKeyEnvironment
+from snapllm.errors import ConfigurationError, InvalidApiKeyError
+
+logger = logging.getLogger("snapllm.authorizer")
+
+
+class KeyAuthorizer:
+    """The verdict on one HTTP API request's key, for API Gateway."""
+
+    def __init__(self, verifier: ApiKeyVerifier) -> None:
+        self.verifier = verifier
+
+    @classmethod
+    def from_env(cls) -> KeyAuthorizer:
+        """The authorizer over the key store of the environment's variables; API Gateway caches its
+        answers, so records are read on every invoke."""
+        verifier = ApiKeyEnvironment.from_env().verifier(cache_s=0.0)
+        if verifier is None:
+            raise ConfigurationError(
+                "the authorizer needs SNAPLLM_API_KEY_PARAMETER_PATH (or SNAPLLM_API_KEYS_FILE)"
+            )
+        return cls(verifier)
+
+    def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        """Answer one authorizer event (payload 2.0: ``headers`` lower-cased, repeated ones comma-joined)."""
+        headers = event.get("headers") if isinstance(event, dict) else None
+        authorization = headers.get("authorization") if isinstance(headers, dict) else None
+        try:
+            record = self.verifier.verify(authorization)
+        except InvalidApiKeyError as refused:
+            logger.info("API key refused: %s", refused.message)
+            return {"isAuthorized": True, "context": {VERDICT: "invalid", "message": refused.message}}
+        return {"isAuthorized": True, "context": {VERDICT: VALID, "key_id": record.key_id}}
