@@ -23,7 +23,15 @@ from snapllm.errors import (
 from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes import EMBEDDINGS, TOKENIZE, routed_event
 from tests.support.generation import TEST_THREADS
-from tests.support.serve import EMBEDDING_MODEL, MODEL
+from tests.support.paths import TEMPLATE
+from tests.support.serve import (
+    EMBEDDING_LIMITS,
+    EMBEDDING_MODEL,
+    MODEL,
+    SERVE_ENV,
+    ServeProcess,
+    embedding_serve_args,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +173,17 @@ def test_langchain_embeds_documents_and_queries(embedding_server):
     query = embeddings.embed_query(TEXTS[0])
     assert len(documents) == 3 and all(len(d) == 576 for d in documents)
     assert cosine(query, documents[0]) > 0.9999
+
+
+def test_with_an_api_key_the_sdk_embeds_and_a_wrong_key_gets_401(model_path):
+    key = "sk-embeddings-0123456789abcdef"
+    args = [*embedding_serve_args(model_path), "--no-stream"]
+    with ServeProcess.start(
+        template=TEMPLATE, env={**SERVE_ENV, **EMBEDDING_LIMITS}, api_key=key, args=args
+    ) as keyed:
+        sdk = openai.OpenAI(base_url=keyed.base_url, api_key=key, max_retries=0, timeout=120)
+        answer = sdk.embeddings.create(model=EMBEDDING_MODEL, input=TEXTS[:2])
+        assert [len(e.embedding) for e in answer.data] == [576, 576]
+        wrong = openai.OpenAI(base_url=keyed.base_url, api_key=key + "x", max_retries=0, timeout=120)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.embeddings.create(model=EMBEDDING_MODEL, input="x")
