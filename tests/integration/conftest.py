@@ -1,6 +1,7 @@
 """Fixtures the integration modules share: the model loaded in this process, the InferenceFunction
-restored from its local snapshot, the inference runtime, the agent over it, ``snapllm local serve`` with
-an OpenAI client on it, and llama-cpp-python's server as an always-on endpoint.
+restored from its local snapshot (also as an embedding model), the inference runtime, the agent over it,
+``snapllm local serve`` with an OpenAI client on it (also serving an embedding model), and
+llama-cpp-python's server as an always-on endpoint.
 
 Each is module-scoped (a loaded model costs seconds), and a module sets its own limits by overriding the
 fixture that holds them: ``inference_overrides`` for the function and the runtime, ``serve_overrides`` for
@@ -27,7 +28,14 @@ from snapllm_dev.local.session import LocalDeployment
 from tests.support.generation import TEST_THREADS, serving_over
 from tests.support.llama_server import start_llama_cpp_server
 from tests.support.paths import TEMPLATE
-from tests.support.serve import SERVE_ENV, ServeProcess, shared_server
+from tests.support.serve import (
+    EMBEDDING_FUNCTION_ENV,
+    EMBEDDING_LIMITS,
+    SERVE_ENV,
+    ServeProcess,
+    embedding_serve_args,
+    shared_server,
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +68,27 @@ def environment(
         function.snapshot()
         with function.restore() as restored:
             yield restored
+
+
+@pytest.fixture(scope="module")
+def embedding_environment(deployment: LocalDeployment) -> Iterator[RestoredEnvironment]:
+    """The InferenceFunction restored with the packaged model loaded as an embedding model (mean pooling)
+    named :data:`~tests.support.serve.EMBEDDING_MODEL`, as an embedding model's own function runs."""
+    with deployment.function("InferenceFunction", **EMBEDDING_FUNCTION_ENV) as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as restored:
+            yield restored
+
+
+@pytest.fixture(scope="module")
+def embedding_server(model_path) -> Iterator[ServeProcess]:
+    """``snapllm local serve`` with the packaged model as the chat model and, beside it, as the embedding
+    model :data:`~tests.support.serve.EMBEDDING_MODEL` (mean pooling)."""
+    with ServeProcess.start(
+        template=TEMPLATE, env={**SERVE_ENV, **EMBEDDING_LIMITS}, args=embedding_serve_args(model_path)
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

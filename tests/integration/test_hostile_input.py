@@ -23,13 +23,20 @@ import pytest
 from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, local_store
 from snapllm.authorizer import KeyAuthorizer
 from snapllm.inference.client import HttpInferenceClient
+from snapllm.protocol.model_routes import (
+    CHAT_INPUT_TOKENS,
+    DETOKENIZE,
+    EMBEDDINGS,
+    ROUTED_PATHS,
+    TOKENIZE,
+)
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
 from tests.support.hostile_schemas import HOSTILE
-from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import EMBEDDING_MODEL, MODEL, SERVE_ENV, ServeProcess
 from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow
@@ -40,6 +47,7 @@ COMPLETIONS = "/v1/completions"
 JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
 GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
+GOOD_EMBEDDING = {"model": EMBEDDING_MODEL, "input": ["Say hi.", "Say bye."]}
 MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
 CALLING = {
     "role": "assistant",
@@ -79,6 +87,20 @@ def raw_response(extra: str) -> bytes:
     return b'{"input": "Say hi.", "max_output_tokens": 4, ' + extra.encode() + b"}"
 
 
+def embed_with(**fields: Any) -> bytes:
+    return json.dumps({**GOOD_EMBEDDING, **fields}).encode()
+
+
+def raw_embed(extra: str) -> bytes:
+    """An embeddings body with ``extra`` (raw JSON text) spliced in as one more field."""
+    return b'{"model": "' + EMBEDDING_MODEL.encode() + b'", "input": "hi", ' + extra.encode() + b"}"
+
+
+def raw_tokens(number: str) -> bytes:
+    """A detokenize body whose one id is ``number`` (raw JSON text)."""
+    return b'{"tokens": [' + number.encode() + b"]}"
+
+
 def raw_chat(extra: str) -> bytes:
     """A chat body with ``extra`` (raw JSON text, possibly not JSON at all) spliced in as one more field."""
     return b'{"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, ' + extra.encode() + b"}"
@@ -102,6 +124,8 @@ class Case:
 
 HTTP_ONLY = frozenset({"invoke"})
 ALWAYS_ON = frozenset({"router-always-on"})
+# Refused by the embedding model itself: the streaming app, which serves the chat model, answers 404.
+EMBEDDING_MODEL_ONLY = frozenset({"stream"})
 NOT_JSON = frozenset({"invoke"})
 AGENT = frozenset(
     {"router", "router-always-on", "stream", "invoke"}
@@ -466,6 +490,99 @@ CASES = [
     ),
     Case("agent-run-id-newline", b"", 404, method="GET", path="/v1/agent/runs/run-1%0A", skip=AGENT),
     Case("agent-get-on-start", b"", 405, method="GET", path="/v1/agent/runs", skip=AGENT),
+    # The token routes (a direct invoke gets them as routed events).
+    Case("tokenize-content-number", json.dumps({"content": 5}).encode(), path=TOKENIZE),
+    Case("tokenize-no-content", json.dumps({"with_pieces": True}).encode(), path=TOKENIZE),
+    Case("tokenize-flag-string", json.dumps({"content": "x", "add_special": "yes"}).encode(), path=TOKENIZE),
+    Case("tokenize-surrogate", json.dumps({"content": "\ud800"}).encode(), path=TOKENIZE),
+    Case(
+        "tokenize-unknown-model", json.dumps({"content": "x", "model": "gpt-4o"}).encode(), 404, path=TOKENIZE
+    ),
+    # Refused by the model function itself (llama-cpp-python's server has no /tokenize to refuse them).
+    Case(
+        "tokenize-huge-content",
+        json.dumps({"content": "a" * 40_000}).encode(),
+        path=TOKENIZE,
+        skip=frozenset({"router-always-on"}),
+    ),
+    Case(
+        "detokenize-id-past-the-vocabulary",
+        json.dumps({"tokens": [1, 10**9]}).encode(),
+        path=DETOKENIZE,
+        skip=frozenset({"router-always-on"}),
+    ),
+    Case(
+        "detokenize-negative-id",
+        json.dumps({"tokens": [-1]}).encode(),
+        path=DETOKENIZE,
+        skip=frozenset({"router-always-on"}),
+    ),
+    # More ids than a detokenize takes do not fit an HTTP body under the configured limit.
+    Case(
+        "detokenize-too-many-ids",
+        json.dumps({"tokens": [0] * 40_000}).encode(),
+        path=DETOKENIZE,
+        skip=frozenset({"http", "router", "router-always-on", "stream"}),
+    ),
+    Case("detokenize-id-string", json.dumps({"tokens": ["1"]}).encode(), path=DETOKENIZE),
+    Case("detokenize-id-float", json.dumps({"tokens": [1.5]}).encode(), path=DETOKENIZE),
+    Case("detokenize-tokens-object", json.dumps({"tokens": {"0": 1}}).encode(), path=DETOKENIZE),
+    Case("detokenize-huge-id", raw_tokens("9" * 5000), path=DETOKENIZE, skip=NOT_JSON),
+    Case("detokenize-array-body", b"[1, 2]", path=DETOKENIZE),
+    Case("detokenize-get", b"", 405, method="GET", path=DETOKENIZE, skip=HTTP_ONLY),
+    Case("count-messages-string", chat_with(messages="hi"), path=CHAT_INPUT_TOKENS),
+    Case("count-max-tokens-string", chat_with(max_tokens="4"), path=CHAT_INPUT_TOKENS),
+    Case("count-max-tokens-over-the-limit", chat_with(max_tokens=10_000), path=CHAT_INPUT_TOKENS),
+    # Embeddings, sent to the embedding model (the streaming app serves the chat model only: it cannot take
+    # what only the embedding model refuses).
+    Case("embeddings-input-number", embed_with(input=5), path=EMBEDDINGS),
+    Case("embeddings-input-null", embed_with(input=None), path=EMBEDDINGS),
+    Case("embeddings-input-object", embed_with(input={"text": "hi"}), path=EMBEDDINGS),
+    Case("embeddings-text-and-tokens-mixed", embed_with(input=["a", [1, 2]]), path=EMBEDDINGS),
+    Case("embeddings-nested-token-arrays", embed_with(input=[[[1]]]), path=EMBEDDINGS),
+    Case("embeddings-float-token", embed_with(input=[1.5]), path=EMBEDDINGS),
+    Case("embeddings-format-unknown", embed_with(encoding_format="int8"), path=EMBEDDINGS),
+    Case("embeddings-dimensions-string", embed_with(dimensions="8"), path=EMBEDDINGS),
+    Case("embeddings-dimensions-zero", embed_with(dimensions=0), path=EMBEDDINGS),
+    Case("embeddings-unknown-field", embed_with(inputs=["a"]), path=EMBEDDINGS),
+    Case("embeddings-surrogate", embed_with(input=["\ud800"]), path=EMBEDDINGS),
+    Case("embeddings-huge-number", raw_embed('"dimensions": ' + "9" * 5000), path=EMBEDDINGS, skip=NOT_JSON),
+    Case("embeddings-array-body", json.dumps([GOOD_EMBEDDING]).encode(), path=EMBEDDINGS),
+    Case("embeddings-get", b"", 405, method="GET", path=EMBEDDINGS, skip=HTTP_ONLY),
+    Case("embeddings-empty-list", embed_with(input=[]), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case("embeddings-empty-string", embed_with(input=""), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case(
+        "embeddings-empty-token-array",
+        embed_with(input=[[1], []]),
+        path=EMBEDDINGS,
+        skip=EMBEDDING_MODEL_ONLY,
+    ),
+    Case(
+        "embeddings-too-many-inputs", embed_with(input=["a"] * 65), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY
+    ),
+    Case(
+        "embeddings-too-many-tokens",
+        embed_with(input=["word " * 60] * 40),
+        path=EMBEDDINGS,
+        skip=EMBEDDING_MODEL_ONLY,
+    ),
+    Case("embeddings-huge-input", embed_with(input="a" * 40_000), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case(
+        "embeddings-id-past-the-vocabulary",
+        embed_with(input=[[1, 10**9]]),
+        path=EMBEDDINGS,
+        skip=EMBEDDING_MODEL_ONLY,
+    ),
+    Case("embeddings-negative-id", embed_with(input=[-1]), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY),
+    Case(
+        "embeddings-dimensions-refused", embed_with(dimensions=8), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY
+    ),
+    Case(
+        "count-prompt-past-the-context",
+        chat_with(messages=[{"role": "user", "content": "word " * 3000}]),
+        path=CHAT_INPUT_TOKENS,
+        skip=frozenset({"router-always-on"}),
+    ),
 ]
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -499,16 +616,18 @@ def inference_overrides() -> dict[str, str]:
     return {"SNAPLLM_MAX_TOKENS": "16"}
 
 
-def _router_entry(environment: Any, endpoint: str | None = None) -> EntryPoint:
+def _router_entry(environment: Any, embedding: Any, endpoint: str | None = None) -> EntryPoint:
     settings = RouterSettings.from_env(
         {
-            "SNAPLLM_ROUTES": json.dumps({MODEL: endpoint or "local:InferenceFunction"}),
+            "SNAPLLM_ROUTES": json.dumps(
+                {MODEL: endpoint or "local:InferenceFunction", EMBEDDING_MODEL: "local:embedding"}
+            ),
             "SNAPLLM_MAX_TOKENS": "16",
             "SNAPLLM_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         }
     )
     client = HttpInferenceClient(endpoint) if endpoint else LocalInferenceClient(environment)
-    router = RouterApp(settings, {MODEL: client})
+    router = RouterApp(settings, {MODEL: client, EMBEDDING_MODEL: LocalInferenceClient(embedding)})
 
     def send(case: Case) -> Answer:
         # The path arrives percent-decoded in the event, as API Gateway decodes it.
@@ -524,10 +643,14 @@ def _router_entry(environment: Any, endpoint: str | None = None) -> EntryPoint:
     return send
 
 
-def _invoke_entry(environment: Any) -> EntryPoint:
+def _invoke_entry(environment: Any, embedding: Any) -> EntryPoint:
     def send(case: Case) -> Answer:
-        # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does.
-        result = environment.invoke_json(case.body)
+        # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does; a
+        # route other than the completions' gets its body as a routed event.
+        payload = case.body
+        if case.path in ROUTED_PATHS:
+            payload = b'{"route": ' + json.dumps(case.path).encode() + b', "body": ' + payload + b"}"
+        result = (embedding if case.path == EMBEDDINGS else environment).invoke_json(payload)
         assert result.error is None, result.error  # an unhandled exception: Lambda would report it as such
         response = dict(result.response)
         return response.pop("statusCode", 200), {}, json.dumps(response).encode()
@@ -536,14 +659,16 @@ def _invoke_entry(environment: Any) -> EntryPoint:
 
 
 @pytest.fixture(scope="module")
-def entry_points(runtime, environment, server, always_on_endpoint) -> Iterator[dict[str, EntryPoint]]:
+def entry_points(
+    runtime, environment, embedding_environment, embedding_server, always_on_endpoint
+) -> Iterator[dict[str, EntryPoint]]:
     with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES) as stream_url:
         yield {
-            "http": _http(server.url),
-            "router": _router_entry(environment),
-            "router-always-on": _router_entry(environment, always_on_endpoint),
+            "http": _http(embedding_server.url),
+            "router": _router_entry(environment, embedding_environment),
+            "router-always-on": _router_entry(environment, embedding_environment, always_on_endpoint),
             "stream": _http(stream_url),
-            "invoke": _invoke_entry(environment),
+            "invoke": _invoke_entry(environment, embedding_environment),
         }
 
 
@@ -592,6 +717,15 @@ def test_a_good_response_succeeds_after_the_table(entry_points, entry):
     answer = json.loads(body)
     assert answer["object"] == "response" and answer["output"][0]["content"][0]["text"].strip()
     assert answer["usage"]["output_tokens"] >= 1
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if e != "stream"])
+def test_good_embeddings_succeed_after_the_table(entry_points, entry):
+    good = Case("good-embeddings", json.dumps(GOOD_EMBEDDING).encode(), 200, path=EMBEDDINGS)
+    status, _headers, body = entry_points[entry](good)
+    assert status == 200, body[:300]
+    answer = json.loads(body)
+    assert [len(item["embedding"]) for item in answer["data"]] == [576, 576]
 
 
 def test_a_client_that_leaves_mid_upload_leaves_no_traceback(tmp_path):

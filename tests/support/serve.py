@@ -41,6 +41,22 @@ SERVE_ENV = {
     "SNAPLLM_AGENT_ANSWER_MAX_TOKENS": "16",
 }
 MODEL = "smollm2-135m-instruct"
+#: The packaged model served as an embedding model (mean pooling) beside the chat model.
+EMBEDDING_MODEL = "smollm2-embedding"
+#: An embedding model's request limits in the tests: room for 32 short texts, little more.
+EMBEDDING_LIMITS = {"SNAPLLM_MAX_EMBEDDING_INPUTS": "64", "SNAPLLM_MAX_EMBEDDING_TOKENS": "2048"}
+#: The variables of a model function that serves the packaged model as that embedding model.
+EMBEDDING_FUNCTION_ENV = {
+    "SNAPLLM_THREADS": TEST_THREADS,
+    "SNAPLLM_EMBEDDING_POOLING": "mean",
+    "SNAPLLM_MODEL_NAME": EMBEDDING_MODEL,
+    **EMBEDDING_LIMITS,
+}
+
+
+def embedding_serve_args(model_path: Path) -> list[str]:
+    """``snapllm local serve``'s arguments that serve ``model_path`` as :data:`EMBEDDING_MODEL`."""
+    return ["--embedding-model", f"{EMBEDDING_MODEL}={model_path}", "--embedding-pooling", "mean"]
 
 
 class ServeProcess:
@@ -120,4 +136,13 @@ def shared_server() -> ServeProcess:
     return _server
 
 
-__all__ = ["MODEL", "SERVE_ENV", "ServeProcess", "shared_server"]
+__all__ = [
+    "EMBEDDING_FUNCTION_ENV",
+    "EMBEDDING_LIMITS",
+    "EMBEDDING_MODEL",
+    "MODEL",
+    "SERVE_ENV",
+    "ServeProcess",
+    "embedding_serve_args",
+    "shared_server",
+]

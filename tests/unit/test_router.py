@@ -654,6 +654,29 @@ def test_a_body_that_is_not_an_object_is_a_400_not_a_request(fake_lambda, body):
     assert fake_lambda.requests == [], "nothing was invoked"
 
 
+def test_embeddings_and_token_routes_invoke_the_model_with_a_routed_event(fake_lambda):
+    router = make_router(fake_lambda)
+    answer = {"object": "list", "data": [], "model": MODEL, "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+    fake_lambda.replies = [("ok", answer), ("ok", {"tokens": [1, 2]})]
+    status, _, body = call(router, "POST", "/v1/embeddings", {"model": MODEL, "input": ["a", "b"]})
+    assert status == 200 and body == answer
+    status, _, body = call(router, "POST", "/tokenize", {"content": "hi"})  # no model: the default one
+    assert status == 200 and body == {"tokens": [1, 2]}
+    assert [r["payload"] for r in fake_lambda.requests] == [
+        {"route": "/v1/embeddings", "body": {"model": MODEL, "input": ["a", "b"]}},
+        {"route": "/tokenize", "body": {"content": "hi"}},
+    ]
+
+
+def test_a_count_the_completion_would_refuse_is_refused_before_invoking(fake_lambda):
+    router = make_router(fake_lambda)
+    status, _, body = call(router, "POST", "/v1/chat/completions/input_tokens", {**CHAT, "max_tokens": 65})
+    assert status == 400 and body["error"]["param"] == "max_tokens"
+    status, _, body = call(router, "POST", "/v1/embeddings", {"model": "gpt", "input": "a"})
+    assert status == 404 and body["error"]["param"] == "model"
+    assert fake_lambda.requests == []
+
+
 # --- ApiAuth=KEY ------------------------------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
@@ -11,6 +13,7 @@ from moto import mock_aws
 from snapllm.aws_auth import secret_api_key
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, LambdaInferenceClient, is_endpoint
+from snapllm.protocol.model_routes import CHAT_INPUT_TOKENS, DETOKENIZE, EMBEDDINGS, TOKENIZE, routed_event
 from snapllm.router.app import RouterApp
 from snapllm.router.settings import RouterSettings
 
@@ -59,3 +62,52 @@ def test_from_env_builds_a_client_per_target_kind(monkeypatch):
     endpoint = router.clients["smollm2-always-on"]
     assert isinstance(endpoint, HttpInferenceClient)
     assert endpoint.base_url == "https://llm.internal.example/v1" and endpoint._api_key == "sk-test"
+
+
+class _RecordingEndpoint(ThreadingHTTPServer):
+    """Plays an always-on llama-server (not built on test machines): records each request's path and body,
+    and answers every POST with ``{"ok": true}``."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Recorder)
+        self.requests: list[tuple[str, dict]] = []
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    server: _RecordingEndpoint
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.requests.append((self.path, body))
+        answer = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("route", "path"),
+    [
+        (EMBEDDINGS, "/v1/embeddings"),
+        (TOKENIZE, "/tokenize"),
+        (DETOKENIZE, "/detokenize"),
+        (CHAT_INPUT_TOKENS, "/v1/chat/completions/input_tokens"),
+    ],
+)
+def test_an_endpoint_gets_routed_events_at_llama_servers_paths_with_the_body_alone(route, path):
+    endpoint = _RecordingEndpoint()
+    thread = threading.Thread(target=endpoint.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = HttpInferenceClient(f"http://127.0.0.1:{endpoint.server_port}/v1")
+        assert client.invoke(routed_event(route, {"input": "x"})) == {"ok": True}
+        assert client.invoke({"messages": []}) == {"ok": True}
+    finally:
+        endpoint.shutdown()
+        endpoint.server_close()
+    assert endpoint.requests == [(path, {"input": "x"}), ("/v1/chat/completions", {"messages": []})]

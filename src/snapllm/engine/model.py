@@ -18,7 +18,7 @@ import codecs
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import llama_cpp.llama_cpp as low_level
@@ -332,6 +332,11 @@ class Engine:
         """``text`` as tokens; with ``special``, control tokens written in it (``<|im_start|>``) are parsed
         as such, else they are text like any other."""
         return self._llama.tokenize(text.encode(), add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        """The bytes ``tokens`` stand for, control tokens written as their text; each id must be below
+        :attr:`n_vocab` (llama.cpp reads past its vocabulary otherwise)."""
+        return self._llama.detokenize(list(tokens), special=True)
 
     def control_tokens(self) -> frozenset[str]:
         """The text of every control token: text that must never turn into one (read once)."""

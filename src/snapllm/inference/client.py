@@ -40,6 +40,7 @@ from snapllm.errors import (
     error_from_body,
 )
 from snapllm.inference.deadline import CALLER_DEADLINE_KEY
+from snapllm.protocol.model_routes import ROUTE_KEY
 
 # Errors only AWS produces for a version that cannot take invokes for now: a SnapStart version that is
 # being optimised or was left uninvoked for 14 days (then re-optimised), a restore that overran its 10 s,
@@ -155,19 +156,14 @@ class HttpInferenceClient:
         self._read_timeout_s = read_timeout_s
 
     def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        # A Responses request goes to the endpoint's own /responses: it must serve that route itself.
-        path = (
-            "/responses"
-            if "input" in payload
-            else "/chat/completions"
-            if "messages" in payload
-            else "/completions"
-        )
+        url = self._url(payload)
+        if ROUTE_KEY in payload:
+            payload = payload["body"]
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         request = urllib.request.Request(
-            self.base_url + path, data=json.dumps(payload).encode(), headers=headers, method="POST"
+            url, data=json.dumps(payload).encode(), headers=headers, method="POST"
         )
         timeout = self._read_timeout_s
         if deadline is not None:
@@ -194,6 +190,19 @@ class HttpInferenceClient:
                 "the model's endpoint answered with something that is not JSON"
             ) from exc
         return checked_response(body)
+
+    def _url(self, payload: dict[str, Any]) -> str:
+        """Where the endpoint serves ``payload``: a routed event's route (``/v1/...`` under the base URL,
+        llama-server's ``/tokenize`` and ``/detokenize`` at its root), else the completion's kind."""
+        route = payload.get(ROUTE_KEY)
+        if isinstance(route, str):
+            if route.startswith("/v1/"):
+                return self.base_url + route.removeprefix("/v1")
+            return self.base_url.removesuffix("/v1") + route
+        # A Responses request goes to the endpoint's own /responses: it must serve that route itself.
+        if "input" in payload:
+            return self.base_url + "/responses"
+        return self.base_url + ("/chat/completions" if "messages" in payload else "/completions")
 
     @staticmethod
     def _status_error(status: int, raw: bytes) -> InferenceInvokeError | RequestError:

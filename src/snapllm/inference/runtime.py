@@ -24,34 +24,75 @@ from typing import Any
 
 from snapshot_restore_py import register_after_restore, register_before_snapshot
 
+from snapllm.engine.embedding import EmbeddingEngine
 from snapllm.engine.loader import DownloadStats, S3ModelLoader
 from snapllm.engine.model import Engine
 from snapllm.engine.prefault import PrefaultStats, prefault
 from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
+from snapllm.protocol.model_routes import EMBEDDINGS, ModelRoutes, routed_event, split_event
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
 
 logger = logging.getLogger("snapllm.inference")
+#: The texts an embedding model's before-snapshot warm-up embeds, in one batch.
+EMBEDDING_WARMUP = ("Hello.", "A second, longer text to embed alongside the first one.")
 
 
 class InferenceRuntime:
     """One loaded model and the hooks and handler around it."""
 
-    def __init__(self, engine: Engine, settings: InferenceSettings, *, download: DownloadStats) -> None:
+    def __init__(
+        self, engine: Engine | EmbeddingEngine, settings: InferenceSettings, *, download: DownloadStats
+    ) -> None:
         self.engine = engine
         self.settings = settings
-        self.serving = OpenAIServing(
-            engine, max_tokens=settings.serving.max_tokens, max_prompt_chars=settings.serving.max_prompt_chars
+        limits = settings.serving
+        self.model_name = engine.model_name
+        # A text model serves the completions; an embedding model, the embeddings. Both serve their tokens.
+        self._serving: OpenAIServing | None = None
+        self.embeddings: EmbeddingServing | None = None
+        if isinstance(engine, EmbeddingEngine):
+            self.embeddings = EmbeddingServing(
+                engine,
+                limits=EmbeddingLimits(
+                    max_inputs=limits.max_embedding_inputs,
+                    max_tokens=limits.max_embedding_tokens,
+                    max_input_chars=limits.max_prompt_chars,
+                    truncatable=limits.embedding_truncatable,
+                ),
+            )
+        else:
+            self._serving = OpenAIServing(
+                engine, max_tokens=limits.max_tokens, max_prompt_chars=limits.max_prompt_chars
+            )
+        self.routes = ModelRoutes(
+            model_name=engine.model_name,
+            vocabulary=engine,
+            serving=self._serving,
+            embeddings=self.embeddings,
+            max_chars=limits.max_prompt_chars,
         )
         self.download = download
         self.environment_id = uuid.uuid4().hex
         self.restores = 0
         self._first_invoke_pending = True
         self.last_prefault: PrefaultStats | None = None
+
+    @property
+    def serving(self) -> OpenAIServing:
+        """The completions of a text model; an embedding model refuses them with a 400."""
+        if self._serving is None:
+            raise UnsupportedParameterError(
+                f"{self.model_name} is an embedding model: it serves /v1/embeddings, /tokenize and "
+                "/detokenize, not completions",
+                param="model",
+            )
+        return self._serving
 
     @classmethod
     def initialize(
@@ -65,7 +106,8 @@ class InferenceRuntime:
                 model = loader.load(settings.model)
             with model, phases.measure("model_load"):
                 # llama.cpp maps the memfd; the mapping outlives the fd, so the weights stay resident once.
-                engine = Engine.load(
+                load = EmbeddingEngine.load if settings.engine.embedding_pooling else Engine.load
+                engine = load(
                     model.path,
                     settings.engine,
                     model_name=settings.model.name,
@@ -91,19 +133,28 @@ class InferenceRuntime:
 
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
-        bodies = self.serving.warm_up_bodies(max(1, self.settings.serving.warmup_tokens))
-        for refusal in self.serving.warm_up_refusals:
-            logger.warning("warm-up path refused by the model's chat template", extra={"refusal": refusal})
         with phases.measure("warm_up"):
-            # Through the handler first, so decoding, validation, rendering and logging have run once too.
-            for body in bodies:
-                answer = self.handle(dict(body), None)
-                if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
-                    raise ServerError(f"warm-up request {body} failed: {answer}")
-            self.serving.warm_up(bodies)
+            if self.embeddings is not None:
+                # Through the handler, so decoding, validation and a batch of several inputs have run once.
+                answer = self.handle(routed_event(EMBEDDINGS, {"input": list(EMBEDDING_WARMUP)}), None)
+                if "statusCode" in answer:
+                    raise ServerError(f"the embeddings warm-up failed: {answer}")
+            else:
+                self._warm_up_completions()
         self._first_invoke_pending = True
         gc.collect()
         logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
+
+    def _warm_up_completions(self) -> None:
+        bodies = self.serving.warm_up_bodies(max(1, self.settings.serving.warmup_tokens))
+        for refusal in self.serving.warm_up_refusals:
+            logger.warning("warm-up path refused by the model's chat template", extra={"refusal": refusal})
+        # Through the handler first, so decoding, validation, rendering and logging have run once too.
+        for body in bodies:
+            answer = self.handle(dict(body), None)
+            if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
+                raise ServerError(f"warm-up request {body} failed: {answer}")
+        self.serving.warm_up(bodies)
 
     def after_restore(self) -> None:
         """Make this environment distinct from every other one restored from the same snapshot, then fault
@@ -127,7 +178,8 @@ class InferenceRuntime:
     # --- Invoke -------------------------------------------------------------------------------------------
 
     def handle(self, event: Any, context: Any) -> dict[str, Any]:
-        """Answer one direct invoke: an OpenAI chat or text completion request, or a Responses request."""
+        """Answer one direct invoke: an OpenAI chat or text completion request, a Responses request, or a
+        routed event of another route (:mod:`snapllm.protocol.model_routes`)."""
         started = time.perf_counter()
         cold = self._first_invoke_pending
         self._first_invoke_pending = False
@@ -135,7 +187,20 @@ class InferenceRuntime:
         try:
             # Lambda's runtime has decoded the payload already: an event that is not an object (a JSON
             # array, string or number) is a bad body, never JSON text to decode a second time.
-            request = self.serving.parse(require_object(event))
+            route, body = split_event(require_object(event))
+            if route is not None:
+                answer = self.routes.answer(route, body)
+                logger.info(
+                    "route answered",
+                    extra={
+                        "request_id": request_id,
+                        "route": route,
+                        "cold_start": cold,
+                        "handler_ms": round((time.perf_counter() - started) * 1000, 2),
+                    },
+                )
+                return answer
+            request = self.serving.parse(body)
             if request.stream:
                 raise UnsupportedParameterError(
                     "stream=true needs the streaming endpoint (the function URL); a direct invoke returns "

@@ -57,6 +57,15 @@ def completion_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
     }
 
 
+def model_route_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
+    """The documented answers of a route answered by a model function without generating (tokens,
+    counts, embeddings)."""
+    return {
+        200: {"description": "OK", "content": {"application/json": {"model": model}}},
+        **{status: answer for status, answer in completion_responses(model).items() if status != 200},
+    }
+
+
 def simple_responses(model: type[BaseModel]) -> dict[int, dict[str, Any]]:
     return {200: {"description": "OK", "content": {"application/json": {"model": model}}}}
 

@@ -64,9 +64,18 @@ from snapllm.protocol.edge import (
     check_path,
     decode_json,
 )
+from snapllm.protocol.embeddings import EmbeddingList, EmbeddingsRequest
 from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import add_completion_metrics, record_error, request_features
+from snapllm.protocol.model_routes import (
+    CHAT_INPUT_TOKENS,
+    DETOKENIZE,
+    EMBEDDINGS,
+    ROUTE_KEY,
+    TOKENIZE,
+    routed_event,
+)
 from snapllm.protocol.objects import (
     ChatCompletion,
     Completion,
@@ -82,6 +91,13 @@ from snapllm.protocol.requests import (
     validation_error,
 )
 from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest, inference_request, responses_fields
+from snapllm.protocol.tokens import (
+    ChatTokenCount,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 from snapllm.router.settings import RouterSettings
 
 JSON = "application/json"
@@ -89,6 +105,8 @@ JSON = "application/json"
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
 # A target that answers these is throttled or down: the request goes to the next target of its fallback order.
 FALLBACK_ERRORS = (InferenceThrottledError, InferenceNotReadyError)
+#: A request the router sends to a model as a routed event (it names the model, or none for the default).
+RoutedRequest = ChatCompletionRequest | TokenizeRequest | DetokenizeRequest | EmbeddingsRequest
 STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
@@ -289,6 +307,42 @@ class RouterApp:
         def create_response(request: ResponsesRequest) -> Response[dict[str, Any]]:
             return self._complete(request, "/v1/responses")
 
+        @app.post(
+            EMBEDDINGS,
+            summary="Create embeddings with an embedding model",
+            responses=openapi.model_route_responses(EmbeddingList),
+            tags=["OpenAI"],
+        )
+        def create_embeddings(request: EmbeddingsRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, EMBEDDINGS)
+
+        @app.post(
+            CHAT_INPUT_TOKENS,
+            summary="Count a chat completion request's prompt tokens without generating",
+            responses=openapi.model_route_responses(ChatTokenCount),
+            tags=["Tokens"],
+        )
+        def count_chat_tokens(request: ChatCompletionRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, CHAT_INPUT_TOKENS)
+
+        @app.post(
+            TOKENIZE,
+            summary="Tokenize text with a model's vocabulary (llama-server's /tokenize)",
+            responses=openapi.model_route_responses(TokenizeResponse),
+            tags=["Tokens"],
+        )
+        def tokenize(request: TokenizeRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, TOKENIZE)
+
+        @app.post(
+            DETOKENIZE,
+            summary="Turn token ids back into text (llama-server's /detokenize)",
+            responses=openapi.model_route_responses(DetokenizeResponse),
+            tags=["Tokens"],
+        )
+        def detokenize(request: DetokenizeRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, DETOKENIZE)
+
         @app.get(
             "/v1/models",
             summary="List the models this deployment routes to",
@@ -411,10 +465,37 @@ class RouterApp:
         )
         return self._json(200, body)
 
+    def _route_to_model(self, request: RoutedRequest, route: str) -> Response:
+        """Invoke the model ``request`` names (or the default one) with a routed event of ``route``. No
+        fallback: another model's tokens or vectors are not this one's."""
+        state = self._request
+        state.route = route
+        model = self.settings.resolve_model(request.model)
+        state.model = model or request.model
+        self.tracer.put_annotation("route", route)
+        self.tracer.put_annotation("model", state.model or "none")
+        self.logger.append_keys(route=route, model=state.model)
+        if model is None:
+            raise UnknownModelError(
+                f"the model {request.model!r} does not exist; available: "
+                f"{', '.join(sorted(self.settings.routes))}",
+                param="model",
+            )
+        if isinstance(request, ChatCompletionRequest):
+            self.limits.check(request)  # what the completion would be refused for, before invoking
+        payload = routed_event(route, request.model_dump(mode="json", exclude_unset=True))
+        invoked = time.perf_counter()
+        try:
+            body = self._invoke(model, payload, time.time() + self.settings.invoke_timeout_s)
+        finally:
+            state.invoke_s = time.perf_counter() - invoked
+        state.response = body
+        return self._json(200, body)
+
     def _invoke(self, model: str, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
         """The model's target, then each of its fallbacks while one is throttled or down and time is left.
-        A fallback gets the request as its own model's."""
-        targets = self.settings.targets(model)
+        A fallback gets the request as its own model's; a routed event has no fallback."""
+        targets = self.settings.targets(model) if ROUTE_KEY not in payload else (model,)
         for index, target in enumerate(targets):
             try:
                 with self.tracer.provider.in_subsegment("## invoke inference") as subsegment:

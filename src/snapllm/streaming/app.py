@@ -41,7 +41,9 @@ from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
 from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.metrics import CompletionMetrics, request_features
+from snapllm.protocol.model_routes import ROUTED_PATHS
 from snapllm.protocol.objects import Health, ModelList
+from snapllm.protocol.requests import require_object
 from snapllm.protocol.responses_api import AnyRequest, inference_request
 from snapllm.protocol.serving import ReasoningDelta, Required, StreamItem
 from snapllm.protocol.sse import StreamEncoder
@@ -169,6 +171,7 @@ class StreamingApp:
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/v1/completions"): self.completions,
             ("POST", "/v1/responses"): self.responses,
+            **{("POST", path): self.routed for path in ROUTED_PATHS},
             ("GET", "/v1/models"): self.models,
             ("GET", "/v1/models/{model}"): self.model,
             ("GET", "/health"): self.health,
@@ -225,6 +228,28 @@ class StreamingApp:
     async def responses(self, request: Request) -> Response:
         return await self._complete(request, required="input")
 
+    async def routed(self, request: Request) -> Response:
+        """A route the model answers without generating (tokens, counts, embeddings), as a direct invoke
+        of it would."""
+        route = request.scope["path"]
+        try:
+            check_content_type(request.headers.get("content-type"))
+            raw = await request.body()
+            answer = await anyio.to_thread.run_sync(self._answer_routed, route, raw)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        except RequestError as exc:
+            logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
+            return error_response(exc)
+        except Exception:
+            logger.exception("route failed", extra={"route": route})
+            return error_response(ServerError("the request failed; see the function's logs"))
+        return JSONResponse(answer)
+
+    def _answer_routed(self, route: str, raw: bytes) -> dict[str, Any]:
+        body = require_object(decode_json(raw, max_bytes=self.max_body_bytes))
+        return self.runtime.routes.answer(route, body)
+
     async def models(self, request: Request) -> Response:
         return JSONResponse(self._models().model_dump(mode="json"))
 
@@ -236,10 +261,10 @@ class StreamingApp:
         return JSONResponse(card.model_dump(mode="json"))
 
     def _models(self) -> ModelList:
-        return ModelList.of([self.runtime.serving.model_name], created=0, owned_by="snapllm")
+        return ModelList.of([self.runtime.model_name], created=0, owned_by="snapllm")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse(Health(status="ok", models=[self.runtime.serving.model_name]).model_dump())
+        return JSONResponse(Health(status="ok", models=[self.runtime.model_name]).model_dump())
 
     async def _complete(self, request: Request, *, required: Required) -> Response:
         # The model dimension is "unknown" until the request is known to name this function's model.

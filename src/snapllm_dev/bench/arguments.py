@@ -144,6 +144,40 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     grammar.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     grammar.set_defaults(implementation="snapllm_dev.bench.grammar")
 
+    embeddings = kinds.add_parser(
+        "embeddings", help="/v1/embeddings inputs/s for a batch of short texts, against llama-server"
+    )
+    embeddings.add_argument(
+        "--model",
+        type=model_or_gguf,
+        default="smollm2-135m",
+        help="a packaged model's name or an embedding GGUF file",
+    )
+    embeddings.add_argument(
+        "--pooling",
+        choices=["model", "mean", "cls", "last"],
+        default="mean",
+        help="how the model pools its tokens (model: the GGUF's own pooling type)",
+    )
+    embeddings.add_argument(
+        "--inputs", type=integer(1, 2048), default=32, help="texts in each request (default 32)"
+    )
+    embeddings.add_argument(
+        "--rounds",
+        type=integer(1, MAX_REPEATS),
+        default=5,
+        help="measured requests per side (after a warm-up)",
+    )
+    embeddings.add_argument("--n-ctx", type=integer(16, 131_072), default=2048, help="context window, tokens")
+    embeddings.add_argument(
+        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
+    )
+    embeddings.add_argument(
+        "--peer", choices=["llama-server"], help="measure llama.cpp's server in the same run"
+    )
+    embeddings.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    embeddings.set_defaults(implementation="snapllm_dev.bench.embeddings")
+
     decode = kinds.add_parser("decode", help="decoding speed with and without drafting, as ratios")
     decode.add_argument("--draft", choices=DRAFTS, default="prompt-lookup", help="the drafting method")
     decode.add_argument(

@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -186,16 +186,19 @@ def measure(
 
 
 @contextmanager
-def llama_server(model: Path, *, threads: int, n_ctx: int) -> Iterator[str]:
-    """llama.cpp's server on ``model``, built once by ``make llama-server``; yields its base URL."""
+def llama_server(
+    model: Path, *, threads: int, n_ctx: int, options: Sequence[str] = ("-np", "1"), bench: str = "grammar"
+) -> Iterator[str]:
+    """llama.cpp's server on ``model``, built once by ``make llama-server``, with ``options`` (its slots,
+    embedding mode...); yields its base URL. ``bench`` names the benchmark in its errors."""
     built = subprocess.run(["bash", str(LLAMA_SERVER)], capture_output=True, text=True, check=False)
     if built.returncode != 0:
-        raise SystemExit(f"bench grammar: could not build llama-server:\n{built.stderr[-2000:]}")
+        raise SystemExit(f"bench {bench}: could not build llama-server:\n{built.stderr[-2000:]}")
     binary = built.stdout.strip().splitlines()[-1]
     port = free_port()
     command = [
         binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-        "-tb", str(threads), "-c", str(n_ctx), "-np", "1", "--no-webui", "--log-disable",
+        "-tb", str(threads), "-c", str(n_ctx), *options, "--no-webui", "--log-disable",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
@@ -203,14 +206,14 @@ def llama_server(model: Path, *, threads: int, n_ctx: int) -> Iterator[str]:
         deadline = time.monotonic() + 120
         while True:
             if process.poll() is not None:
-                raise SystemExit(f"bench grammar: llama-server exited ({process.returncode}) while starting")
+                raise SystemExit(f"bench {bench}: llama-server exited ({process.returncode}) while starting")
             try:
                 if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit("bench grammar: llama-server did not start within 120 s")
+                raise SystemExit(f"bench {bench}: llama-server did not start within 120 s")
             time.sleep(0.2)
         yield base_url
     finally:

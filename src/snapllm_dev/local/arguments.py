@@ -80,6 +80,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--mcp", action="append", default=[], type=mcp_server, metavar="NAME=URL", help=MCP_HELP
     )
     serve.add_argument(
+        "--embedding-model",
+        type=embedding_model,
+        metavar="NAME=FILE",
+        help="also serve the GGUF FILE as embedding model NAME (/v1/embeddings), in its own environment",
+    )
+    serve.add_argument(
+        "--embedding-pooling",
+        choices=["model", "mean", "cls", "last"],
+        default="model",
+        help="how the embedding model pools its tokens (default: the GGUF's own pooling type)",
+    )
+    serve.add_argument(
         "--api-key",
         action="append",
         default=[],
@@ -94,6 +106,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="like --api-key, for each line of FILE (blank lines and lines starting with # skipped)",
     )
     serve.set_defaults(implementation="snapllm_dev.local.serve_cli")
+
+
+def embedding_model(text: str) -> tuple[str, Path]:
+    """``NAME=FILE``: the name an embedding model is served under and its GGUF file."""
+    name, value = pair(text)
+    return name, gguf_file(value)
 
 
 def api_key(text: str) -> str:

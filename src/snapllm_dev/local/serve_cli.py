@@ -27,7 +27,7 @@ from snapllm_dev.local.arguments import api_key
 from snapllm_dev.local.durable import with_mcp_servers
 from snapllm_dev.local.gateway import LocalGateway, listen, serve
 from snapllm_dev.local.lifecycle import LocalFunctionError
-from snapllm_dev.local.stack import LocalStack
+from snapllm_dev.local.stack import EmbeddingModel, LocalStack
 from snapllm_dev.sam import Function, Template
 
 #: The port ``snapllm local serve`` listens on when neither ``--port`` nor ``$PORT`` says.
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             endpoints=dict(args.route),
             fallbacks=dict(args.fallback),
             agent_overrides=with_mcp_servers({}, args.mcp),
+            embedding=_embedding(args),
             api_keys_file=keys_file,
         )
     except (SnapllmError, OSError, ValueError) as exc:
@@ -100,6 +101,13 @@ def run(args: argparse.Namespace) -> int:
     with resources, sock, stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
         serve(stack, sock)
     return 0
+
+
+def _embedding(args: argparse.Namespace) -> EmbeddingModel | None:
+    if args.embedding_model is None:
+        return None
+    name, path = args.embedding_model
+    return EmbeddingModel(path, name, args.embedding_pooling)
 
 
 def invoke_http_api(args: argparse.Namespace, template: Template, function: Function, event_text: str) -> int:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapllm.agent import routes as agent_routes
 from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, FileKeyStore
+from snapllm.engine.settings import EmbeddingPooling
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, InferenceClient
 from snapllm.router.app import RouterApp
@@ -33,17 +34,27 @@ from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm_dev.local.environment import function_environment
 from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.kinds import Kind, model_function, of_kind, one_of_kind
+from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE, Kind, model_function, of_kind, one_of_kind
 from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.lwa import WebAdapterProcess
 from snapllm_dev.local.processes import Closing
-from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm_dev.packaged_models import default_model_path
 from snapllm_dev.sam import Function, Template
 
 MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
 # Posted as they are by events/agent/review.json, which names these files on the local S3.
 AGENT_DOCUMENTS = Path("events/agent/documents")
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    """An embedding model to serve beside the chat model: its own environment of the model function (as a
+    deployment gives it a function of its own), loaded in embedding mode and routed by ``name``."""
+
+    path: Path
+    name: str
+    pooling: EmbeddingPooling = "model"
 
 
 @dataclass
@@ -77,6 +88,7 @@ class LocalStack(Closing):
         endpoints: Mapping[str, str] | None = None,
         fallbacks: Mapping[str, Sequence[str]] | None = None,
         agent_overrides: Mapping[str, str] | None = None,
+        embedding: EmbeddingModel | None = None,
         api_keys_file: Path | None = None,
     ) -> LocalStack:
         """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
@@ -87,7 +99,7 @@ class LocalStack(Closing):
         beside the model function's; ``fallbacks`` is the router's fallback order over all of them;
         ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...);
         ``api_keys_file`` (records, :class:`~snapllm.api_keys.FileKeyStore`) plays ``ApiAuth=KEY``: without
-        it nothing is checked, as no SigV4 is locally."""
+        it nothing is checked, as no SigV4 is locally; ``embedding`` adds an embedding model's route."""
         api_keys = (
             ApiKeyVerifier(FileKeyStore.read(api_keys_file), realm=LOCAL_REALM) if api_keys_file else None
         )
@@ -98,8 +110,14 @@ class LocalStack(Closing):
         model_fn = model_function(template, callers=[router_function])
         # The router's settings, checked before anything starts (the same check runs on the built router).
         named = function_environment(model_fn, wired=tuple(model_fn.environment)).get("SNAPLLM_MODEL_NAME")
+        models = {embedding.name: f"local:{embedding.name}"} if embedding else {}
         cls._router_settings(
-            router_function, named or model_fn.name, model_fn, endpoints or {}, fallbacks or {}, auth
+            router_function,
+            named or model_fn.name,
+            model_fn,
+            {**models, **(endpoints or {})},
+            fallbacks or {},
+            auth,
         )
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
@@ -118,8 +136,13 @@ class LocalStack(Closing):
                 settings = agent_settings(template, agent_function, **(agent_overrides or {}))
                 agent = LocalAgent(deployment, settings, client)
                 resources.enter_context(agent_runs(agent, template.path.parent / AGENT_DOCUMENTS))
+            others: dict[str, InferenceClient] = {}
+            if embedding is not None:
+                others[embedding.name] = LocalInferenceClient(
+                    resources.enter_context(cls._embedding_environment(deployment, model_fn, embedding))
+                )
             router = cls._router(
-                router_function, model, model_fn, client, endpoints or {}, fallbacks or {}, auth
+                router_function, model, model_fn, client, endpoints or {}, fallbacks or {}, auth, others
             )
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
@@ -134,6 +157,24 @@ class LocalStack(Closing):
         )
 
     @staticmethod
+    @contextlib.contextmanager
+    def _embedding_environment(
+        deployment: LocalDeployment, model_fn: Function, embedding: EmbeddingModel
+    ) -> Iterator[RestoredEnvironment]:
+        """The model function restored with ``embedding`` loaded in embedding mode (its file uploaded
+        under a key of its own when it is not the chat model's)."""
+        overrides = {MODEL_NAME_VARIABLE: embedding.name, "SNAPLLM_EMBEDDING_POOLING": embedding.pooling}
+        if embedding.path.resolve() != deployment.model_path.resolve():
+            key = f"embedding/{embedding.path.name}"
+            digest = deployment.s3.put_model(embedding.path, bucket=LOCAL_MODEL_BUCKET, key=key)
+            overrides |= {MODEL_KEY_VARIABLE: key, "SNAPLLM_MODEL_SHA256": digest}
+        with deployment.function(model_fn.name, **overrides) as function:
+            function.init()
+            function.snapshot()
+            with function.restore() as environment:
+                yield environment
+
+    @staticmethod
     def _router(
         function: Function,
         model: str,
@@ -142,9 +183,13 @@ class LocalStack(Closing):
         endpoints: Mapping[str, str],
         fallbacks: Mapping[str, Sequence[str]],
         auth: str,
+        others: Mapping[str, InferenceClient],
     ) -> RouterApp:
-        settings = LocalStack._router_settings(function, model, model_fn, endpoints, fallbacks, auth)
-        clients: dict[str, InferenceClient] = {model: client}
+        locals_ = {name: f"local:{name}" for name in others}
+        settings = LocalStack._router_settings(
+            function, model, model_fn, {**locals_, **endpoints}, fallbacks, auth
+        )
+        clients: dict[str, InferenceClient] = {model: client, **others}
         for name, url in endpoints.items():
             clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
         return RouterApp(settings, clients, routers=[agent_routes.router])

@@ -1,0 +1,181 @@
+"""The embedding engine: one llama.cpp model in embedding mode, pooling each input's tokens into a vector.
+
+    engine = EmbeddingEngine.load(model.path, EngineSettings(embedding_pooling="mean"), model_name="e5")
+    vectors = engine.embed([engine.tokenize("Hello", add_bos=True), [1, 2, 3]])   # one per input
+
+Inputs are token lists (the protocol tokenizes text); as many as fit go through llama.cpp in one batch, one
+sequence each, and llama.cpp pools each sequence's token vectors (mean, CLS or last token) into one. The
+vectors come back as the model computes them, not normalised. A sequence must fit the context window,
+which is also the batch size: a model with non-causal attention (BERT) sees a whole sequence at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import llama_cpp.llama_cpp as low_level
+from llama_cpp import Llama
+from llama_cpp import __version__ as llama_cpp_version
+
+from snapllm import __version__ as snapllm_version
+from snapllm.engine.settings import EmbeddingPooling, EngineSettings
+from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
+from snapllm.system import available_cpus
+
+#: llama.cpp's pooling types by the names the settings use ("model": the GGUF's own ``pooling_type``).
+POOLING_TYPES: Mapping[EmbeddingPooling, int] = {
+    "model": low_level.LLAMA_POOLING_TYPE_UNSPECIFIED,
+    "mean": low_level.LLAMA_POOLING_TYPE_MEAN,
+    "cls": low_level.LLAMA_POOLING_TYPE_CLS,
+    "last": low_level.LLAMA_POOLING_TYPE_LAST,
+}
+_POOLING_NAMES = {value: name for name, value in POOLING_TYPES.items() if name != "model"}
+PooledBy = Literal["mean", "cls", "last"]
+
+
+class EmbeddingEngine:
+    """A loaded model that embeds for one request at a time (llama.cpp contexts are not thread-safe)."""
+
+    def __init__(self, llama: Llama, *, model_name: str, model_digest: str | None = None) -> None:
+        self._llama = llama
+        self._lock = threading.Lock()
+        self._model_name = model_name
+        self._identity = (
+            f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
+        )
+        pooling = int(llama._ctx.pooling_type())
+        if pooling not in _POOLING_NAMES:
+            # NONE (a model without a pooling type, such as a chat model) or RANK (a reranker's head).
+            raise ModelLoadError(
+                f"the model {model_name!r} pools its tokens with llama.cpp pooling type {pooling}, which "
+                "gives no single vector per input; set SNAPLLM_EMBEDDING_POOLING to mean, cls or last"
+            )
+        #: How the model pools its tokens: the setting's, or the GGUF's own.
+        self.pooling: PooledBy = _POOLING_NAMES[pooling]  # type: ignore[assignment]
+
+    @classmethod
+    def load(
+        cls,
+        model_path: str,
+        settings: EngineSettings,
+        *,
+        model_name: str,
+        source: str | None = None,
+        model_digest: str | None = None,
+    ) -> EmbeddingEngine:
+        """Load a GGUF file in embedding mode, pooling as ``settings.embedding_pooling`` says ("model" when
+        unset); :class:`ModelLoadError` if llama.cpp refuses it or it has no pooling to give one vector."""
+        threads = settings.threads or available_cpus()
+        try:
+            llama = Llama(
+                model_path=model_path,
+                n_ctx=settings.n_ctx,
+                # One batch holds a whole context window, so any sequence that fits the context fits a batch.
+                n_batch=settings.n_ctx,
+                n_ubatch=settings.n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                embedding=True,
+                pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
+                use_mmap=True,
+                verbose=settings.verbose,
+            )
+        except ValueError as exc:
+            raise ModelLoadError(
+                f"llama.cpp could not load the embedding model {model_name!r} from {source or model_path}: "
+                f"{exc} (set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
+            ) from exc
+        return cls(llama, model_name=model_name, model_digest=model_digest)
+
+    # --- What the model is ----------------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def identity(self) -> str:
+        """The model's digest (else name) and the versions of the software that runs it."""
+        return self._identity
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        return self._llama.metadata
+
+    @property
+    def threads(self) -> int:
+        return int(self._llama.n_threads)
+
+    @property
+    def n_ctx(self) -> int:
+        """The most tokens one input may have."""
+        return int(self._llama.context_params.n_ctx)
+
+    @property
+    def n_embd(self) -> int:
+        """The size of the model's vectors."""
+        return int(self._llama.n_embd())
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self._llama.n_vocab())
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        """``text`` as tokens; ``add_bos`` adds the special tokens the model's tokenizer asks for (a BOS, or
+        BERT's CLS and SEP, or an EOS for last-token pooling)."""
+        return self._llama.tokenize(text.encode(), add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        """The bytes ``tokens`` stand for; each id must be below :attr:`n_vocab`."""
+        return self._llama.detokenize(list(tokens), special=True)
+
+    # --- Embedding ------------------------------------------------------------------------------------------
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One pooled vector per input, in order. Each input must have at least one token and fewer than
+        :attr:`n_ctx`; its ids must be in the vocabulary (the protocol checks both, this refuses again)."""
+        n_ctx, n_vocab = self.n_ctx, self.n_vocab
+        for index, tokens in enumerate(inputs):
+            if not tokens:
+                raise InvalidRequestError(f"input {index} has no tokens", param=f"input.{index}")
+            if len(tokens) > n_ctx:
+                raise ContextLengthExceededError(
+                    f"input {index} is {len(tokens)} tokens; this model embeds at most {n_ctx}",
+                    param=f"input.{index}",
+                )
+            if not all(0 <= token < n_vocab for token in tokens):
+                raise InvalidRequestError(f"input {index} has a token id outside the vocabulary")
+        llama = self._llama
+        max_sequences = int(llama.context_params.n_seq_max)
+        vectors: list[list[float]] = []
+        with self._lock:
+            batch, context = llama._batch, llama._ctx
+            batch.reset()
+            sizes: list[int] = []
+            try:
+                for tokens in inputs:
+                    if sizes and (sum(sizes) + len(tokens) > n_ctx or len(sizes) >= max_sequences):
+                        vectors += self._decode(len(sizes))
+                        sizes = []
+                    # Every token is an output: llama.cpp pools over the outputs of a sequence.
+                    batch.add_sequence(list(tokens), len(sizes), True)
+                    sizes.append(len(tokens))
+                if sizes:
+                    vectors += self._decode(len(sizes))
+            finally:
+                batch.reset()
+                context.kv_cache_clear()
+        return vectors
+
+    def _decode(self, sequences: int) -> list[list[float]]:
+        """Evaluate the batch of ``sequences`` sequences; their pooled vectors. The caller holds the lock."""
+        llama = self._llama
+        llama._ctx.kv_cache_clear()
+        llama._ctx.decode(llama._batch)
+        llama._batch.reset()
+        n_embd = self.n_embd
+        return [
+            list(low_level.llama_get_embeddings_seq(llama._ctx.ctx, seq)[:n_embd]) for seq in range(sequences)
+        ]

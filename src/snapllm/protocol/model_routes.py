@@ -1,0 +1,128 @@
+"""The routes a model function answers besides the completions: tokens, token counts, embeddings.
+
+A completion's direct invoke is the request body itself (``messages``, ``prompt`` or ``input`` tells which
+kind). Every other route is invoked as a *routed event*, the route's path and its body, since a body alone
+cannot tell them apart (an embeddings request has ``input`` as a Responses request does)::
+
+    routed_event("/tokenize", {"content": "Hello"})     # {"route": "/tokenize", "body": {...}}
+    routes = ModelRoutes(model_name="smollm2", vocabulary=engine, serving=serving, max_chars=32_000)
+    routes.answer("/tokenize", {"content": "Hello"})   # {"tokens": [...]}
+
+The router, the streaming app and ``snapllm local serve`` answer these paths over HTTP with the same
+bodies (:data:`ROUTED_PATHS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from snapllm.errors import (
+    InvalidRequestError,
+    RouteNotFoundError,
+    UnknownModelError,
+    UnsupportedParameterError,
+)
+from snapllm.protocol.embeddings import EmbeddingServing
+from snapllm.protocol.requests import require_object
+from snapllm.protocol.serving import OpenAIServing
+from snapllm.protocol.tokens import (
+    Vocabulary,
+    count_chat_tokens,
+    detokenize,
+    parse_detokenize,
+    parse_tokenize,
+    tokenize,
+)
+
+#: The key of a direct invoke that names its route (a completion's invoke has none).
+ROUTE_KEY = "route"
+TOKENIZE = "/tokenize"
+DETOKENIZE = "/detokenize"
+CHAT_INPUT_TOKENS = "/v1/chat/completions/input_tokens"
+EMBEDDINGS = "/v1/embeddings"
+#: Every route invoked as a routed event.
+ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS, EMBEDDINGS)
+
+
+def routed_event(route: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The direct invoke of ``route`` with ``body``."""
+    return {ROUTE_KEY: route, "body": body}
+
+
+def split_event(event: dict[str, Any]) -> tuple[str | None, Any]:
+    """A direct invoke's route (None for a completion) and the body it carries."""
+    if ROUTE_KEY not in event:
+        return None, event
+    extra = sorted(set(event) - {ROUTE_KEY, "body"})
+    if extra:
+        raise InvalidRequestError(
+            f"a routed invoke has only 'route' and 'body'; not {extra[0]!r}", param=extra[0]
+        )
+    route = event[ROUTE_KEY]
+    if route not in ROUTED_PATHS:
+        raise RouteNotFoundError(f"no route {route!r}; routes: {', '.join(ROUTED_PATHS)}")
+    return route, require_object(event.get("body"))
+
+
+class ModelRoutes:
+    """The routed events of one loaded model: its vocabulary's routes, the chat count where it serves chat
+    (``serving``), embeddings where it is an embedding model (``embeddings``)."""
+
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        vocabulary: Vocabulary,
+        serving: OpenAIServing | None,
+        max_chars: int,
+        embeddings: EmbeddingServing | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.vocabulary = vocabulary
+        self.serving = serving
+        self.embeddings = embeddings
+        self.max_chars = max_chars
+        self._answers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            TOKENIZE: self._tokenize,
+            DETOKENIZE: self._detokenize,
+            CHAT_INPUT_TOKENS: self._count,
+            EMBEDDINGS: self._embed,
+        }
+
+    def answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer of ``route`` (one of :data:`ROUTED_PATHS`) to ``body``; a ``RequestError`` if the
+        request cannot be served."""
+        return self._answers[route](body)
+
+    def _check_model(self, requested: str | None) -> None:
+        """Refuse a request that names another model than this one (no name means this one)."""
+        if requested is not None and requested != self.model_name:
+            raise UnknownModelError(
+                f"the model {requested!r} does not exist; available: {self.model_name}", param="model"
+            )
+
+    def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = parse_tokenize(body)
+        self._check_model(request.model)
+        return tokenize(self.vocabulary, request, max_chars=self.max_chars)
+
+    def _detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = parse_detokenize(body)
+        self._check_model(request.model)
+        return detokenize(self.vocabulary, request)
+
+    def _count(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.serving is None:
+            raise UnsupportedParameterError(
+                f"{self.model_name} is an embedding model: it serves no chat completions", param="model"
+            )
+        return count_chat_tokens(self.serving, body)
+
+    def _embed(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.embeddings is None:
+            raise UnsupportedParameterError(
+                f"{self.model_name} is not an embedding model: deploy one to serve /v1/embeddings",
+                param="model",
+            )
+        return self.embeddings.answer(body)
