@@ -218,6 +218,7 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
             ("logit_bias", "stop", "presence_penalty", "frequency_penalty", "n", "max_tokens"),
             _refused("not a Responses API field; /v1/chat/completions serves it"),
         ),
+        "messages": _refused("the Responses API takes the conversation as input; send it there"),
         "model": _MODEL,
         "input": _served("a string, or message, function_call and function_call_output items with text"),
         "instructions": _served("a system message before the input"),
