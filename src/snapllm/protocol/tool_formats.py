@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from snapllm.protocol.json_grammar import literal, schema_grammar
@@ -39,6 +39,17 @@ def _repeated(one: str, separator: str, *, parallel: bool) -> str:
     for _ in range(MAX_PARALLEL_TOOL_CALLS - 1):
         more = f"( {literal(separator)} {one} {more} )?" if more else f"( {literal(separator)} {one} )?"
     return f"{one} {more}"
+
+
+def _named_arguments(functions: Functions, prefix: str, head: Callable[[str], str]) -> tuple[str, str]:
+    """For formats that write a function's name in the clear: the GBNF choice among ``head(name)`` then that
+    function's arguments, and the rules of each function's arguments."""
+    rules, choices = [], []
+    for index, function in enumerate(functions):
+        schema = arguments_schema(function.get("parameters"))
+        rules.append(schema_grammar(schema, param="tools", prefix=f"{prefix}f{index}-"))
+        choices.append(f"{literal(head(str(function['name'])))} {prefix}f{index}-root")
+    return " | ".join(choices), "".join(rules)
 
 
 class ToolCallFormat:
@@ -164,17 +175,11 @@ class DeepSeekToolCalls(ToolCallFormat):
     )
 
     def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
-        rules, choices = [], []
-        for index, function in enumerate(functions):
-            schema = arguments_schema(function.get("parameters"))
-            rules.append(schema_grammar(schema, param="tools", prefix=f"{prefix}f{index}-"))
-            choices.append(
-                f"{literal(str(function['name']) + chr(10) + '```json' + chr(10))} {prefix}f{index}-root"
-            )
-        one = f"{literal(self._BEGIN)} ( {' | '.join(choices)} ) {literal(self._END)}"
+        choice, rules = _named_arguments(functions, prefix, lambda name: f"{name}\n```json\n")
+        one = f"{literal(self._BEGIN)} ( {choice} ) {literal(self._END)}"
         calls = _repeated(f"{prefix}one", "\n", parallel=parallel)
         root = f"{prefix}root ::= {literal(self.opener)} {calls} {literal(self._CLOSER)}\n"
-        return f"{root}{prefix}one ::= {one}\n" + "".join(rules)
+        return f"{root}{prefix}one ::= {one}\n{rules}"
 
     def _calls(self, text: str, names: Collection[str]) -> list[Call] | None:
         calls = []
@@ -227,13 +232,10 @@ class HarmonyToolCalls(ToolCallFormat):
     )
 
     def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
-        rules, choices = [], []
-        for index, function in enumerate(functions):
-            schema = arguments_schema(function.get("parameters"))
-            rules.append(schema_grammar(schema, param="tools", prefix=f"{prefix}f{index}-"))
-            head = f"{function['name']}<|channel|>commentary json<|message|>"
-            choices.append(f"{literal(head)} {prefix}f{index}-root")
-        return f"{prefix}root ::= {literal(' ' + self.opener)} ( {' | '.join(choices)} )\n" + "".join(rules)
+        choice, rules = _named_arguments(
+            functions, prefix, lambda name: f"{name}<|channel|>commentary json<|message|>"
+        )
+        return f"{prefix}root ::= {literal(' ' + self.opener)} ( {choice} )\n{rules}"
 
     def _match(self, text: str, names: Collection[str]) -> tuple[str, str] | None:
         found = self._CALL.search(text)
