@@ -11,15 +11,13 @@ which is also the batch size: a model with non-causal attention (BERT) sees a wh
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
-from llama_cpp import __version__ as llama_cpp_version
 
-from snapllm import __version__ as snapllm_version
+from snapllm.engine.loaded import LoadedModel
 from snapllm.engine.settings import EmbeddingPooling, EngineSettings
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
 from snapllm.system import available_cpus
@@ -35,16 +33,11 @@ _POOLING_NAMES = {value: name for name, value in POOLING_TYPES.items() if name !
 PooledBy = Literal["mean", "cls", "last"]
 
 
-class EmbeddingEngine:
+class EmbeddingEngine(LoadedModel):
     """A loaded model that embeds for one request at a time (llama.cpp contexts are not thread-safe)."""
 
     def __init__(self, llama: Llama, *, model_name: str, model_digest: str | None = None) -> None:
-        self._llama = llama
-        self._lock = threading.Lock()
-        self._model_name = model_name
-        self._identity = (
-            f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
-        )
+        super().__init__(llama, model_name=model_name, model_digest=model_digest)
         pooling = int(llama._ctx.pooling_type())
         if pooling not in _POOLING_NAMES:
             # NONE (a model without a pooling type, such as a chat model) or RANK (a reranker's head).
@@ -90,23 +83,6 @@ class EmbeddingEngine:
         return cls(llama, model_name=model_name, model_digest=model_digest)
 
     # --- What the model is ----------------------------------------------------------------------------------
-
-    @property
-    def model_name(self) -> str:
-        return self._model_name
-
-    @property
-    def identity(self) -> str:
-        """The model's digest (else name) and the versions of the software that runs it."""
-        return self._identity
-
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        return self._llama.metadata
-
-    @property
-    def threads(self) -> int:
-        return int(self._llama.n_threads)
 
     @property
     def n_ctx(self) -> int:

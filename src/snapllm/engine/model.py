@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
-from llama_cpp import __version__ as llama_cpp_version
 
-from snapllm import __version__ as snapllm_version
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
+from snapllm.engine.loaded import LoadedModel
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -219,7 +217,7 @@ def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
         low_level.llama_model_default_params = original
 
 
-class Engine:
+class Engine(LoadedModel):
     """A loaded model that generates for one request at a time (llama.cpp contexts are not thread-safe)."""
 
     def __init__(
@@ -231,17 +229,11 @@ class Engine:
         model_digest: str | None = None,
         draft: PromptLookup | None = None,
     ) -> None:
-        self._llama = llama
+        super().__init__(llama, model_name=model_name, model_digest=model_digest)
         self._decoder = Decoder(llama)
         self._draft = draft
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
-        self._lock = threading.Lock()
-        self._model_name = model_name
-        # What the answers depend on: the model's bytes and the software that runs them.
-        self._identity = (
-            f"{model_digest or model_name}|llama-cpp-python {llama_cpp_version}|snapllm {snapllm_version}"
-        )
 
     @classmethod
     def load(
@@ -284,24 +276,6 @@ class Engine:
     @property
     def llama(self) -> Llama:
         return self._llama
-
-    @property
-    def model_name(self) -> str:
-        return self._model_name
-
-    @property
-    def identity(self) -> str:
-        """The model's digest (else name) and the versions of the software that runs it."""
-        return self._identity
-
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        """The GGUF file's key-value metadata (``tokenizer.chat_template``, ``general.architecture``...)."""
-        return self._llama.metadata
-
-    @property
-    def threads(self) -> int:
-        return int(self._llama.n_threads)
 
     @property
     def n_ctx(self) -> int:
