@@ -29,7 +29,8 @@ REGENERATE = "snapllm settings --write docs/configuration.md"
 # Each function's heading and the classes that declare its variables, in the page's order.
 SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
     (
-        "`InferenceFunction` (and `StreamFunction`, which loads its model from the same variables)",
+        "`InferenceFunction` (and `StreamFunction`, which loads its model from the same variables, and "
+        "`EmbeddingFunction`, which loads the embedding model)",
         INFERENCE_ENVIRONMENT,
     ),
     ("`StreamFunction`", (StreamingEnvironment,)),
@@ -43,6 +44,7 @@ SECTIONS: tuple[tuple[str, tuple[type[EnvironmentSettings], ...]], ...] = (
 #: them with what a running container was given).
 FUNCTION_SETTINGS: dict[str, tuple[type[EnvironmentSettings], ...]] = {
     "InferenceFunction": INFERENCE_ENVIRONMENT,
+    "EmbeddingFunction": INFERENCE_ENVIRONMENT,
     "StreamFunction": (*INFERENCE_ENVIRONMENT, StreamingEnvironment, ApiKeyEnvironment),
     "RouterFunction": (RouterEnvironment, AgentRoutesEnvironment),
     "AgentFunction": (AgentEnvironment,),

@@ -23,9 +23,9 @@ READ_THE_MODEL = (
 )
 
 
-def errors(template: Path, *, redeploys: bool = False) -> list[str]:
+def errors(template: Path, overrides: dict[str, str] | None = None, *, redeploys: bool = False) -> list[str]:
     """The errors of ``snapllm deploy-check`` (the redeploy check, slower, only when asked)."""
-    results = check(template, {}, redeploys=redeploys)
+    results = check(template, overrides or {}, redeploys=redeploys)
     return [str(f) for _, findings in results for f in findings if f.severity == "error"]
 
 
@@ -44,8 +44,27 @@ def variant(tmp_path: Path, old: str, new: str, *, count: int = 1) -> Path:
     return path
 
 
+#: The stack with every function it can have: the embedding model's too.
+WITH_AN_EMBEDDING_MODEL = {"EmbeddingModelKey": "models/e5.gguf", "EmbeddingModelName": "e5"}
+
+
 def test_the_template_passes():
-    assert errors(TEMPLATE, redeploys=True) == []
+    # The redeploy check with the embedding model on covers every function's digest (the default stack is
+    # the same without EmbeddingFunction); the scenarios include the default's own.
+    assert errors(TEMPLATE, WITH_AN_EMBEDDING_MODEL, redeploys=True) == []
+    assert errors(TEMPLATE) == []
+
+
+def test_an_embedding_model_whose_digest_misses_its_pooling_fails_by_name(tmp_path):
+    template = variant(
+        tmp_path,
+        "            SNAPLLM_EMBEDDING_POOLING: !Ref EmbeddingPooling\n            SNAPLLM_THREADS",
+        "            SNAPLLM_THREADS",
+    )
+    found = [str(f) for f in check_redeploys(template, WITH_AN_EMBEDDING_MODEL) if f.severity == "error"]
+    assert found == [
+        next(e for e in found if e.startswith("ERROR EmbeddingFunction: a new value of EmbeddingPooling "))
+    ], found
 
 
 # The description template.yaml's SnapStart versions had before VersionDigests: only ModelSha256 reached it.

@@ -41,7 +41,8 @@ def test_the_stream_function_loads_the_same_model_as_inference():
 
 def test_router_may_invoke_only_the_routed_aliases_and_the_agent():
     props = resources()["RouterFunction"]["Properties"]
-    statements = {s["Sid"]: s for s in props["Policies"][0]["Statement"]}
+    # The embedding model's statement exists only with an embedding model (the next test).
+    statements = {s["Sid"]: s for s in props["Policies"][0]["Statement"] if "Sid" in s}
     assert set(statements) == {
         "InvokeTheRoutedAliasesOnly",
         "StartAgentRunsAsynchronously",
@@ -86,3 +87,44 @@ def test_http_api_takes_api_keys_unless_iam_or_jwt_is_chosen():
     assert load_template(TEMPLATE)["Parameters"]["ApiAuth"]["Default"] == "KEY"
     integration = resources()["HttpApiIntegration"]["Properties"]
     assert integration["PayloadFormatVersion"] == "2.0" and integration["TimeoutInMillis"] <= 30000
+
+
+EMBEDDING = {"EmbeddingModelKey": "models/e5-small.gguf", "EmbeddingModelName": "e5-small"}
+
+
+def test_an_embedding_model_is_a_function_of_its_own_that_the_router_routes_to():
+    assert "EmbeddingFunction" not in sam.load(TEMPLATE).function_names
+    template = sam.load(TEMPLATE, overrides=EMBEDDING)
+    embedding = template.function("EmbeddingFunction")
+    inference = template.function("InferenceFunction")
+    # The inference function's code and layers, with SnapStart, over the embedding model.
+    assert embedding.code_dir == inference.code_dir and embedding.layers == inference.layers
+    assert embedding.snapstart and embedding.properties["AutoPublishAlias"] == "live"
+    env = embedding.environment
+    assert env["SNAPLLM_MODEL_KEY"] == "models/e5-small.gguf" and env["SNAPLLM_MODEL_NAME"] == "e5-small"
+    assert (
+        env["SNAPLLM_EMBEDDING_POOLING"] == "model"
+        and "SNAPLLM_EMBEDDING_POOLING" not in inference.environment
+    )
+    # It reads its own model object only.
+    (statement,) = embedding.properties["Policies"][0]["Statement"]
+    assert statement["Action"] == "s3:GetObject"
+    assert str(statement["Resource"].partial).endswith("/models/e5-small.gguf")
+    # The router routes its name to its alias, and may invoke that alias.
+    router = template.function("RouterFunction")
+    routes = router.environment["SNAPLLM_ROUTES"]
+    assert '"e5-small": ' in routes.partial and '"smollm2-135m-instruct": ' in routes.partial
+    assert routes.expression["Fn::Sub"][1]["EmbeddingAlias"] == {"Ref": "EmbeddingFunction.Alias"}
+    statements = {s["Sid"]: s for s in router.properties["Policies"][0]["Statement"]}
+    assert statements["InvokeTheEmbeddingModel"]["Resource"].expression == {"Ref": "EmbeddingFunction.Alias"}
+
+
+def test_an_embedding_model_needs_a_name_of_its_own():
+    rules = dict(sam.load(TEMPLATE, overrides={"EmbeddingModelKey": "models/e.gguf"}).failing_rules())
+    assert "EmbeddingModelName" in rules["EmbeddingModelNeedsItsOwnName"]
+    same = {**EMBEDDING, "EmbeddingModelName": "smollm2-135m-instruct"}
+    rules = dict(sam.load(TEMPLATE, overrides=same).failing_rules())
+    assert "differ from ModelName" in rules["EmbeddingModelNeedsItsOwnName"]
+    assert "EmbeddingModelNeedsItsOwnName" not in dict(
+        sam.load(TEMPLATE, overrides=EMBEDDING).failing_rules()
+    )

@@ -34,16 +34,26 @@ MODEL_SOURCE_SCENARIO = {
 }
 
 
+#: Parameters under which the stack serves an embedding model of its own (EmbeddingFunction).
+EMBEDDING_SCENARIO = {
+    "EmbeddingModelKey": "models/deploy-check-embedding.gguf",
+    "EmbeddingModelName": "deploy-check-embedding",
+}
+
+
 #: Parameters under which browsers of one origin may call the API (CORS).
 CORS_SCENARIO = {"CorsAllowedOrigins": "https://app.deploy-check.invalid"}
 
 
 def scenarios(template: Path, overrides: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
-    """The parameter sets to check: as given, and with ModelSource set when the template has it."""
+    """The parameter sets to check: as given, and with each optional part the template has switched on
+    (ModelSource, an embedding model, CORS, each other ApiAuth)."""
     found = [("as given", overrides)]
     parameters = sam.read(template).get("Parameters") or {}
     if "ModelSource" in parameters and not overrides.get("ModelSource"):
         found.append(("with ModelSource", {**overrides, **MODEL_SOURCE_SCENARIO}))
+    if "EmbeddingModelKey" in parameters and not overrides.get("EmbeddingModelKey"):
+        found.append(("with an embedding model", {**overrides, **EMBEDDING_SCENARIO}))
     # The API's auth and CORS wiring under each choice the stack offers (check_api_key_wiring, check_cors).
     if "CorsAllowedOrigins" in parameters and not overrides.get("CorsAllowedOrigins"):
         found.append(("with CorsAllowedOrigins", {**overrides, **CORS_SCENARIO}))

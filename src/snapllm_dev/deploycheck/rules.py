@@ -81,7 +81,8 @@ DeployRule = Callable[[DeployView], list[Finding]]
 
 def check_snapstart_waits_for_the_model(view: DeployView) -> list[Finding]:
     """A SnapStart version runs its init when it is published, and the init loads the model: every such
-    version must wait for the resource that puts the model in the bucket."""
+    version must wait for the resource that puts its model (the object at its model key) in the bucket. A
+    function whose model no resource places (an embedding model the user uploads) gets a note."""
     stack = view.stack
     if not view.places_model:
         return []
@@ -99,7 +100,17 @@ def check_snapstart_waits_for_the_model(view: DeployView) -> list[Finding]:
                     f"{MODEL_RESOURCE_TYPE} resource puts the model in place first",
                 )
             )
-        for model in models:
+        key = _variables(stack, function).get(MODEL_KEY_VARIABLE)
+        placing = [model for model in models if stack.resources[model]["Properties"].get("Key") == key]
+        if models and not placing:
+            findings.append(
+                _note(
+                    version,
+                    f"{function}'s model ({_text(key)}) is placed by no {MODEL_RESOURCE_TYPE}: it must be in "
+                    "the bucket before this deploy (snapllm model push FILE --stack NAME --key KEY)",
+                )
+            )
+        for model in placing:
             if model not in stack.depends_on(version):
                 findings.append(
                     _error(
