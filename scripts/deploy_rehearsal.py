@@ -390,7 +390,13 @@ def main(argv: list[str]) -> int:
     try:
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION)
         s3.create_bucket(Bucket=MODEL_BUCKET)
-        parameters = {"Architecture": "arm64", "ModelBucketName": MODEL_BUCKET}
+        # With an embedding model, so that every function the template can have is deployed and updated.
+        parameters = {
+            "Architecture": "arm64",
+            "ModelBucketName": MODEL_BUCKET,
+            "EmbeddingModelKey": "models/rehearsal-embedding.gguf",
+            "EmbeddingModelName": "rehearsal-embedding",
+        }
         document = transformed(build_dir / "template.yaml", parameters)
         skipped = sorted(
             {r["Type"] for r in document["Resources"].values() if not resource_class_from_type(r["Type"])}
