@@ -81,17 +81,15 @@ def aws_calls(function: Function) -> list[AwsCall]:
     """Every AWS call ``function``'s code makes (one per operation and module), sorted."""
     modules = dict(_modules(function))
     services: set[str] = set()
-    methods: dict[str, set[str]] = {}
     libraries: set[str] = set()
-    for name, tree in modules.items():
-        services |= _created_services(tree)
-        methods[name] = _called_methods(tree)
-        libraries |= _imported_roots(tree)
+    for facts in modules.values():
+        services |= facts.services
+        libraries |= facts.roots
     calls = set()
-    for name, called in methods.items():
+    for name, facts in modules.items():
         for service in services:
             operations = _operations(service)
-            for method in called:
+            for method in facts.methods:
                 if method in operations:
                     calls.add(AwsCall(service, operations[method], name))
                 elif service == "s3" and method in TRANSFER_CALLS:
@@ -103,6 +101,36 @@ def aws_calls(function: Function) -> list[AwsCall]:
     return sorted(calls)
 
 
+@dataclass(frozen=True)
+class _ModuleFacts:
+    """What one source file tells of AWS calls: the modules it imports (and their roots), the clients it
+    creates and the methods it calls."""
+
+    imports: tuple[str, ...]
+    roots: frozenset[str]
+    services: frozenset[str]
+    methods: frozenset[str]
+
+
+def _facts(path: Path) -> _ModuleFacts:
+    stat = path.stat()
+    return _facts_of_version(path, stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _facts_of_version(path: Path, mtime_ns: int, size: int) -> _ModuleFacts:
+    """Each file parsed once per content version: deploy-check reads the same modules for every function of
+    every scenario, and walking their syntax trees is most of its time."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    imports = tuple(_imported_modules(tree))
+    return _ModuleFacts(
+        imports=imports,
+        roots=frozenset(module.split(".")[0] for module in imports),
+        services=frozenset(_created_services(tree)),
+        methods=frozenset(_called_methods(tree)),
+    )
+
+
 @cache
 def _operations(service: str) -> dict[str, str]:
     """snake_case method name -> operation name, from botocore's service model."""
@@ -110,7 +138,7 @@ def _operations(service: str) -> dict[str, str]:
     return {xform_name(name): name for name in model.operation_names}
 
 
-def _modules(function: Function) -> Iterator[tuple[str, ast.Module]]:
+def _modules(function: Function) -> Iterator[tuple[str, _ModuleFacts]]:
     """The handler module and every snapllm module it imports, each once."""
     seen: set[Path] = set()
     # A web-adapter function's handler is a script (run.sh) that starts the app: its Python is its code.
@@ -121,9 +149,9 @@ def _modules(function: Function) -> Iterator[tuple[str, ast.Module]]:
         if path in seen or not path.is_file():
             continue
         seen.add(path)
-        tree = ast.parse(path.read_text(), filename=str(path))
-        yield _module_name(function, path), tree
-        for module in _imported_modules(tree):
+        facts = _facts(path)
+        yield _module_name(function, path), facts
+        for module in facts.imports:
             todo.extend(_module_files(module))
 
 
@@ -152,10 +180,6 @@ def _module_files(module: str) -> list[Path]:
     # A package's __init__ runs when any of its modules is imported.
     parents = [PACKAGE_ROOT.joinpath(*parts[1:i], "__init__.py") for i in range(1, len(parts))]
     return [base.with_suffix(".py"), base / "__init__.py", *parents]
-
-
-def _imported_roots(tree: ast.Module) -> set[str]:
-    return {module.split(".")[0] for module in _imported_modules(tree)}
 
 
 def _created_services(tree: ast.Module) -> set[str]:

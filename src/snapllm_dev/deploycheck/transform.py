@@ -14,6 +14,8 @@ account are placeholders: no call leaves this machine.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
@@ -66,7 +68,7 @@ def transformed(
     ``code_digests``: {code folder as the template names it: content digest} to use instead of the
     folders' own (:func:`folder_digest`), as after a change of their code.
     """
-    document = yaml_parse(template.read_text())
+    document = copy.deepcopy(_parsed(template.read_text()))
     code_digests = dict(code_digests or {})
     for resource in (document.get("Resources") or {}).values():
         properties = resource.get("Properties") or {}
@@ -76,6 +78,13 @@ def transformed(
                 key = code_digests.get(value) or folder_digest(template.parent / value)
                 properties[name] = f"s3://deploy-check-placeholder/{value.strip('/')}/{key}"
     return _translate(document, parameters, PLACEHOLDER_REGION, source=str(template))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> dict[str, Any]:
+    """A template's text parsed once: the redeploy check transforms the same text once per change, and
+    parsing (pure-Python YAML) costs more than the translation. Callers change only a deep copy."""
+    return yaml_parse(text)
 
 
 def translate_document(
