@@ -54,6 +54,15 @@ EMBEDDING_FUNCTION_ENV = {
 }
 
 
+#: The test-model builder's reranker (:mod:`tests.support.family_models`), served under its own name.
+RERANK_MODEL = "qwen3-reranker"
+
+
+def rerank_serve_args(model_path: Path) -> list[str]:
+    """``snapllm local serve``'s arguments that serve ``model_path`` as the reranker :data:`RERANK_MODEL`."""
+    return ["--embedding-model", f"{RERANK_MODEL}={model_path}", "--embedding-pooling", "rank"]
+
+
 def embedding_serve_args(model_path: Path) -> list[str]:
     """``snapllm local serve``'s arguments that serve ``model_path`` as :data:`EMBEDDING_MODEL`."""
     return ["--embedding-model", f"{EMBEDDING_MODEL}={model_path}", "--embedding-pooling", "mean"]

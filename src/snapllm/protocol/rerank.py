@@ -44,21 +44,8 @@ QUERY_PLACEHOLDER = "{query}"
 DOCUMENT_PLACEHOLDER = "{document}"
 
 
-class Reranker(Protocol):
-    """What the rerank route needs of a loaded model (an
-    :class:`~snapllm.engine.embedding.EmbeddingEngine` with rank pooling)."""
-
-    @property
-    def model_name(self) -> str: ...
-
-    @property
-    def n_ctx(self) -> int: ...
-
-    @property
-    def is_reranker(self) -> bool: ...
-
-    @property
-    def rerank_template(self) -> str | None: ...
+class SpecialTokens(Protocol):
+    """A vocabulary's BOS, EOS and SEP (None where it has none) and whether its tokenizer adds each."""
 
     @property
     def bos_token(self) -> int | None: ...
@@ -77,6 +64,23 @@ class Reranker(Protocol):
 
     @property
     def add_sep(self) -> bool: ...
+
+
+class Reranker(SpecialTokens, Protocol):
+    """What the rerank route needs of a loaded model (an
+    :class:`~snapllm.engine.embedding.EmbeddingEngine` with rank pooling)."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def is_reranker(self) -> bool: ...
+
+    @property
+    def rerank_template(self) -> str | None: ...
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]: ...
 
@@ -130,7 +134,7 @@ def fill_rerank_template(template: str, query: str, document: str) -> str:
     return query.join(part.replace(DOCUMENT_PLACEHOLDER, document) for part in parts)
 
 
-def pair_tokens(model: Reranker, query: Sequence[int], document: Sequence[int]) -> list[int]:
+def pair_tokens(model: SpecialTokens, query: Sequence[int], document: Sequence[int]) -> list[int]:
     """One pair as a model without a rerank prompt reads it, from the query's and the document's tokens
     (as text, no special tokens): BOS? query EOS? SEP? document EOS?, each special token where the
     tokenizer adds it (EOS stands in for by SEP on a model without one)."""
