@@ -64,6 +64,11 @@ def runtime_over(engine: EmbeddingEngine) -> InferenceRuntime:
     )
 
 
+def test_the_gguf_pools_by_rank_through_a_two_label_head(reranker):
+    assert reranker.pooling == "rank" and reranker.is_reranker and reranker.n_outputs == 2
+    assert reranker.metadata["qwen3.pooling_type"] == "4"
+
+
 def test_results_are_sorted_by_score_and_cut_to_top_n(reranking, reranker):
     everything = reranking.answer({"query": QUERY, "documents": DOCUMENTS, "model": RERANK_MODEL})
     assert everything["object"] == "list" and everything["model"] == RERANK_MODEL
