@@ -1,7 +1,7 @@
 """Fixtures the integration modules share: the model loaded in this process, the InferenceFunction
-restored from its local snapshot (also as an embedding model), the inference runtime, the agent over it,
-``snapllm local serve`` with an OpenAI client on it (also serving an embedding model), and
-llama-cpp-python's server as an always-on endpoint.
+restored from its local snapshot (also as an embedding model, and on the test reranker), the inference
+runtime, the agent over it, ``snapllm local serve`` with an OpenAI client on it (also serving an embedding
+model), and llama-cpp-python's server as an always-on endpoint.
 
 Each is module-scoped (a loaded model costs seconds), and a module sets its own limits by overriding the
 fixture that holds them: ``inference_overrides`` for the function and the runtime, ``serve_overrides`` for
@@ -22,15 +22,19 @@ from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.serving import OpenAIServing
 from snapllm_dev.local.durable import LocalAgent, agent_settings
 from snapllm_dev.local.inference import LocalInferenceClient
+from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE
 from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.processes import stop_process
-from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
+from tests.support.family_models import family_model
 from tests.support.generation import TEST_THREADS, serving_over
 from tests.support.llama_server import start_llama_cpp_server
 from tests.support.paths import TEMPLATE
 from tests.support.serve import (
     EMBEDDING_FUNCTION_ENV,
     EMBEDDING_LIMITS,
+    RERANK_FUNCTION_ENV,
+    RERANK_MODEL,
     SERVE_ENV,
     ServeProcess,
     embedding_serve_args,
@@ -75,6 +79,21 @@ def embedding_environment(deployment: LocalDeployment) -> Iterator[RestoredEnvir
     """The InferenceFunction restored with the packaged model loaded as an embedding model (mean pooling)
     named :data:`~tests.support.serve.EMBEDDING_MODEL`, as an embedding model's own function runs."""
     with deployment.function("InferenceFunction", **EMBEDDING_FUNCTION_ENV) as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as restored:
+            yield restored
+
+
+@pytest.fixture(scope="module")
+def rerank_environment(deployment: LocalDeployment) -> Iterator[RestoredEnvironment]:
+    """The InferenceFunction restored with the test-model builder's reranker (rank pooling) named
+    :data:`~tests.support.serve.RERANK_MODEL`, its file uploaded to the local bucket as a deployment's is."""
+    path = family_model(RERANK_MODEL).path
+    key = f"rerank/{path.name}"
+    digest = deployment.s3.put_model(path, bucket=LOCAL_MODEL_BUCKET, key=key)
+    overrides = {**RERANK_FUNCTION_ENV, MODEL_KEY_VARIABLE: key, "SNAPLLM_MODEL_SHA256": digest}
+    with deployment.function("InferenceFunction", **overrides) as function:
         function.init()
         function.snapshot()
         with function.restore() as restored:

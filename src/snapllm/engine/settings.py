@@ -19,8 +19,9 @@ from snapllm.environment import Settings
 MiB = 1024 * 1024
 #: What the after-restore hook faults in (:mod:`snapllm.engine.prefault`).
 PrefaultMode = Literal["none", "weights", "all"]
-#: How an embedding model pools its tokens into one vector ("model": the GGUF's own pooling type).
-EmbeddingPooling = Literal["model", "mean", "cls", "last"]
+#: How an embedding model pools its tokens into one vector ("model": the GGUF's own pooling type); "rank"
+#: is a reranker's: the pooled token through its classification head, a score per query-document pair.
+EmbeddingPooling = Literal["model", "mean", "cls", "last", "rank"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -122,7 +123,8 @@ class EngineSettings(Settings):
     """Generation threads; unset, the CPUs really available (affinity mask and cgroup quota)."""
     embedding_pooling: EmbeddingPooling | None = Field(None, json_schema_extra={"unset": "a text model"})
     """Serve the model as an embedding model (`/v1/embeddings`, no completions), pooling each input's
-    tokens into one vector: `model` (the GGUF's own pooling type), `mean`, `cls` or `last`."""
+    tokens into one vector: `model` (the GGUF's own pooling type), `mean`, `cls` or `last`; or, with
+    `rank` (or `model` for a GGUF whose pooling type is rank), as a reranker (`/v1/rerank`)."""
     verbose: bool = Field(False, validation_alias="SNAPLLM_LLAMA_VERBOSE")
     """llama.cpp's own logging, to stderr."""
     # Off: the memfd already holds the weights, and a repacked copy would double them in RAM and in the

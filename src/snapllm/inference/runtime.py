@@ -32,8 +32,9 @@ from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
-from snapllm.protocol.model_routes import EMBEDDINGS, ModelRoutes, routed_event, split_event
+from snapllm.protocol.model_routes import EMBEDDINGS, RERANK, ModelRoutes, routed_event, split_event
 from snapllm.protocol.requests import require_object
+from snapllm.protocol.rerank import RerankServing
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
@@ -41,6 +42,8 @@ from snapllm.timing import phases
 logger = logging.getLogger("snapllm.inference")
 #: The texts an embedding model's before-snapshot warm-up embeds, in one batch.
 EMBEDDING_WARMUP = ("Hello.", "A second, longer text to embed alongside the first one.")
+#: The request a reranker's before-snapshot warm-up scores: a query and two documents, in one batch.
+RERANK_WARMUP = {"query": "Hello?", "documents": list(EMBEDDING_WARMUP)}
 
 
 class InferenceRuntime:
@@ -53,19 +56,22 @@ class InferenceRuntime:
         self.settings = settings
         limits = settings.serving
         self.model_name = engine.model_name
-        # A text model serves the completions; an embedding model, the embeddings. Both serve their tokens.
+        # A text model serves the completions; an embedding model, the embeddings; a reranker (an embedding
+        # model with rank pooling), the reranking. All serve their tokens.
         self._serving: OpenAIServing | None = None
         self.embeddings: EmbeddingServing | None = None
+        self.reranking: RerankServing | None = None
         if isinstance(engine, EmbeddingEngine):
-            self.embeddings = EmbeddingServing(
-                engine,
-                limits=EmbeddingLimits(
-                    max_inputs=limits.max_embedding_inputs,
-                    max_tokens=limits.max_embedding_tokens,
-                    max_input_chars=limits.max_prompt_chars,
-                    truncatable=limits.embedding_truncatable,
-                ),
+            embedding_limits = EmbeddingLimits(
+                max_inputs=limits.max_embedding_inputs,
+                max_tokens=limits.max_embedding_tokens,
+                max_input_chars=limits.max_prompt_chars,
+                truncatable=limits.embedding_truncatable,
             )
+            if engine.is_reranker:
+                self.reranking = RerankServing(engine, limits=embedding_limits)
+            else:
+                self.embeddings = EmbeddingServing(engine, limits=embedding_limits)
         else:
             self._serving = OpenAIServing(
                 engine, max_tokens=limits.max_tokens, max_prompt_chars=limits.max_prompt_chars
@@ -75,6 +81,7 @@ class InferenceRuntime:
             vocabulary=engine,
             serving=self._serving,
             embeddings=self.embeddings,
+            reranking=self.reranking,
             max_chars=limits.max_prompt_chars,
         )
         self.download = download
@@ -85,11 +92,11 @@ class InferenceRuntime:
 
     @property
     def serving(self) -> OpenAIServing:
-        """The completions of a text model; an embedding model refuses them with a 400."""
+        """The completions of a text model; an embedding model or a reranker refuses them with a 400."""
         if self._serving is None:
+            kind, route = ("a reranker", RERANK) if self.reranking else ("an embedding model", EMBEDDINGS)
             raise UnsupportedParameterError(
-                f"{self.model_name} is an embedding model: it serves /v1/embeddings, /tokenize and "
-                "/detokenize, not completions",
+                f"{self.model_name} is {kind}: it serves {route}, /tokenize and /detokenize, not completions",
                 param="model",
             )
         return self._serving
@@ -134,11 +141,16 @@ class InferenceRuntime:
     def before_snapshot(self) -> None:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
         with phases.measure("warm_up"):
-            if self.embeddings is not None:
+            if self._serving is None:
                 # Through the handler, so decoding, validation and a batch of several inputs have run once.
-                answer = self.handle(routed_event(EMBEDDINGS, {"input": list(EMBEDDING_WARMUP)}), None)
+                event = (
+                    routed_event(RERANK, dict(RERANK_WARMUP))
+                    if self.reranking
+                    else routed_event(EMBEDDINGS, {"input": list(EMBEDDING_WARMUP)})
+                )
+                answer = self.handle(event, None)
                 if "statusCode" in answer:
-                    raise ServerError(f"the embeddings warm-up failed: {answer}")
+                    raise ServerError(f"the {event['route']} warm-up failed: {answer}")
             else:
                 self._warm_up_completions()
         self._first_invoke_pending = True

@@ -1,4 +1,4 @@
-"""The routes a model function answers besides the completions: tokens, token counts, embeddings.
+"""The routes a model function answers besides the completions: tokens, token counts, embeddings, reranking.
 
 A completion's direct invoke is the request body itself (``messages``, ``prompt`` or ``input`` tells which
 kind). Every other route is invoked as a *routed event*, the route's path and its body, since a body alone
@@ -25,6 +25,7 @@ from snapllm.errors import (
 )
 from snapllm.protocol.embeddings import EmbeddingServing
 from snapllm.protocol.requests import require_object
+from snapllm.protocol.rerank import RerankServing, parse_rerank
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.protocol.tokens import (
     Vocabulary,
@@ -41,8 +42,11 @@ TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 CHAT_INPUT_TOKENS = "/v1/chat/completions/input_tokens"
 EMBEDDINGS = "/v1/embeddings"
+RERANK = "/v1/rerank"
+#: llama-server's other path of the same route (Jina's clients post to /v1/rerank).
+RERANK_ALIAS = "/rerank"
 #: Every route invoked as a routed event.
-ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS, EMBEDDINGS)
+ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS, EMBEDDINGS, RERANK, RERANK_ALIAS)
 
 
 def routed_event(route: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +71,8 @@ def split_event(event: dict[str, Any]) -> tuple[str | None, Any]:
 
 class ModelRoutes:
     """The routed events of one loaded model: its vocabulary's routes, the chat count where it serves chat
-    (``serving``), embeddings where it is an embedding model (``embeddings``)."""
+    (``serving``), embeddings where it is an embedding model (``embeddings``), reranking where it is a
+    reranker (``reranking``)."""
 
     def __init__(
         self,
@@ -77,17 +82,21 @@ class ModelRoutes:
         serving: OpenAIServing | None,
         max_chars: int,
         embeddings: EmbeddingServing | None = None,
+        reranking: RerankServing | None = None,
     ) -> None:
         self.model_name = model_name
         self.vocabulary = vocabulary
         self.serving = serving
         self.embeddings = embeddings
+        self.reranking = reranking
         self.max_chars = max_chars
         self._answers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             TOKENIZE: self._tokenize,
             DETOKENIZE: self._detokenize,
             CHAT_INPUT_TOKENS: self._count,
             EMBEDDINGS: self._embed,
+            RERANK: self._rerank,
+            RERANK_ALIAS: self._rerank,
         }
 
     def answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -121,8 +130,22 @@ class ModelRoutes:
 
     def _embed(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.embeddings is None:
+            kind = "a reranker (it serves /v1/rerank)" if self.reranking else "not an embedding model"
             raise UnsupportedParameterError(
-                f"{self.model_name} is not an embedding model: deploy one to serve /v1/embeddings",
+                f"{self.model_name} is {kind}: deploy an embedding model to serve /v1/embeddings",
                 param="model",
             )
         return self.embeddings.answer(body)
+
+    def _rerank(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.reranking is None:
+            # A malformed body is refused for what it is first, as the router's validation does.
+            request = parse_rerank(body)
+            self._check_model(request.model)
+            kind = "an embedding model" if self.embeddings else "a chat model"
+            raise UnsupportedParameterError(
+                f"{self.model_name} is {kind}, not a reranker (a GGUF with rank pooling): deploy one to "
+                "serve /v1/rerank",
+                param="model",
+            )
+        return self.reranking.answer(body)

@@ -72,6 +72,8 @@ from snapllm.protocol.model_routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
     EMBEDDINGS,
+    RERANK,
+    RERANK_ALIAS,
     ROUTE_KEY,
     TOKENIZE,
     routed_event,
@@ -90,6 +92,7 @@ from snapllm.protocol.requests import (
     require_object,
     validation_error,
 )
+from snapllm.protocol.rerank import RerankList, RerankRequest
 from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest, inference_request, responses_fields
 from snapllm.protocol.tokens import (
     ChatTokenCount,
@@ -106,7 +109,9 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 # A target that answers these is throttled or down: the request goes to the next target of its fallback order.
 FALLBACK_ERRORS = (InferenceThrottledError, InferenceNotReadyError)
 #: A request the router sends to a model as a routed event (it names the model, or none for the default).
-RoutedRequest = ChatCompletionRequest | TokenizeRequest | DetokenizeRequest | EmbeddingsRequest
+RoutedRequest = (
+    ChatCompletionRequest | TokenizeRequest | DetokenizeRequest | EmbeddingsRequest | RerankRequest
+)
 STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
@@ -315,6 +320,24 @@ class RouterApp:
         )
         def create_embeddings(request: EmbeddingsRequest) -> Response[dict[str, Any]]:
             return self._route_to_model(request, EMBEDDINGS)
+
+        @app.post(
+            RERANK,
+            summary="Rank documents by relevance to a query with a reranker (llama-server's, Jina's shape)",
+            responses=openapi.model_route_responses(RerankList),
+            tags=["Rerank"],
+        )
+        def rerank(request: RerankRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, RERANK)
+
+        @app.post(
+            RERANK_ALIAS,
+            summary="Rank documents by relevance to a query (llama-server's other path of /v1/rerank)",
+            responses=openapi.model_route_responses(RerankList),
+            tags=["Rerank"],
+        )
+        def rerank_alias(request: RerankRequest) -> Response[dict[str, Any]]:
+            return self._route_to_model(request, RERANK_ALIAS)
 
         @app.post(
             CHAT_INPUT_TOKENS,

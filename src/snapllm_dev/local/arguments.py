@@ -83,13 +83,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--embedding-model",
         type=embedding_model,
         metavar="NAME=FILE",
-        help="also serve the GGUF FILE as embedding model NAME (/v1/embeddings), in its own environment",
+        help="also serve the GGUF FILE as embedding model NAME (/v1/embeddings; /v1/rerank with rank "
+        "pooling), in its own environment",
     )
     serve.add_argument(
         "--embedding-pooling",
-        choices=["model", "mean", "cls", "last"],
+        choices=["model", "mean", "cls", "last", "rank"],
         default="model",
-        help="how the embedding model pools its tokens (default: the GGUF's own pooling type)",
+        help="how the embedding model pools its tokens (default: the GGUF's own pooling type); rank serves "
+        "a reranker",
     )
     serve.add_argument(
         "--api-key",

@@ -8,6 +8,8 @@ import argparse
 #: The families, as :data:`snapllm_dev.testmodels.families.FAMILIES` names them (kept here so the parser
 #: imports nothing heavy; a test checks the two agree).
 FAMILY_NAMES = ("qwen3", "qwen2.5", "llama3.1", "llama3.2", "gemma3", "deepseek-r1-distill", "gpt-oss")
+#: The rerankers, as :data:`snapllm_dev.testmodels.families.RERANKERS` names them.
+RERANKER_NAMES = ("qwen3-reranker",)
 #: The shapes, as :data:`snapllm_dev.testmodels.build.SHAPES` names them.
 SHAPE_NAMES = ("tiny", "135m", "1b", "3b")
 
@@ -20,8 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--family",
         action="append",
-        choices=FAMILY_NAMES,
-        help="a family to build (repeat for more; default: all)",
+        choices=FAMILY_NAMES + RERANKER_NAMES,
+        help="a family or reranker to build (repeat for more; default: all)",
     )
     build.add_argument(
         "--shape",

@@ -2,6 +2,7 @@
 
     model = build("qwen3")          # TestModel(path=..., tokenizer_json=..., bos_token=..., ...)
     models = build_all()            # every family of :data:`FAMILIES`
+    reranker = build("qwen3-reranker")   # a reranker of :data:`RERANKERS` (rank pooling, a score head)
 
 The weights are random (seeded by the family's name, so a rebuild writes the same file): the model
 generates noise, but it tokenizes, renders, stops and follows grammars exactly as the real model's file
@@ -21,7 +22,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from snapllm_dev.testmodels.families import FAMILIES, Family
+from snapllm_dev.testmodels.families import FAMILIES, RERANKERS, Family, RerankerFamily
 from snapllm_dev.testmodels.sources import cache_root, corpus_template
 from snapllm_dev.testmodels.vocab import Vocabulary, read_vocabulary, write_vocabulary
 
@@ -99,8 +100,8 @@ def _recipe_key(family: Family, shape: Shape) -> str:
 
 
 def build(name: str, shape: str = "tiny") -> TestModel:
-    """Family ``name``'s test model, built on first use and cached."""
-    family = FAMILIES[name]
+    """Family (or reranker) ``name``'s test model, built on first use and cached."""
+    family = FAMILIES[name] if name in FAMILIES else RERANKERS[name]
     size = SHAPES[shape]
     config = family.tokenizer.config()
     tokenizer_json = family.tokenizer.tokenizer_json
@@ -155,6 +156,10 @@ def _write(
     if family.tokenizer_model == "llama":
         writer.add_add_space_prefix(False)
     writer.add_chat_template(template)
+    if isinstance(family, RerankerFamily):
+        writer.add_chat_template([{"name": "rerank", "template": family.rerank_template}])
+        writer.add_pooling_type(gguf.PoolingType.RANK)
+        writer.add_classifier_output_labels(list(family.labels))
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if shape.quantized else gguf.LlamaFileType.MOSTLY_F16)
     seed = int.from_bytes(hashlib.sha256(family.name.encode()).digest()[:8], "little")
     rng = np.random.default_rng(seed)
@@ -242,6 +247,9 @@ def _layout(family: Family, shape: Shape, vocab: int) -> list[_Tensor]:
     tensors.append(_Tensor(names[kind.OUTPUT_NORM] + ".weight", (embd,), fill=1.0))
     if not family.tied_output:
         tensors.append(_Tensor(names[kind.OUTPUT] + ".weight", (vocab, embd)))
+    if isinstance(family, RerankerFamily):
+        # The score head: one row per output label, applied to the pooled (last) token.
+        tensors.append(_Tensor(names[kind.CLS_OUT] + ".weight", (len(family.labels), embd)))
     arch = family.architecture
     for layer in range(shape.layers):
 

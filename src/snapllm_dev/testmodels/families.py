@@ -19,6 +19,12 @@ that package's, or llama.cpp's corpus template of the model people deploy (see :
 - ``gpt-oss``: architecture ``gpt-oss`` (attention sinks, alternating sliding-window layers, a mixture of
   tiny experts), its own tokenizer, and the corpus's gpt-oss-120b template (the package has none).
 
+Rerankers (:data:`RERANKERS`) are a family's model with a classification head in place of its use as a
+chat model: ``qwen3-reranker`` is Qwen3-shaped (architecture ``qwen3``, the Qwen3 tokenizer) with a
+``cls.output.weight`` of two output labels (yes, no: llama.cpp's softmax over them gives P(yes)), rank
+pooling, and a rerank prompt (``tokenizer.chat_template.rerank``) in the style of Qwen3-Reranker's: the
+query and the document in a user turn, the judgement as the assistant's answer.
+
 Families whose tokenizer no package ships get no test model; their corpus templates still go through the
 rendering suite (:data:`TEMPLATE_ONLY`): Phi-4-mini (no corpus template either; the corpus has
 Phi-3.5-mini's), SmolLM3, Granite 3.3 and 4.0, Mistral Small 3.2, Hermes 3 (Llama 3.1 based).
@@ -60,6 +66,17 @@ class Family:
     experts_used: int = 0
     #: Whether the output projection is the token embedding (as the small models of the family have it).
     tied_output: bool = True
+
+
+@dataclass(frozen=True)
+class RerankerFamily(Family):
+    """A reranker: the family's architecture with a classification head over the pooled last token."""
+
+    #: ``tokenizer.chat_template.rerank``: the prompt of one query-document pair ({query}, {document}).
+    rerank_template: str = ""
+    #: ``<arch>.classifier.output_labels``: one per value of the head (a reranker's score is the first).
+    #: Two: llama.cpp takes a softmax over a Qwen3 reranker's outputs, so one label would always score 1.
+    labels: tuple[str, ...] = ("yes", "no")
 
 
 FAMILIES: dict[str, Family] = {
@@ -107,6 +124,26 @@ FAMILIES: dict[str, Family] = {
             tied_output=False,
         ),
     )
+}
+
+#: Written for these test models: a system turn that asks for a yes or no, the pair in the user turn, and
+#: the assistant's turn opened, so the last token is where the answer would start.
+QWEN3_RERANK_TEMPLATE = (
+    "<|im_start|>system\nSay whether the document answers the query: reply yes or no.<|im_end|>\n"
+    "<|im_start|>user\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+RERANKERS: dict[str, RerankerFamily] = {
+    "qwen3-reranker": RerankerFamily(
+        "qwen3-reranker",
+        "qwen3",
+        QWEN3_TOKENIZER,
+        "gpt2",
+        "qwen2",
+        None,
+        "<|im_end|>",
+        rerank_template=QWEN3_RERANK_TEMPLATE,
+    ),
 }
 
 #: Families whose tokenizer ships in no package: only their templates are tested (llama.cpp's corpus
