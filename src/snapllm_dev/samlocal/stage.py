@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -53,6 +54,12 @@ ENV_VARS_NAME = "env.sam-local.json"
 #: The variable the SAM CLI reads to use a durable emulator started outside Docker.
 EXTERNAL_EMULATOR_PORT = "DURABLE_EXECUTIONS_EXTERNAL_EMULATOR_PORT"
 WARM_UP_EVENT = Path("events/inference/completion.json")
+#: Lambda's names of the machine architectures this runs on.
+_HOST_ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
+#: The model function's timeout under an emulated architecture (qemu-user): its one invoke runs the init
+#: (imports, the model from S3, its load) and a first request at a few percent of native speed, minutes
+#: where the template's 120 s fit natively. Below the 600 s the SAM CLI's invoke is given.
+EMULATED_INVOKE_TIMEOUT_S = 540
 
 
 class StageError(SnapllmError):
@@ -119,7 +126,7 @@ class SamLocalStage(Closing):
                 container_host=host,
                 # The router's recorded events carry no authorizer verdict, and SAM plays no Parameter
                 # Store: the functions run as behind IAM, which API Gateway checks before any function.
-                parameter_overrides={"Architecture": arch, "ApiAuth": "IAM"},
+                parameter_overrides={"Architecture": arch, "ApiAuth": "IAM", **_timeouts(arch)},
                 environment={EXTERNAL_EMULATOR_PORT: str(emulator_port)},
             )
             # The durable emulator must be reachable from SAM (127.0.0.1) and from the agent's container
@@ -229,6 +236,13 @@ def _web_adapter_variables(
         return {}
     local = {**deployment.local_values(roles.web_adapter), **variables[roles.model.name]}
     return function_environment(roles.web_adapter, local=local, environ={})
+
+
+def _timeouts(arch: str) -> dict[str, str]:
+    """The parameter overrides that give an emulated architecture's invoke time to finish."""
+    if _HOST_ARCHITECTURES.get(platform.machine().lower()) == arch:
+        return {}
+    return {"InferenceTimeout": str(EMULATED_INVOKE_TIMEOUT_S)}
 
 
 def _local_only(template: Template, variables: dict[str, dict[str, str]]) -> dict[str, list[str]]:
