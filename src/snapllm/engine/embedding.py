@@ -36,8 +36,15 @@ PooledBy = Literal["mean", "cls", "last"]
 class EmbeddingEngine(LoadedModel):
     """A loaded model that embeds for one request at a time (llama.cpp contexts are not thread-safe)."""
 
-    def __init__(self, llama: Llama, *, model_name: str, model_digest: str | None = None) -> None:
-        super().__init__(llama, model_name=model_name, model_digest=model_digest)
+    def __init__(
+        self,
+        llama: Llama,
+        *,
+        model_name: str,
+        model_digest: str | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
         pooling = int(llama._ctx.pooling_type())
         if pooling not in _POOLING_NAMES:
             # NONE (a model without a pooling type, such as a chat model) or RANK (a reranker's head).
@@ -80,7 +87,7 @@ class EmbeddingEngine(LoadedModel):
                 f"llama.cpp could not load the embedding model {model_name!r} from {source or model_path}: "
                 f"{exc} (set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
             ) from exc
-        return cls(llama, model_name=model_name, model_digest=model_digest)
+        return cls(llama, model_name=model_name, model_digest=model_digest, settings=settings)
 
     # --- What the model is ----------------------------------------------------------------------------------
 
@@ -126,7 +133,7 @@ class EmbeddingEngine(LoadedModel):
         llama = self._llama
         max_sequences = int(llama.context_params.n_seq_max)
         vectors: list[list[float]] = []
-        with self._lock:
+        with self._running():
             batch, context = llama._batch, llama._ctx
             batch.reset()
             sizes: list[int] = []

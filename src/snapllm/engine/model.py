@@ -229,7 +229,7 @@ class Engine(LoadedModel):
         model_digest: str | None = None,
         draft: PromptLookup | None = None,
     ) -> None:
-        super().__init__(llama, model_name=model_name, model_digest=model_digest)
+        super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
         self._decoder = Decoder(llama)
         self._draft = draft
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
@@ -361,7 +361,7 @@ class Engine(LoadedModel):
         llama-cpp-python does): the same tokens, slower; it exists to show that they are the same.
         """
         self._check(request)
-        with self._lock:
+        with self._running():
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request)
             completion = self._completion(request, progress, grammar_check=grammar_check)
@@ -382,7 +382,7 @@ class Engine(LoadedModel):
         return self._stream(request, deadline)
 
     def _stream(self, request: EngineRequest, deadline: Deadline | None) -> Iterator[EngineStreamItem]:
-        with self._lock:
+        with self._running():
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request)
             completion = self._completion(request, progress)
@@ -398,7 +398,7 @@ class Engine(LoadedModel):
     def prime(self, tokens: list[int]) -> None:
         """Leave exactly ``tokens`` evaluated in the KV cache (after a warm-up: the prefix every chat
         starts with, so the first request after a restore reuses it as a warm one would)."""
-        with self._lock:
+        with self._running():
             self._decoder.reset()
             self._decoder.evaluate(tokens)
 

@@ -120,6 +120,12 @@ class EngineSettings(Settings):
     """llama.cpp batch size, in tokens."""
     threads: int | None = Field(None, ge=1, json_schema_extra={"unset": "CPUs really available"})
     """Generation threads; unset, the CPUs really available (affinity mask and cgroup quota)."""
+    thread_pool: bool = True
+    """Keep llama.cpp's worker threads for the model's life (asleep between requests), instead of
+    starting and joining them in every decode."""
+    thread_poll: int = Field(50, ge=0, le=100)
+    """How long the pool's workers poll for the next decode before sleeping, on ggml's scale (0: sleep at
+    once; 50: ggml's and llama-server's default). Only within a request: between requests they sleep."""
     embedding_pooling: EmbeddingPooling | None = Field(None, json_schema_extra={"unset": "a text model"})
     """Serve the model as an embedding model (`/v1/embeddings`, no completions), pooling each input's
     tokens into one vector: `model` (the GGUF's own pooling type), `mean`, `cls` or `last`."""
