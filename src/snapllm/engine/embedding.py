@@ -17,7 +17,7 @@ from typing import Literal
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
-from snapllm.engine.loaded import LoadedModel
+from snapllm.engine.loaded import LoadedModel, model_params
 from snapllm.engine.settings import EmbeddingPooling, EngineSettings
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
 from snapllm.system import available_cpus
@@ -69,19 +69,21 @@ class EmbeddingEngine(LoadedModel):
         unset); :class:`ModelLoadError` if llama.cpp refuses it or it has no pooling to give one vector."""
         threads = settings.threads or available_cpus()
         try:
-            llama = Llama(
-                model_path=model_path,
-                n_ctx=settings.n_ctx,
-                # One batch holds a whole context window, so any sequence that fits the context fits a batch.
-                n_batch=settings.n_ctx,
-                n_ubatch=settings.n_ctx,
-                n_threads=threads,
-                n_threads_batch=threads,
-                embedding=True,
-                pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
-                use_mmap=True,
-                verbose=settings.verbose,
-            )
+            with model_params(settings):
+                llama = Llama(
+                    model_path=model_path,
+                    n_ctx=settings.n_ctx,
+                    # One batch holds a whole context window: any sequence that fits the context fits a batch.
+                    n_batch=settings.n_ctx,
+                    n_ubatch=settings.n_ctx,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    embedding=True,
+                    pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
+                    use_mmap=settings.maps_weights,
+                    flash_attn=settings.flash_attention,
+                    verbose=settings.verbose,
+                )
         except ValueError as exc:
             raise ModelLoadError(
                 f"llama.cpp could not load the embedding model {model_name!r} from {source or model_path}: "

@@ -8,13 +8,36 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
+from typing import Any
 
+import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 
 from snapllm import __version__ as snapllm_version
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.threadpool import CpuThreadPool
+
+
+@contextlib.contextmanager
+def model_params(settings: EngineSettings) -> Iterator[None]:
+    """Set the model parameters that ``Llama()`` has no argument for, for the duration of one construction.
+
+    ``use_extra_bufts`` lets llama.cpp repack the weights of some quant types (Q4_0, Q4_K, IQ4_NL) into
+    the layout of the CPU's matrix kernels; ``Llama()`` always asks for llama.cpp's default (on).
+    """
+    original = low_level.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        params.use_extra_bufts = settings.repack_weights
+        return params
+
+    low_level.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        low_level.llama_model_default_params = original
 
 
 class LoadedModel:
