@@ -52,6 +52,9 @@ from snapllm_dev.local.report import table
 
 #: The side every ratio is taken against: llama-server as its users run it.
 BASELINE = "llama-server"
+#: The pause after each request: a llama-server's workers poll for more work for a while after one (ggml's
+#: ``--poll``), and would take cores from the side measured next.
+SETTLE_S = 0.5
 #: What the prompts are cut from: text a model reads as text, long enough for any prefill.
 _TEXT = (
     "Count from one to a thousand: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, "
@@ -166,7 +169,9 @@ def measure(
     for round_number in range(rounds + 1):
         for name, side in sides.items():
             decoded = side(decode_prompt, tokens)
+            time.sleep(SETTLE_S)
             filled = side(prefill_prompt, 1)
+            time.sleep(SETTLE_S)
             if round_number:  # round 0 warms each side up
                 decode[name].append(decoded.decode_tps)
                 prefill[name].append(filled.prefill_tps)
