@@ -2,7 +2,8 @@
 # Compiles llama.cpp's own `llama-server` from the sources vendored in the llama-cpp-python release that
 # pyproject.toml pins, once per machine, for `snapllm bench grammar --peer llama-server`: the peer then runs
 # the same llama.cpp as the engine, with the same CPU kernels (layers/llama-cpp/cpu-flags.sh) and no OpenMP.
-# Prints the binary's path. About 10-15 minutes on 2 cores the first time.
+# Prints the binary's path. About 10-15 minutes on 2 cores the first time. With --if-built, only prints the
+# path of one already built (exit 3 when there is none: nothing is compiled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source layers/llama-cpp/cpu-flags.sh
@@ -15,6 +16,9 @@ target=$cache/llama-server-$llama_version-$(printf '%s' "$flags" | sha256sum | c
 if [ -x "$target/llama-server" ]; then
   echo "$target/llama-server"
   exit 0
+fi
+if [ "${1:-}" = --if-built ]; then
+  exit 3
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -7,6 +7,7 @@ that use it are built on every ``snapllm`` call, ``--help`` included.
 
     parser.add_argument("--port", type=port)
     parser.add_argument("--requests", type=integer(1, 1_000_000))
+    parser.add_argument("--threads", type=integers(1, 1024))          # 1,2,6
     parser.add_argument("--ttft-ms", type=number(0, 600_000))
     parser.add_argument("--route", type=pair, action="append")
     parser.add_argument("--model", type=gguf_file)
@@ -45,6 +46,19 @@ def integer(minimum: int, maximum: int) -> Callable[[str], int]:
         return value
 
     return _named(parse, "integer")  # type: ignore[return-value]
+
+
+def integers(minimum: int, maximum: int) -> Callable[[str], list[int]]:
+    """A comma-separated list of whole numbers within ``minimum``-``maximum``, each once, in order given."""
+    single = integer(minimum, maximum)
+
+    def parse(text: str) -> list[int]:
+        values = [single(part) for part in text.split(",")]
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"lists a number twice: {text!r}")
+        return values
+
+    return _named(parse, "integers")  # type: ignore[return-value]
 
 
 def number(minimum: float, maximum: float, *, above_minimum: bool = False) -> Callable[[str], float]:

@@ -89,6 +89,26 @@ def test_bench_coldstart_reports_ratios_as_json():
     assert result["memory"]["peak_rss_bytes"] > result["model_bytes"]
 
 
+def test_bench_engine_measures_each_side_it_has_and_writes_json(tmp_path):
+    out = tmp_path / "engine.json"
+    run = snapllm(
+        "bench", "engine", "--model", "smollm2-135m", "--threads", "1", "--decode-tokens", "4",
+        "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--json", str(out),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "smollm2-135m: decode 4 tokens after 8, prefill 32 tokens" in run.stdout
+    result = json.loads(out.read_text())
+    sides = result["models"]["smollm2-135m"]["threads"]["1"]
+    # llama-server joins where `make llama-server` has built it; the two in-process sides always run.
+    assert {"snapllm", "llama-cpp-python"} <= set(sides)
+    assert all(side["decode_tps"] > 0 and side["prefill_tps"] > 0 for side in sides.values())
+    if "llama-server" in sides:
+        assert set(sides) == {"snapllm", "llama-cpp-python", "llama-server", "llama-server (engine kernels)"}
+        assert sides["llama-server"]["decode_ratio"] == 1.0 and sides["snapllm"]["decode_ratio"] > 0
+    else:
+        assert "llama-server is not built" in run.stderr
+
+
 def test_local_invoke_of_deeply_nested_events(tmp_path):
     # Too deep for any JSON decoder: refused with a message, no traceback.
     too_deep = tmp_path / "too-deep.json"

@@ -124,20 +124,31 @@ def test_deadline_from_a_lambda_context():
     assert 9.8 < with_caller_deadline(0, value="soon").at - time.monotonic() <= 10.0
 
 
-def test_weights_are_not_repacked_into_a_second_copy(engine):
+def test_weights_are_repacked_and_read_rather_than_mapped_by_default(engine):
     import llama_cpp.llama_cpp as low_level
 
-    # llama.cpp's default would repack some quant types (Q4_0, Q4_K on Graviton) into a second copy.
-    assert low_level.llama_model_default_params().use_extra_bufts is True
-    assert engine.llama.model_params.use_extra_bufts is False
+    # Repacked for the CPU's kernels, with flash attention; read out of the file (which the caller then
+    # closes) rather than mapped, so the repacked tensors are not also held in the mapping.
+    assert engine.llama.model_params.use_extra_bufts is True
+    assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_NONE
+    assert engine.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_ENABLED
 
 
-def test_repacking_can_be_chosen(model_path):
-    repacking = Engine.load(str(model_path), EngineSettings(threads=1, repack_weights=True), model_name="r")
-    assert repacking.llama.model_params.use_extra_bufts is True
-    assert (
-        serving_over(repacking).generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
+def test_repacking_and_flash_attention_can_be_turned_off(model_path):
+    import llama_cpp.llama_cpp as low_level
+
+    plain = Engine.load(
+        str(model_path),
+        EngineSettings(threads=1, repack_weights=False, flash_attention=False),
+        model_name="plain",
     )
+    assert plain.llama.model_params.use_extra_bufts is False
+    assert (
+        plain.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
+    )  # the memfd's pages are the weights
+    assert plain.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    assert serving_over(plain).generate(parse_request({**COUNTING, "max_tokens": 3})).completion_tokens == 3
+    plain.close()
 
 
 def test_warm_up_leaves_only_the_chat_templates_common_prefix_behind(engine, serving):

@@ -171,7 +171,7 @@ def test_a_callers_earlier_deadline_stops_generation(environment):
 
 def test_the_prefault_takes_the_first_requests_page_faults_into_the_restore(deployment):
     # A restored environment is a fork of the snapshotted process: without a prefault its first request
-    # maps the weights and copies every page of llama.cpp's buffers it writes.
+    # copies every page of llama.cpp's buffers it writes (and maps the weights, where they are mapped).
     first_faults = {}
     for mode in ("none", "all"):
         with (
@@ -185,5 +185,5 @@ def test_the_prefault_takes_the_first_requests_page_faults_into_the_restore(depl
                 first = restored.invoke(CHAT)
                 assert first.error is None
                 first_faults[mode] = sum(first.faults.values())
-    assert first_faults["none"] > 2000
-    assert first_faults["all"] < first_faults["none"] / 10
+    assert first_faults["none"] > 1000, first_faults
+    assert first_faults["all"] < first_faults["none"] / 10, first_faults

@@ -7,7 +7,17 @@ import argparse
 import pytest
 
 from snapllm.errors import ConfigurationError
-from snapllm_dev.argtypes import gguf_file, http_url, integer, named_url, number, pair, parameter, port
+from snapllm_dev.argtypes import (
+    gguf_file,
+    http_url,
+    integer,
+    integers,
+    named_url,
+    number,
+    pair,
+    parameter,
+    port,
+)
 from snapllm_dev.local.environment import check_strict_variables
 from snapllm_dev.local.serve_cli import DEFAULT_PORT, listening_port
 
@@ -98,3 +108,11 @@ def test_variables_powertools_parses_strictly_are_checked_by_name():
     ):
         assert name in message
     assert "\n" not in message
+
+
+def test_a_list_of_whole_numbers_is_comma_separated_within_range_and_without_repeats():
+    assert integers(1, 8)("1,2, 6") == [1, 2, 6]
+    assert integers(1, 8)("4") == [4]
+    for bad in ("", "1,,2", "0,1", "1,9", "a", "2,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            integers(1, 8)(bad)

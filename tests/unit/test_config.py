@@ -26,14 +26,14 @@ def test_values_from_the_environment():
         "SNAPLLM_N_CTX": "4096",
         "SNAPLLM_THREADS": "6",
         "SNAPLLM_LLAMA_VERBOSE": "true",
-        "SNAPLLM_REPACK_WEIGHTS": "on",
+        "SNAPLLM_REPACK_WEIGHTS": "off",
     }
     settings = InferenceSettings.from_env(env)
     assert settings.model.sha256 == "ab" * 32
     assert settings.model.name == "smollm2"
     assert settings.loader.part_size == 32 * MiB
     assert settings.loader.concurrency == 4
-    assert settings.engine == EngineSettings(n_ctx=4096, threads=6, verbose=True, repack_weights=True)
+    assert settings.engine == EngineSettings(n_ctx=4096, threads=6, verbose=True, repack_weights=False)
 
 
 def test_template_style_empty_values_mean_default():

@@ -18,6 +18,7 @@ from snapllm_dev import sam
 from snapllm_dev.packaged_models import default_model_path
 from snapllm_dev.preflight.cli import main, run
 from snapllm_dev.preflight.elf import is_elf, read_elf
+from snapllm_dev.preflight.model import ModelProfile
 from snapllm_dev.preflight.package import scan_package
 from snapllm_dev.preflight.regions import region_of, region_problems
 from snapllm_dev.preflight.rules import LWA_SNAPSTART_MIN_LAYER
@@ -562,6 +563,16 @@ def test_a_model_whose_init_would_not_fit_snapstarts_limit_is_warned_about(tmp_p
     assert "81.9 s warm-up" in warning
     # Not a model function (no SNAPLLM_MODEL_KEY): nothing to estimate.
     assert _notes(make_build(tmp_path / "plain"), capsys, "--model-bytes", str(8 * gib)) == []
+
+
+def test_a_large_models_memory_is_its_loads_peak_of_two_copies():
+    gib = 1024**3
+    large = ModelProfile(Path("m.gguf"), 3 * gib, "llama", {}, "none", kv_cache_bytes=gib // 4)
+    # Repacked weights are read while the memfd holds them: two copies at once, above what it serves with.
+    assert large.load_peak_bytes == 6 * gib + 256 * 1024**2 > large.serving_bytes
+    assert large.memory_mb == 6 * 1024 + 256
+    small = ModelProfile(Path("m.gguf"), 100 * 1024**2, "llama", {}, "none", kv_cache_bytes=gib // 4)
+    assert small.memory_mb * 1024**2 >= small.serving_bytes > small.load_peak_bytes
 
 
 def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_path, capsys):

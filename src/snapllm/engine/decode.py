@@ -132,6 +132,12 @@ class _Samplers:
             ),
         )
         self.greedy = sampling.temperature == 0.0
+        # Greedy over unchanged logits (no bias; penalties that llama.cpp skips as disabled) is the first
+        # highest logit: the chain's choice, without copying the vocabulary into a candidates array.
+        penalised = last_n != 0 and (
+            sampling.repeat_penalty != 1.0 or sampling.frequency_penalty or sampling.presence_penalty
+        )
+        self.argmax = self.greedy and not sampling.logit_bias and not penalised
         self.chain = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
         # top-k 0 keeps every token, as llama.cpp's top-k does for k <= 0.
         top_k = n_vocab if sampling.top_k <= 0 else min(sampling.top_k, n_vocab)
@@ -187,9 +193,11 @@ class Decoder:
         self._n_batch = int(llama.n_batch)
         self._n_ctx = int(llama.n_ctx())
         self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
-        self._ids = np.arange(self.n_vocab, dtype=np.intc)
         self._buffer = (low_level.llama_token_data * self.n_vocab)()
         self._candidates = np.frombuffer(self._buffer, dtype=_TOKEN_DATA)
+        #: The candidates before the logits go in: every token once, in id order.
+        self._fresh = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+        self._fresh["id"] = np.arange(self.n_vocab, dtype=np.intc)
         self._array = low_level.llama_token_data_array(
             data=ctypes.cast(self._buffer, low_level.llama_token_data_p),
             size=self.n_vocab,
@@ -383,9 +391,9 @@ class Decoder:
         return Sampled(token, eog, float(distribution[token]), top)
 
     def _fill(self, logits: np.ndarray, samplers: _Samplers) -> None:
-        self._candidates["id"] = self._ids
+        # One copy of the (id, 0, 0) rows, then the logits: cheaper than writing each field apart.
+        np.copyto(self._candidates, self._fresh)
         self._candidates["logit"] = logits
-        self._candidates["p"] = 0.0
         self._array.size = self.n_vocab
         self._array.selected = -1
         self._array.sorted = False
@@ -404,6 +412,11 @@ class Decoder:
         return self._one.logit != -np.inf
 
     def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
+        if samplers.argmax and (samplers.grammar is None or grammar_check == "lazy"):
+            token = int(np.argmax(logits))
+            if samplers.grammar is None or self._allowed(samplers, token):
+                return token
+            # The grammar refuses the best token: the shortlists below, as for any greedy pick.
         self._fill(logits, samplers)
         if samplers.grammar is None:
             self._apply(samplers.chain)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
-from snapllm.engine.loaded import LoadedModel
+from snapllm.engine.loaded import LoadedModel, model_params
 from snapllm.engine.settings import EmbeddingPooling, EngineSettings
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
 from snapllm.system import available_cpus
@@ -46,8 +46,15 @@ RERANK_TEMPLATE_KEY = "tokenizer.chat_template.rerank"
 class EmbeddingEngine(LoadedModel):
     """A loaded model that embeds for one request at a time (llama.cpp contexts are not thread-safe)."""
 
-    def __init__(self, llama: Llama, *, model_name: str, model_digest: str | None = None) -> None:
-        super().__init__(llama, model_name=model_name, model_digest=model_digest)
+    def __init__(
+        self,
+        llama: Llama,
+        *,
+        model_name: str,
+        model_digest: str | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
         pooling = int(llama._ctx.pooling_type())
         if pooling not in _POOLING_NAMES:
             # NONE: a model without a pooling type, such as a chat model.
@@ -76,25 +83,27 @@ class EmbeddingEngine(LoadedModel):
         unset); :class:`ModelLoadError` if llama.cpp refuses it or it has no pooling to give one vector."""
         threads = settings.threads or available_cpus()
         try:
-            llama = Llama(
-                model_path=model_path,
-                n_ctx=settings.n_ctx,
-                # One batch holds a whole context window, so any sequence that fits the context fits a batch.
-                n_batch=settings.n_ctx,
-                n_ubatch=settings.n_ctx,
-                n_threads=threads,
-                n_threads_batch=threads,
-                embedding=True,
-                pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
-                use_mmap=True,
-                verbose=settings.verbose,
-            )
+            with model_params(settings):
+                llama = Llama(
+                    model_path=model_path,
+                    n_ctx=settings.n_ctx,
+                    # One batch holds a whole context window: any sequence that fits the context fits a batch.
+                    n_batch=settings.n_ctx,
+                    n_ubatch=settings.n_ctx,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    embedding=True,
+                    pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
+                    use_mmap=settings.maps_weights,
+                    flash_attn=settings.flash_attention,
+                    verbose=settings.verbose,
+                )
         except ValueError as exc:
             raise ModelLoadError(
                 f"llama.cpp could not load the embedding model {model_name!r} from {source or model_path}: "
                 f"{exc} (set SNAPLLM_LLAMA_VERBOSE=true to see llama.cpp's reason)"
             ) from exc
-        return cls(llama, model_name=model_name, model_digest=model_digest)
+        return cls(llama, model_name=model_name, model_digest=model_digest, settings=settings)
 
     # --- What the model is ----------------------------------------------------------------------------------
 
@@ -192,7 +201,7 @@ class EmbeddingEngine(LoadedModel):
         llama = self._llama
         max_sequences = int(llama.context_params.n_seq_max)
         vectors: list[list[float]] = []
-        with self._lock:
+        with self._running():
             batch, context = llama._batch, llama._ctx
             batch.reset()
             sizes: list[int] = []

@@ -1,23 +1,71 @@
 """What every engine over a llama.cpp model shares: the model, its name, the identity its answers depend on,
-and the lock that keeps one request at a time on it (llama.cpp contexts are not thread-safe)."""
+the lock that keeps one request at a time on it (llama.cpp contexts are not thread-safe), and the thread
+pool its decodes run on."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 
 from snapllm import __version__ as snapllm_version
+from snapllm.engine.settings import EngineSettings
+from snapllm.engine.threadpool import CpuThreadPool
+
+
+@contextlib.contextmanager
+def model_params(settings: EngineSettings) -> Iterator[None]:
+    """Set the model parameters that ``Llama()`` has no argument for, for the duration of one construction.
+
+    ``use_extra_bufts`` lets llama.cpp repack the weights of some quant types (Q4_0, Q4_K, IQ4_NL) into
+    the layout of the CPU's matrix kernels; ``Llama()`` always asks for llama.cpp's default (on).
+    """
+    original = low_level.llama_model_default_params
+
+    def patched() -> Any:
+        params = original()
+        params.use_extra_bufts = settings.repack_weights
+        return params
+
+    low_level.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        low_level.llama_model_default_params = original
 
 
 class LoadedModel:
     """A model loaded in llama.cpp under the name clients send."""
 
-    def __init__(self, llama: Llama, *, model_name: str, model_digest: str | None = None) -> None:
+    def __init__(
+        self,
+        llama: Llama,
+        *,
+        model_name: str,
+        model_digest: str | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
         self._llama = llama
         self._lock = threading.Lock()
+        settings = settings or EngineSettings()
+        self._pool: CpuThreadPool | None = None
+        if settings.thread_pool:
+            # Created with the model, so it is in the snapshot: a restore finds its threads asleep.
+            self._pool = CpuThreadPool(
+                llama,
+                threads=int(llama.n_threads),
+                batch_threads=int(llama.n_threads_batch),
+                poll=settings.thread_poll,
+            )
+            # An engine dropped without close() still joins its threads (the pool keeps the context alive
+            # until then).
+            weakref.finalize(self, self._pool.close)
         self._model_name = model_name
         # What the answers depend on: the model's bytes and the software that runs them.
         self._identity = (
@@ -41,3 +89,24 @@ class LoadedModel:
     @property
     def threads(self) -> int:
         return int(self._llama.n_threads)
+
+    @property
+    def thread_pool(self) -> CpuThreadPool | None:
+        """The persistent threads decodes run on (None: llama.cpp starts threads for each decode)."""
+        return self._pool
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        """One request on the model: the lock held, and the thread pool live, then asleep afterwards."""
+        with self._lock:
+            if self._pool is None:
+                yield
+                return
+            with self._pool.running():
+                yield
+
+    def close(self) -> None:
+        """Join the thread pool's threads; the model is not used afterwards."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()

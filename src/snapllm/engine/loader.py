@@ -9,8 +9,9 @@ of adding a second pass over the bytes::
     with loader.load(ModelSource(bucket="models", key="smollm2.gguf")) as model:
         llama = Llama(model_path=model.path)   # /proc/self/fd/N
 
-The memfd lives in RAM (and so in a SnapStart snapshot). After llama.cpp has mapped it, closing the fd
-keeps the mapping, so the bytes are resident exactly once.
+The memfd lives in RAM (and so in a SnapStart snapshot). After llama.cpp has read it into its own
+(repacked) buffers, closing the fd frees it; after llama.cpp has mapped it, closing the fd keeps the
+mapping. Either way the bytes are resident exactly once.
 
 A part that breaks off (reset, early end, a read that stalls past ``read_timeout_s``, a 5xx or throttling
 answer) is retried from the byte where it stopped, so a transient fault costs a resumed GET and leaves

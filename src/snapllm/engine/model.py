@@ -15,7 +15,6 @@ ended the answer.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -24,7 +23,7 @@ import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
-from snapllm.engine.loaded import LoadedModel
+from snapllm.engine.loaded import LoadedModel, model_params
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -195,28 +194,6 @@ class _GenerationProgress:
         )
 
 
-@contextlib.contextmanager
-def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
-    """Set model parameters that ``Llama()`` has no argument for, for the duration of one construction.
-
-    ``use_extra_bufts`` lets llama.cpp repack some quant types into a second, CPU-specific copy of the
-    weights. The model already sits in RAM in its memfd, so repacking would keep two copies resident (and
-    snapshot both).
-    """
-    original = low_level.llama_model_default_params
-
-    def patched() -> Any:
-        params = original()
-        params.use_extra_bufts = use_extra_bufts
-        return params
-
-    low_level.llama_model_default_params = patched
-    try:
-        yield
-    finally:
-        low_level.llama_model_default_params = original
-
-
 class Engine(LoadedModel):
     """A loaded model that generates for one request at a time (llama.cpp contexts are not thread-safe)."""
 
@@ -229,7 +206,7 @@ class Engine(LoadedModel):
         model_digest: str | None = None,
         draft: PromptLookup | None = None,
     ) -> None:
-        super().__init__(llama, model_name=model_name, model_digest=model_digest)
+        super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
         self._decoder = Decoder(llama)
         self._draft = draft
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
@@ -246,21 +223,24 @@ class Engine(LoadedModel):
         model_digest: str | None = None,
         draft: PromptLookup | None = None,
     ) -> Engine:
-        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp, memory-mapped.
+        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp: memory-mapped, or read into
+        llama.cpp's own (repacked) buffers when ``settings.repack_weights`` is on, after which the caller
+        closes the file so that one copy of the weights remains.
 
         ``source`` names where the bytes came from (``s3://...``) in the :class:`ModelLoadError` raised
         when llama.cpp refuses them: a memfd's path alone says nothing about which model it was.
         """
         threads = settings.threads or available_cpus()
         try:
-            with _model_params(use_extra_bufts=settings.repack_weights):
+            with model_params(settings):
                 llama = Llama(
                     model_path=model_path,
                     n_ctx=settings.n_ctx,
                     n_batch=settings.n_batch,
                     n_threads=threads,
                     n_threads_batch=threads,
-                    use_mmap=True,
+                    use_mmap=settings.maps_weights,
+                    flash_attn=settings.flash_attention,
                     verbose=settings.verbose,
                 )
         except ValueError as exc:
@@ -361,7 +341,7 @@ class Engine(LoadedModel):
         llama-cpp-python does): the same tokens, slower; it exists to show that they are the same.
         """
         self._check(request)
-        with self._lock:
+        with self._running():
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request)
             completion = self._completion(request, progress, grammar_check=grammar_check)
@@ -382,7 +362,7 @@ class Engine(LoadedModel):
         return self._stream(request, deadline)
 
     def _stream(self, request: EngineRequest, deadline: Deadline | None) -> Iterator[EngineStreamItem]:
-        with self._lock:
+        with self._running():
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
             cached = self._cached_prefix(request)
             completion = self._completion(request, progress)
@@ -398,7 +378,7 @@ class Engine(LoadedModel):
     def prime(self, tokens: list[int]) -> None:
         """Leave exactly ``tokens`` evaluated in the KV cache (after a warm-up: the prefix every chat
         starts with, so the first request after a restore reuses it as a warm one would)."""
-        with self._lock:
+        with self._running():
             self._decoder.reset()
             self._decoder.evaluate(tokens)
 

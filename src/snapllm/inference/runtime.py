@@ -112,7 +112,8 @@ class InferenceRuntime:
             with phases.measure("s3_to_memfd"):
                 model = loader.load(settings.model)
             with model, phases.measure("model_load"):
-                # llama.cpp maps the memfd; the mapping outlives the fd, so the weights stay resident once.
+                # llama.cpp reads the memfd into its repacked buffers (or maps it: the mapping outlives the
+                # fd); closing it here frees what it no longer needs, so the weights stay resident once.
                 load = EmbeddingEngine.load if settings.engine.embedding_pooling else Engine.load
                 engine = load(
                     model.path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from snapllm_dev.argtypes import gguf_file, http_url, integer, number, readable_file
+from snapllm_dev.argtypes import gguf_file, http_url, integer, integers, number, readable_file
 
 #: ``SNAPLLM_PREFAULT``'s modes (:data:`snapllm.engine.prefault.PREFAULT_MODES`, which imports numpy; a
 #: unit test
@@ -177,6 +177,45 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     embeddings.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     embeddings.set_defaults(implementation="snapllm_dev.bench.embeddings")
+
+    engine = kinds.add_parser(
+        "engine",
+        help="decode and prefill tokens/s: the engine, llama-cpp-python and llama-server, as ratios",
+    )
+    engine.add_argument(
+        "--model",
+        type=model_or_gguf,
+        action="append",
+        help="a packaged model's name or a GGUF file (repeatable; default: the packaged models)",
+    )
+    engine.add_argument(
+        "--threads",
+        type=integers(1, 1024),
+        default=None,
+        help="thread counts to measure, comma-separated (default: 1 to all cores)",
+    )
+    engine.add_argument(
+        "--decode-tokens", type=integer(2, MAX_BENCH_TOKENS), default=128, help="tokens each decode generates"
+    )
+    engine.add_argument(
+        "--decode-prompt", type=integer(1, MAX_BENCH_TOKENS), default=40, help="tokens of the decode's prompt"
+    )
+    engine.add_argument(
+        "--prefill-tokens",
+        type=integer(1, 131_072),
+        default=1000,
+        help="tokens of the prefill's prompt (at most what the context leaves)",
+    )
+    engine.add_argument(
+        "--rounds", type=integer(1, MAX_REPEATS), default=3, help="measured rounds (after one warm-up)"
+    )
+    engine.add_argument(
+        "--no-server",
+        action="store_true",
+        help="leave llama-server out (measure the engine and llama-cpp-python)",
+    )
+    engine.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    engine.set_defaults(implementation="snapllm_dev.bench.engine")
 
     decode = kinds.add_parser("decode", help="decoding speed with and without drafting, as ratios")
     decode.add_argument("--draft", choices=DRAFTS, default="prompt-lookup", help="the drafting method")

@@ -127,12 +127,22 @@ class ModelProfile:
         )
 
     @property
-    def memory_mb(self) -> int:
-        """The memory the function needs: the weights (one copy, in the memfd the model is loaded from), the
-        KV cache (f16 keys and values for ``n_ctx`` tokens), llama.cpp's compute buffers and the runtime."""
+    def serving_bytes(self) -> int:
+        """The memory a loaded model holds: the weights (one copy), the KV cache (f16 keys and values for
+        ``n_ctx`` tokens), llama.cpp's compute buffers and the runtime."""
         compute = max(COMPUTE_FLOOR_MIB * MiB, int(self.size_bytes * COMPUTE_SHARE))
-        total = self.size_bytes + self.kv_cache_bytes + compute + RUNTIME_MIB * MiB
-        return -(-total // MiB)
+        return self.size_bytes + self.kv_cache_bytes + compute + RUNTIME_MIB * MiB
+
+    @property
+    def load_peak_bytes(self) -> int:
+        """The memory while the model loads: repacked weights (the default) are read out of the memfd while
+        it still holds them, so two copies, and the runtime."""
+        return 2 * self.size_bytes + RUNTIME_MIB * MiB
+
+    @property
+    def memory_mb(self) -> int:
+        """The memory the function needs: what the loaded model holds, or the load's peak if higher."""
+        return -(-max(self.serving_bytes, self.load_peak_bytes) // MiB)
 
 
 def _kv_cache_bytes(metadata: Mapping[str, str], architecture: str, n_ctx: int) -> int:

@@ -1,0 +1,296 @@
+"""``snapllm bench engine``: decode and prefill tokens/s of the engine, bare llama-cpp-python and
+llama-server, at each thread count, as ratios to llama-server as its users run it.
+
+    snapllm bench engine                                           # the packaged models, 1..cores threads
+    snapllm bench engine --model llama3.2-1b.gguf --threads 1,2,6 --json engine.json
+
+Four sides run the same token ids on the same model file, with the same threads:
+
+- ``snapllm``: the engine (:class:`snapllm.engine.model.Engine`) with its default settings;
+- ``llama-cpp-python``: ``Llama`` as its users construct it (its own defaults), streamed;
+- ``llama-server (engine kernels)``: llama.cpp's server with the engine's repacking and flash attention;
+- ``llama-server``: llama.cpp's server with its own defaults (repacking on, flash attention auto).
+
+Both servers run one slot (``-np 1``, so the context is not split) with the engine's context and batch,
+and are compiled by ``make llama-server`` from the llama.cpp that llama-cpp-python vendors; a machine
+where it is not built yet measures the other sides (this command never starts the 10-15 minute build).
+
+**Decode**: ``--decode-tokens`` tokens (end of generation banned, so every side generates them all) after
+a ``--decode-prompt``-token prompt; the rate counts the tokens after the first, over the time after it.
+**Prefill**: a ``--prefill-tokens`` prompt (at most what the context leaves) and one token; the rate is the
+prompt's tokens over the time to the first token. No side reuses a cached prompt. Each round runs every
+side in turn, so a machine's drift spreads over all of them; each figure is the median of ``--rounds``
+rounds after one warm-up. Timing threads on cores that something else uses is meaningless (ggml's
+workers spin-wait on each other): run it on an idle machine, at thread counts up to its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import llama_cpp.llama_cpp as low_level
+from llama_cpp import Llama
+
+from snapllm.engine.model import Engine
+from snapllm.engine.settings import EngineSettings
+from snapllm.engine.types import EngineRequest, Sampling
+from snapllm.errors import SnapllmError
+from snapllm.system import available_cpus
+from snapllm_dev.bench.grammar import LLAMA_SERVER, MODELS, llama_server
+from snapllm_dev.local.report import table
+
+#: The side every ratio is taken against: llama-server as its users run it.
+BASELINE = "llama-server"
+#: The pause after each request: a llama-server's workers poll for more work for a while after one (ggml's
+#: ``--poll``), and would take cores from the side measured next.
+SETTLE_S = 0.5
+#: What the prompts are cut from: text a model reads as text, long enough for any prefill.
+_TEXT = (
+    "Count from one to a thousand: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, "
+    "20, 21, 22, 23, 24, 25. The river runs through the valley past the old mill, where the miller "
+    "weighs the grain each morning and writes the figures in a ledger kept beside the door. "
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request's rate: prompt tokens per second up to the first token, and tokens per second after."""
+
+    prefill_tps: float
+    decode_tps: float
+
+
+#: A side runs ``prompt`` and generates ``tokens`` tokens.
+Side = Callable[[list[int], int], Sample]
+
+
+def prompt_tokens(engine: Engine, count: int) -> list[int]:
+    """``count`` tokens of text (the model's beginning-of-sequence token first, where it has one)."""
+    tokens = engine.tokenize(_TEXT, add_bos=True)
+    body = engine.tokenize(_TEXT, add_bos=False)
+    while len(tokens) < count:
+        tokens += body
+    return tokens[:count]
+
+
+def _end_of_generation(llama: Llama) -> list[int]:
+    vocab = llama._model.vocab
+    return [token for token in range(llama.n_vocab()) if low_level.llama_vocab_is_eog(vocab, token)]
+
+
+def engine_side(engine: Engine) -> Side:
+    eog = _end_of_generation(engine.llama)
+
+    def run(prompt: list[int], tokens: int) -> Sample:
+        sampling = Sampling(0.0, 1.0, seed=1, logit_bias=tuple((token, float("-inf")) for token in eog))
+        request = EngineRequest(tuple(prompt), sampling, max_tokens=tokens, reuse_cache=False)
+        timings = engine.generate(request).timings
+        return Sample(len(prompt) / (timings.prompt_ms / 1000.0), timings.tokens_per_second)
+
+    return run
+
+
+def llama_cpp_side(llama: Llama) -> Side:
+    eog = dict.fromkeys(_end_of_generation(llama), float("-inf"))
+
+    def run(prompt: list[int], tokens: int) -> Sample:
+        llama.reset()  # no prefix reused from the last request
+        started = time.perf_counter()
+        first: float | None = None
+        last = started
+        stream = llama.create_completion(
+            prompt, max_tokens=tokens, temperature=0.0, logit_bias=eog, stream=True
+        )
+        for _ in stream:
+            last = time.perf_counter()
+            first = first or last
+        first = first or last
+        # A chunk per token; the first chunk ends the prompt's evaluation.
+        decode = (tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0
+        return Sample(len(prompt) / (first - started), decode)
+
+    return run
+
+
+def server_side(base_url: str) -> Side:
+    def run(prompt: list[int], tokens: int) -> Sample:
+        body = {
+            "prompt": prompt,
+            "n_predict": tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "cache_prompt": False,
+        }
+        response = httpx.post(f"{base_url}/completion", json=body, timeout=600)
+        response.raise_for_status()
+        timings = response.json()["timings"]
+        generated, predicted_ms = int(timings["predicted_n"]), float(timings["predicted_ms"])
+        # The engine's definition: the tokens after the first, per second after it.
+        decode = (generated - 1) / (predicted_ms / 1000.0) if generated > 1 and predicted_ms else 0.0
+        return Sample(float(timings["prompt_n"]) / (float(timings["prompt_ms"]) / 1000.0), decode)
+
+    return run
+
+
+def built_llama_server() -> str | None:
+    """The llama-server binary ``make llama-server`` built, or None where it is not built yet."""
+    found = subprocess.run(
+        ["bash", str(LLAMA_SERVER), "--if-built"], capture_output=True, text=True, check=False
+    )
+    return found.stdout.strip().splitlines()[-1] if found.returncode == 0 and found.stdout.strip() else None
+
+
+def server_options(settings: EngineSettings) -> dict[str, list[str]]:
+    """Each llama-server side's options beyond the model, threads and context."""
+    common = ["-np", "1", "-b", str(settings.n_batch)]
+    kernels = ["-fa", "on" if settings.flash_attention else "off"]
+    if not settings.repack_weights:
+        kernels.append("--no-repack")
+    return {"llama-server (engine kernels)": [*common, *kernels], BASELINE: common}
+
+
+def measure(
+    sides: dict[str, Side], *, decode_prompt: list[int], prefill_prompt: list[int], tokens: int, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Each side's median decode and prefill rates over ``rounds`` interleaved rounds (after a warm-up)."""
+    decode: dict[str, list[float]] = {name: [] for name in sides}
+    prefill: dict[str, list[float]] = {name: [] for name in sides}
+    for round_number in range(rounds + 1):
+        for name, side in sides.items():
+            decoded = side(decode_prompt, tokens)
+            time.sleep(SETTLE_S)
+            filled = side(prefill_prompt, 1)
+            time.sleep(SETTLE_S)
+            if round_number:  # round 0 warms each side up
+                decode[name].append(decoded.decode_tps)
+                prefill[name].append(filled.prefill_tps)
+    return {
+        name: {"decode_tps": statistics.median(decode[name]), "prefill_tps": statistics.median(prefill[name])}
+        for name in sides
+    }
+
+
+def with_ratios(by_side: dict[str, dict[str, float]]) -> dict[str, dict[str, float | None]]:
+    """Each side's rates with their ratios to :data:`BASELINE`'s (None without it)."""
+    baseline = by_side.get(BASELINE)
+    results: dict[str, dict[str, float | None]] = {}
+    for name, rates in by_side.items():
+        results[name] = dict(rates)
+        for kind in ("decode", "prefill"):
+            base = baseline[f"{kind}_tps"] if baseline else 0.0
+            results[name][f"{kind}_ratio"] = rates[f"{kind}_tps"] / base if base else None
+    return results
+
+
+def render(model: str, by_threads: dict[int, dict[str, dict[str, float | None]]], *, note: str) -> str:
+    rows = []
+    for threads, by_side in by_threads.items():
+        for name, side in by_side.items():
+            decode, prefill = side["decode_ratio"], side["prefill_ratio"]
+            ratios = (
+                f"  x{decode:.2f} / x{prefill:.2f} of {BASELINE}"
+                if decode is not None and prefill is not None
+                else ""
+            )
+            rates = f"decode {side['decode_tps']:.1f} tokens/s, prefill {side['prefill_tps']:.1f} tokens/s"
+            rows.append((f"{threads} threads, {name}", rates + ratios))
+    return table(rows, title=f"{model}: {note}")
+
+
+def _model_path(name: str) -> Path:
+    return MODELS[name]() if name in MODELS else Path(name)
+
+
+@contextlib.contextmanager
+def _sides(
+    path: Path, settings: EngineSettings, server: str | None, *, model_name: str
+) -> Iterator[tuple[Engine, dict[str, Side]]]:
+    """The engine, and every side loaded (or started) on ``path`` with ``settings``' threads; closed
+    afterwards."""
+    threads = settings.threads or 1
+    engine = Engine.load(str(path), settings, model_name=model_name)
+    llama = Llama(
+        model_path=str(path),
+        n_ctx=settings.n_ctx,
+        n_batch=settings.n_batch,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
+    sides = {"snapllm": engine_side(engine), "llama-cpp-python": llama_cpp_side(llama)}
+    try:
+        with contextlib.ExitStack() as servers:
+            if server is not None:
+                for name, options in server_options(settings).items():
+                    url = servers.enter_context(
+                        llama_server(
+                            path, threads=threads, n_ctx=settings.n_ctx, options=options, bench="engine"
+                        )
+                    )
+                    sides[name] = server_side(url)
+            yield engine, sides
+    finally:
+        engine.close()
+        llama.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    thread_counts = args.threads or list(range(1, available_cpus() + 1))
+    server = None if args.no_server else built_llama_server()
+    if server is None and not args.no_server:
+        print(
+            "snapllm bench engine: llama-server is not built (make llama-server): measuring the other sides",
+            file=sys.stderr,
+        )
+    results: dict[str, Any] = {
+        "decode_tokens": args.decode_tokens,
+        "rounds": args.rounds,
+        "baseline": BASELINE,
+        "models": {},
+    }
+    for model_name in args.model or list(MODELS):
+        path = _model_path(model_name)
+        by_threads: dict[int, dict[str, dict[str, float | None]]] = {}
+        for threads in thread_counts:
+            settings = EngineSettings(threads=threads)
+            try:
+                with _sides(path, settings, server, model_name=model_name) as (engine, sides):
+                    # The prefill and the one token after it fit the context.
+                    prefill = prompt_tokens(engine, min(args.prefill_tokens, settings.n_ctx - 2))
+                    decode = prompt_tokens(engine, args.decode_prompt)
+                    by_side = measure(
+                        sides,
+                        decode_prompt=decode,
+                        prefill_prompt=prefill,
+                        tokens=min(args.decode_tokens, settings.n_ctx - len(decode) - 1),
+                        rounds=args.rounds,
+                    )
+            except (SnapllmError, OSError, ValueError) as exc:
+                print(f"snapllm bench engine: {exc}", file=sys.stderr)
+                return 2
+            by_threads[threads] = with_ratios(by_side)
+        results["models"][model_name] = {
+            "path": str(path),
+            "prefill_tokens": len(prefill),
+            "decode_prompt_tokens": len(decode),
+            "threads": {str(threads): sides for threads, sides in by_threads.items()},
+        }
+        note = (
+            f"decode {args.decode_tokens} tokens after {len(decode)}, prefill {len(prefill)} tokens "
+            f"(median of {args.rounds} rounds)"
+        )
+        print(render(model_name, by_threads, note=note), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0

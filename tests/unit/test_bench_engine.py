@@ -1,0 +1,35 @@
+"""``snapllm bench engine``'s arithmetic: ratios to llama-server as its users run it, the table, and the
+llama-server options that give it the engine's kernels (no model runs here; the CLI test runs one)."""
+
+from __future__ import annotations
+
+from snapllm.engine.settings import EngineSettings
+from snapllm_dev.bench.engine import BASELINE, render, server_options, with_ratios
+
+
+def test_ratios_are_taken_against_llama_server_defaults():
+    rates = {
+        "snapllm": {"decode_tps": 30.0, "prefill_tps": 300.0},
+        BASELINE: {"decode_tps": 20.0, "prefill_tps": 400.0},
+    }
+    results = with_ratios(rates)
+    assert results["snapllm"]["decode_ratio"] == 1.5
+    assert results["snapllm"]["prefill_ratio"] == 0.75
+    assert results[BASELINE]["decode_ratio"] == results[BASELINE]["prefill_ratio"] == 1.0
+    text = render("m", {2: results}, note="a note")
+    assert text.splitlines()[0] == "m: a note"
+    assert "2 threads, snapllm" in text and "x1.50 / x0.75 of llama-server" in text
+
+
+def test_without_llama_server_there_are_rates_and_no_ratios():
+    results = with_ratios({"snapllm": {"decode_tps": 30.0, "prefill_tps": 300.0}})
+    assert results["snapllm"]["decode_ratio"] is None
+    assert "of llama-server" not in render("m", {1: results}, note="n")
+
+
+def test_the_engine_kernels_side_runs_llama_server_with_the_engines_settings():
+    defaults = server_options(EngineSettings())
+    assert defaults[BASELINE] == ["-np", "1", "-b", "512"]  # its own kernels: repacking on, flash auto
+    assert defaults["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "on"]
+    plain = server_options(EngineSettings(repack_weights=False, flash_attention=False))
+    assert plain["llama-server (engine kernels)"][-3:] == ["-fa", "off", "--no-repack"]
