@@ -104,7 +104,8 @@ def test_a_batch_scores_each_pair_as_it_would_alone(reranking):
     }
     for index, document in enumerate(DOCUMENTS):
         alone = reranking.answer({"query": QUERY, "documents": [document]})["results"][0]["relevance_score"]
-        assert together[index] == pytest.approx(alone, abs=1e-5)
+        # Flash attention over a batch of sequences sums in another order than over one: float32 rounding.
+        assert together[index] == pytest.approx(alone, abs=1e-4)
 
 
 def test_each_pair_is_the_ggufs_rerank_prompt_with_its_control_tokens(reranking, reranker):
