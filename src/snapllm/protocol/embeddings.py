@@ -30,10 +30,9 @@ from pydantic import BaseModel, Field, ValidationError
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
-    UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.requests import RequestBody, validation_error
+from snapllm.protocol.requests import RequestBody, check_served_model, validation_error
 
 EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 
@@ -141,10 +140,7 @@ class EmbeddingServing:
     def answer(self, body: Any) -> dict[str, Any]:
         """The OpenAI embeddings list for a request body; a ``RequestError`` naming the field otherwise."""
         request = parse_embeddings(body)
-        if request.model is not None and request.model != self.model_name:
-            raise UnknownModelError(
-                f"the model {request.model!r} does not exist; available: {self.model_name}", param="model"
-            )
+        check_served_model(request.model, self.model_name)
         size = self._dimensions(request.dimensions)
         tokens = self.tokens(request.input)
         vectors = self.engine.embed(tokens)

@@ -20,11 +20,10 @@ from typing import Any
 from snapllm.errors import (
     InvalidRequestError,
     RouteNotFoundError,
-    UnknownModelError,
     UnsupportedParameterError,
 )
 from snapllm.protocol.embeddings import EmbeddingServing
-from snapllm.protocol.requests import require_object
+from snapllm.protocol.requests import check_served_model, require_object
 from snapllm.protocol.rerank import RerankServing, parse_rerank
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.protocol.tokens import (
@@ -104,21 +103,14 @@ class ModelRoutes:
         request cannot be served."""
         return self._answers[route](body)
 
-    def _check_model(self, requested: str | None) -> None:
-        """Refuse a request that names another model than this one (no name means this one)."""
-        if requested is not None and requested != self.model_name:
-            raise UnknownModelError(
-                f"the model {requested!r} does not exist; available: {self.model_name}", param="model"
-            )
-
     def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         request = parse_tokenize(body)
-        self._check_model(request.model)
+        check_served_model(request.model, self.model_name)
         return tokenize(self.vocabulary, request, max_chars=self.max_chars)
 
     def _detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         request = parse_detokenize(body)
-        self._check_model(request.model)
+        check_served_model(request.model, self.model_name)
         return detokenize(self.vocabulary, request)
 
     def _count(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +133,7 @@ class ModelRoutes:
         if self.reranking is None:
             # A malformed body is refused for what it is first, as the router's validation does.
             request = parse_rerank(body)
-            self._check_model(request.model)
+            check_served_model(request.model, self.model_name)
             kind = "an embedding model" if self.embeddings else "a chat model"
             raise UnsupportedParameterError(
                 f"{self.model_name} is {kind}, not a reranker (a GGUF with rank pooling): deploy one to "

@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from snapllm.engine.types import Timings, TokenLogprob
-from snapllm.errors import InvalidRequestError, UnsupportedParameterError
+from snapllm.errors import InvalidRequestError, UnknownModelError, UnsupportedParameterError
 from snapllm.protocol.edge import MAX_JSON_DEPTH, check_json_value, json_text_depth
 from snapllm.protocol.fields import Endpoint, decision
 from snapllm.protocol.structured import check_schema
@@ -746,6 +746,12 @@ def prompt_chars(request: InferenceRequest) -> tuple[int, str]:
 
 
 _JSON_TYPE_NAMES = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))
+
+
+def check_served_model(requested: str | None, served: str) -> None:
+    """Refuse a request that names a model other than the one served here (no name means this one)."""
+    if requested is not None and requested != served:
+        raise UnknownModelError(f"the model {requested!r} does not exist; available: {served}", param="model")
 
 
 def require_object(body: Any) -> dict[str, Any]:

@@ -34,11 +34,10 @@ from pydantic import BaseModel, Field, ValidationError
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
-    UnknownModelError,
     UnsupportedParameterError,
 )
 from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingUsage
-from snapllm.protocol.requests import STRICT, RequestBody, validation_error
+from snapllm.protocol.requests import STRICT, RequestBody, check_served_model, validation_error
 
 QUERY_PLACEHOLDER = "{query}"
 DOCUMENT_PLACEHOLDER = "{document}"
@@ -164,10 +163,7 @@ class RerankServing:
     def answer(self, body: Any) -> dict[str, Any]:
         """The ranked results for a request body; a ``RequestError`` naming the field otherwise."""
         request = parse_rerank(body)
-        if request.model is not None and request.model != self.model_name:
-            raise UnknownModelError(
-                f"the model {request.model!r} does not exist; available: {self.model_name}", param="model"
-            )
+        check_served_model(request.model, self.model_name)
         texts = [d if isinstance(d, str) else d.text for d in request.documents]
         pairs = self.pairs(request.query, texts)
         scores = self.engine.score(pairs)

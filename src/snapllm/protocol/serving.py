@@ -35,7 +35,6 @@ from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
     RequestError,
-    UnknownModelError,
     UnsupportedParameterError,
 )
 from snapllm.protocol.answer_check import check_answer
@@ -52,6 +51,7 @@ from snapllm.protocol.requests import (
     Generation,
     InferenceRequest,
     ToolCall,
+    check_served_model,
     parse_request,
 )
 from snapllm.protocol.responses_api import (
@@ -198,10 +198,7 @@ class OpenAIServing:
 
     def check_model(self, requested: str | None) -> None:
         """Refuse a request that names a model other than the loaded one (no name means this one)."""
-        if requested is not None and requested != self.model_name:
-            raise UnknownModelError(
-                f"the model {requested!r} does not exist; available: {self.model_name}", param="model"
-            )
+        check_served_model(requested, self.model_name)
 
     def parse(self, body: Any, *, required: Required | None = None) -> AnyRequest:
         """A request for this model from a decoded body: the route's kind (``required``), or, for a direct
