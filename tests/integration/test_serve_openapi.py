@@ -29,6 +29,8 @@ OPERATIONS = [
     ("POST", "/v1/responses"),
     ("POST", "/v1/chat/completions/input_tokens"),
     ("POST", "/v1/embeddings"),
+    ("POST", "/v1/rerank"),
+    ("POST", "/rerank"),
     ("POST", "/tokenize"),
     ("POST", "/detokenize"),
     ("GET", "/v1/models"),

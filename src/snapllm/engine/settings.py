@@ -140,8 +140,11 @@ class EngineSettings(Settings):
     """Let llama.cpp repack Q4_0 / Q4_K / IQ4_NL weights for the CPU's matrix kernels (1.2-1.7x faster
     prompts and decoding). The weights are then read out of the model file, not mapped: one copy in RAM
     and in the snapshot, the load peaking at two until the file is closed."""
-    flash_attention: bool = True
-    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): faster prompts."""
+    # Off: with it on, the agent's multi-threaded prompts did not give the same answer from one run to the
+    # next (the recorded replays diverged between two runs), and answers at temperature 0 must repeat.
+    flash_attention: bool = False
+    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): faster prompts, but answers
+    that may differ from run to run at more than one thread."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping: only with `repack_weights` off, which maps the file) or `all` (the weights and the
