@@ -124,13 +124,13 @@ def test_deadline_from_a_lambda_context():
     assert 9.8 < with_caller_deadline(0, value="soon").at - time.monotonic() <= 10.0
 
 
-def test_weights_are_repacked_and_read_rather_than_mapped_by_default(engine):
+def test_weights_are_repacked_and_a_file_is_mapped_by_default(engine):
     import llama_cpp.llama_cpp as low_level
 
-    # Repacked for the CPU's kernels, without flash attention (answers must repeat); read out of the file
-    # (which the caller then closes) rather than mapped, so the repacked tensors are not also held there.
+    # Repacked for the CPU's kernels, without flash attention (answers must repeat). A file on a filesystem
+    # is mapped (its pages are the page cache's); a memfd is read (test_engine_memory).
     assert engine.llama.model_params.use_extra_bufts is True
-    assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_NONE
+    assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
     assert engine.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 

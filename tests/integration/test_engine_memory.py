@@ -1,6 +1,6 @@
 """How many copies of the weights a loaded model keeps: loaded from a memfd as the inference function loads
 it (Gemma 3's Q4_K weights, some of which llama.cpp repacks on x86), with repacking on (the default: the
-file is read, then closed) and off (the file is mapped)."""
+memfd is read, then closed) and off (the memfd is mapped); and from a file on a filesystem (mapped)."""
 
 from __future__ import annotations
 
@@ -69,3 +69,19 @@ def test_repacked_weights_are_held_once_and_answer_as_mapped_ones(gemma):
     # the rest may differ from the mapped load by a few MiB.
     assert mapped > size * 0.8
     assert read < mapped + 16 * MiB, (read / MiB, mapped / MiB)
+
+
+def test_a_file_on_a_filesystem_is_mapped_while_repacking_and_answers_as_the_read_memfd(gemma):
+    import llama_cpp.llama_cpp as low_level
+
+    read_answer, _ = _load_from_memfd(gemma, EngineSettings(threads=1))
+    engine = Engine.load(str(gemma), EngineSettings(threads=1), model_name="gemma")
+    try:
+        assert engine.llama.model_params.use_extra_bufts is True
+        assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
+        assert str(gemma) in Path("/proc/self/maps").read_text()
+        tokens = engine.tokenize("Count from one to twenty: 1, 2, 3,", add_bos=True)
+        request = EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=8)
+        assert engine.generate(request).text == read_answer  # the same kernels, over the same bytes
+    finally:
+        engine.close()

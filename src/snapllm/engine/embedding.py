@@ -24,7 +24,7 @@ from typing import Any, Literal
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
-from snapllm.engine.loaded import LoadedModel, model_params
+from snapllm.engine.loaded import LoadedModel, maps_weights, model_params
 from snapllm.engine.settings import EmbeddingPooling, EngineSettings
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
 from snapllm.system import available_cpus
@@ -94,7 +94,7 @@ class EmbeddingEngine(LoadedModel):
                     n_threads_batch=threads,
                     embedding=True,
                     pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
-                    use_mmap=settings.maps_weights,
+                    use_mmap=maps_weights(model_path, settings),
                     flash_attn=settings.flash_attention,
                     verbose=settings.verbose,
                 )

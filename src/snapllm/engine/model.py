@@ -23,7 +23,7 @@ import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
-from snapllm.engine.loaded import LoadedModel, model_params
+from snapllm.engine.loaded import LoadedModel, maps_weights, model_params
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -239,7 +239,7 @@ class Engine(LoadedModel):
                     n_batch=settings.n_batch,
                     n_threads=threads,
                     n_threads_batch=threads,
-                    use_mmap=settings.maps_weights,
+                    use_mmap=maps_weights(model_path, settings),
                     flash_attn=settings.flash_attention,
                     verbose=settings.verbose,
                 )

@@ -133,22 +133,26 @@ class EngineSettings(Settings):
     `rank` (or `model` for a GGUF whose pooling type is rank), as a reranker (`/v1/rerank`)."""
     verbose: bool = Field(False, validation_alias="SNAPLLM_LLAMA_VERBOSE")
     """llama.cpp's own logging, to stderr."""
-    # Repacked weights are read out of the file into llama.cpp's own buffers rather than mapped: with the
-    # file mapped too, the memfd's pages of every repacked tensor would stay resident beside their repacked
-    # copy (and both would be in the snapshot). Read, the memfd is closed after the load and freed.
+    # Repacked weights are read out of a memfd into llama.cpp's own buffers rather than mapped: with the
+    # memfd mapped too, its pages of every repacked tensor would stay resident beside their repacked copy
+    # (and both would be in the snapshot). Read, the memfd is closed after the load and freed. A file on a
+    # filesystem is mapped either way (``snapllm.engine.loaded.maps_weights``).
     repack_weights: bool = True
     """Let llama.cpp repack Q4_0 / Q4_K / IQ4_NL weights for the CPU's matrix kernels (1.2-1.7x faster
-    prompts and decoding). The weights are then read out of the model file, not mapped: one copy in RAM
-    and in the snapshot, the load peaking at two until the file is closed."""
-    # Off: with it on, the agent's multi-threaded prompts did not give the same answer from one run to the
-    # next (the recorded replays diverged between two runs), and answers at temperature 0 must repeat.
+    prompts and decoding). A downloaded model (a memfd) is then read, not mapped: one copy in RAM and in
+    the snapshot, the load peaking at two until the memfd is closed."""
+    # Off: with it on, a position's logits depend on how the prompt was split into batches once the cache
+    # holds 512 tokens or more (ggml picks a different attention kernel for one query row, a few and many):
+    # a prompt that reuses a cached prefix then answers differently from the same prompt evaluated whole
+    # (logits up to 0.36 apart on SmolLM2, at 1 and at 2 threads; none apart with it off), so answers at
+    # temperature 0 stop repeating (the agent's recorded replays diverged).
     flash_attention: bool = False
-    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): faster prompts, but answers
-    that may differ from run to run at more than one thread."""
+    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): 5-20% faster decoding and
+    prompts on a CPU, but an answer at temperature 0 may change with what the prompt cache held."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
-    model's mapping: only with `repack_weights` off, which maps the file) or `all` (the weights and the
-    process's private memory: compute buffers, KV cache, heap; read weights are private memory).
+    model's mapping: a downloaded model is mapped only with `repack_weights` off) or `all` (the weights
+    and the process's private memory: compute buffers, KV cache, heap; read weights are private memory).
     Its time counts toward the restore, which Lambda limits to 10 s."""
     # One thread: two measured slower on the restore (0.31 s against 0.17 s, SmolLM2 on 2 cores) and left
     # the first request's generation 0.1-0.2 s slower than a warm one's; one thread left no gap.
@@ -158,9 +162,3 @@ class EngineSettings(Settings):
     prefault_budget_ms: int = Field(5000, ge=0, le=9000)
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
-
-    @property
-    def maps_weights(self) -> bool:
-        """Whether llama.cpp maps the model file (its pages are the weights) rather than reading it into
-        buffers of its own (the repacked ones)."""
-        return not self.repack_weights
