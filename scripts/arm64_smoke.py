@@ -1,7 +1,10 @@
 """Greedy-generates a few tokens with llama_cpp and prints one JSON line (used by scripts/test-arm64.sh).
 
 Runs unchanged under qemu-aarch64 (the built arm64 layer on PYTHONPATH) and natively (the reference), so
-the two outputs can be compared token for token.
+the two outputs can be compared token for token. ``--no-repack`` turns off llama.cpp's repacking of the
+weights for the CPU's kernels (``use_extra_bufts``, which ``Llama()`` has no argument for), so the repacked
+and the plain kernels can be compared on one machine; ``top`` is the prompt's most likely next tokens with
+their logits, to state how far the two kernels' numbers are apart.
 
 Example:
     python scripts/arm64_smoke.py --model SmolLM2-135M-Instruct.Q4_1.gguf --tokens 8
@@ -20,15 +23,32 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--prompt", default="The capital of France is")
     parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--no-repack", action="store_true", help="keep the weights in the file's layout")
     args = parser.parse_args()
 
     started = time.perf_counter()
     import llama_cpp
+    import llama_cpp.llama_cpp as low_level
+    import numpy
 
     imported = time.perf_counter()
+    defaults = low_level.llama_model_default_params
+
+    def model_params() -> low_level.llama_model_params:
+        params = defaults()
+        params.use_extra_bufts = not args.no_repack
+        return params
+
+    low_level.llama_model_default_params = model_params
     llm = llama_cpp.Llama(model_path=args.model, n_ctx=128, n_batch=32, n_threads=2, verbose=False)
+    low_level.llama_model_default_params = defaults
     loaded = time.perf_counter()
     prompt = llm.tokenize(args.prompt.encode())
+    llm.eval(prompt)
+    # llama.cpp's own row: llama-cpp-python fills ``scores`` only when every position keeps its logits.
+    row = low_level.llama_get_logits_ith(llm.ctx, -1)
+    logits = numpy.ctypeslib.as_array(row, shape=(llm.n_vocab(),)).copy()  # generating overwrites the row
+    top = [int(token) for token in (-logits).argsort(kind="stable")[:5]]
     tokens: list[int] = []
     for token in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
         if token == llm.token_eos() or len(tokens) == args.tokens:
@@ -40,7 +60,9 @@ def main() -> int:
             {
                 "machine": platform.machine(),
                 "llama_cpp": llama_cpp.__file__,
+                "repack": not args.no_repack,
                 "tokens": tokens,
+                "top": [[token, round(float(logits[token]), 4)] for token in top],
                 "text": llm.detokenize(tokens).decode(errors="replace"),
                 "import_s": round(imported - started, 2),
                 "load_s": round(loaded - imported, 2),

