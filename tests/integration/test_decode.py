@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_cpp import Llama
 
 from snapllm.agent.schemas import plan_schema
 from snapllm.engine.decode import PromptLookup
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
-from snapllm.engine.types import TokenDelta
+from snapllm.engine.types import EngineRequest, Sampling, TokenDelta
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
@@ -194,3 +195,22 @@ def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_
         item.text for item in serving.stream(parse_request(request)) if isinstance(item, TokenDelta)
     )
     assert streamed == first.text
+
+
+def test_a_greedy_answer_with_biases_is_the_one_llama_cpp_python_gives(engine, model_path):
+    # The engine adds the biases to a copy of the logits and takes the first highest; llama-cpp-python
+    # runs its own chain over the same model. A banned first choice, a boosted rare token and a ban
+    # that only matters later must all give the reference's tokens.
+    reference = Llama(model_path=str(model_path), n_ctx=256, n_threads=1, verbose=False)
+    prompt = engine.tokenize("The three primary colours are", add_bos=True)
+
+    def engine_text(biases: dict[int, float]) -> str:
+        sampling = Sampling(0.0, 1.0, seed=1, logit_bias=tuple(biases.items()))
+        return engine.generate(EngineRequest(tuple(prompt), sampling, max_tokens=12)).text
+
+    plain = engine.tokenize(engine_text({}), add_bos=False)
+    cases = [{plain[0]: float("-inf")}, {plain[0]: -100.0, plain[1]: -100.0}, {plain[2]: -100.0, 1000: 8.0}]
+    for biases in cases:
+        expected = reference.create_completion(prompt, max_tokens=12, temperature=0.0, logit_bias=biases)
+        assert engine_text(biases) == expected["choices"][0]["text"], biases
+    reference.close()

@@ -132,12 +132,16 @@ class _Samplers:
             ),
         )
         self.greedy = sampling.temperature == 0.0
-        # Greedy over unchanged logits (no bias; penalties that llama.cpp skips as disabled) is the first
-        # highest logit: the chain's choice, without copying the vocabulary into a candidates array.
+        # Greedy without penalties (or with ones llama.cpp skips as disabled) is the first highest logit
+        # once the biases are added: the chain's choice, without copying the vocabulary into a candidates
+        # array and passing it through two samplers (0.4 ms a token with a 49k vocabulary).
         penalised = last_n != 0 and (
             sampling.repeat_penalty != 1.0 or sampling.frequency_penalty or sampling.presence_penalty
         )
-        self.argmax = self.greedy and not sampling.logit_bias and not penalised
+        self.argmax = self.greedy and not penalised
+        # As llama.cpp's logit-bias sampler adds them: each entry in turn, so a repeated token's add up.
+        self.bias_ids = np.array([token for token, _ in sampling.logit_bias], dtype=np.intc)
+        self.bias_values = np.array([bias for _, bias in sampling.logit_bias], dtype=np.single)
         self.chain = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
         # top-k 0 keeps every token, as llama.cpp's top-k does for k <= 0.
         top_k = n_vocab if sampling.top_k <= 0 else min(sampling.top_k, n_vocab)
@@ -195,6 +199,8 @@ class Decoder:
         self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
         self._buffer = (low_level.llama_token_data * self.n_vocab)()
         self._candidates = np.frombuffer(self._buffer, dtype=_TOKEN_DATA)
+        #: The logits with a request's biases added, for a greedy pick without the candidates array.
+        self._biased = np.empty(self.n_vocab, dtype=np.single)
         #: The candidates before the logits go in: every token once, in id order.
         self._fresh = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
         self._fresh["id"] = np.arange(self.n_vocab, dtype=np.intc)
@@ -413,7 +419,12 @@ class Decoder:
 
     def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
         if samplers.argmax and (samplers.grammar is None or grammar_check == "lazy"):
-            token = int(np.argmax(logits))
+            scores = logits
+            if samplers.bias_ids.size:
+                scores = self._biased
+                np.copyto(scores, logits)
+                np.add.at(scores, samplers.bias_ids, samplers.bias_values)
+            token = int(np.argmax(scores))
             if samplers.grammar is None or self._allowed(samplers, token):
                 return token
             # The grammar refuses the best token: the shortlists below, as for any greedy pick.
