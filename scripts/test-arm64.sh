@@ -32,24 +32,7 @@ arm=$(arm_smoke "$model")
 host=$(.venv/bin/python scripts/arm64_smoke.py --model "$model" --tokens "$tokens")
 echo "arm64: $arm"
 echo "host:  $host"
-.venv/bin/python - "$arm" "$host" "$layer" <<'PY'
-import json, sys
-arm, host, layer = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-problems = []
-if arm["machine"] != "aarch64":
-    problems.append(f"ran on {arm['machine']}, not aarch64")
-if not arm["llama_cpp"].startswith(layer):
-    problems.append(f"llama_cpp came from {arm['llama_cpp']}, not the built layer")
-if not arm["tokens"]:
-    problems.append("no tokens generated")
-if arm["tokens"] != host["tokens"]:
-    problems.append(f"arm64 tokens {arm['tokens']} differ from the host's {host['tokens']}")
-for problem in problems:
-    print(f"test-arm64: FAILED: {problem}")
-if problems:
-    sys.exit(1)
-print(f"test-arm64: OK: {len(arm['tokens'])} tokens under emulation match the host: {arm['text']!r}")
-PY
+.venv/bin/python scripts/arm64_compare.py host "$arm" "$host" "$layer"
 
 q4_0=$(.venv/bin/snapllm test-models --family llama3.2 --shape 135m | awk '{print $NF}')
 echo "test-arm64: $q4_0 with and without repacking, under emulation" >&2
@@ -57,27 +40,5 @@ repacked=$(arm_smoke "$q4_0")
 plain=$(arm_smoke "$q4_0" --no-repack)
 echo "arm64, repacked: $repacked"
 echo "arm64, plain:    $plain"
-.venv/bin/python - "$repacked" "$plain" <<'PY'
-import json, sys
-repacked, plain = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-# Both kernels multiply the same 4-bit weights by the same 8-bit activations; only the order in which the
-# blocks' float products are summed differs, so the logits may differ in their last bits, not in the ranking.
-TOLERANCE = 1e-2
-gaps = [abs(a[1] - b[1]) for a, b in zip(repacked["top"], plain["top"], strict=True)]
-problems = []
-if [t for t, _ in repacked["top"]] != [t for t, _ in plain["top"]]:
-    problems.append(f"the most likely tokens differ: {repacked['top']} against {plain['top']}")
-elif max(gaps) > TOLERANCE:
-    problems.append(f"the top logits differ by {max(gaps):.4f}, over {TOLERANCE}")
-if repacked["tokens"] != plain["tokens"]:
-    problems.append(f"repacked tokens {repacked['tokens']} differ from the plain ones {plain['tokens']}")
-for problem in problems:
-    print(f"test-arm64: FAILED (repacking): {problem}")
-if problems:
-    sys.exit(1)
-print(
-    f"test-arm64: OK: {len(plain['tokens'])} tokens the same with repacking as without; top logits within "
-    f"{max(gaps):.4f}"
-)
-PY
+.venv/bin/python scripts/arm64_compare.py repack "$repacked" "$plain"
 echo "test-arm64: took $(($(date +%s) - started)) s" >&2
