@@ -134,7 +134,7 @@ class _Samplers:
         self.greedy = sampling.temperature == 0.0
         # Greedy without penalties (or with ones llama.cpp skips as disabled) is the first highest logit
         # once the biases are added: the chain's choice, without copying the vocabulary into a candidates
-        # array and passing it through two samplers (0.4 ms a token with a 49k vocabulary).
+        # array and passing it through two samplers (98 µs against 15 µs a token with a 49k vocabulary).
         penalised = last_n != 0 and (
             sampling.repeat_penalty != 1.0 or sampling.frequency_penalty or sampling.presence_penalty
         )
