@@ -210,7 +210,9 @@ def test_a_greedy_answer_with_biases_is_the_one_llama_cpp_python_gives(engine, m
 
     plain = engine.tokenize(engine_text({}), add_bos=False)
     cases = [{plain[0]: float("-inf")}, {plain[0]: -100.0, plain[1]: -100.0}, {plain[2]: -100.0, 1000: 8.0}]
-    for biases in cases:
-        expected = reference.create_completion(prompt, max_tokens=12, temperature=0.0, logit_bias=biases)
-        assert engine_text(biases) == expected["choices"][0]["text"], biases
-    reference.close()
+    try:
+        for biases in cases:
+            expected = reference.create_completion(prompt, max_tokens=12, temperature=0.0, logit_bias=biases)
+            assert engine_text(biases) == expected["choices"][0]["text"], biases
+    finally:
+        reference.close()

@@ -8,6 +8,7 @@ import gc
 import os
 from pathlib import Path
 
+import llama_cpp.llama_cpp as low_level
 import pytest
 
 from snapllm.engine.model import Engine
@@ -32,6 +33,12 @@ def _memfd_mapped() -> bool:
     return MODEL_MEMFD_PREFIX in Path("/proc/self/maps").read_text()
 
 
+def _answer(engine: Engine) -> str:
+    """A few greedy tokens of one fixed prompt."""
+    tokens = engine.tokenize("Count from one to twenty: 1, 2, 3,", add_bos=True)
+    return engine.generate(EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=8)).text
+
+
 def _load_from_memfd(path: Path, settings: EngineSettings) -> tuple[str, int]:
     """Load as the runtime does (a memfd, closed after the load), generate a few tokens; what it answered
     and how much memory (private plus shared) the process gained and still holds."""
@@ -43,8 +50,7 @@ def _load_from_memfd(path: Path, settings: EngineSettings) -> tuple[str, int]:
         engine = Engine.load(f"/proc/self/fd/{fd}", settings, model_name="gemma")
     finally:
         os.close(fd)
-    tokens = engine.tokenize("Count from one to twenty: 1, 2, 3,", add_bos=True)
-    answer = engine.generate(EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=8)).text
+    answer = _answer(engine)
     mapped = _memfd_mapped()
     gained = sum(_memory().values()) - before
     engine.close()
@@ -72,16 +78,12 @@ def test_repacked_weights_are_held_once_and_answer_as_mapped_ones(gemma):
 
 
 def test_a_file_on_a_filesystem_is_mapped_while_repacking_and_answers_as_the_read_memfd(gemma):
-    import llama_cpp.llama_cpp as low_level
-
     read_answer, _ = _load_from_memfd(gemma, EngineSettings(threads=1))
     engine = Engine.load(str(gemma), EngineSettings(threads=1), model_name="gemma")
     try:
         assert engine.llama.model_params.use_extra_bufts is True
         assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
         assert str(gemma) in Path("/proc/self/maps").read_text()
-        tokens = engine.tokenize("Count from one to twenty: 1, 2, 3,", add_bos=True)
-        request = EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=8)
-        assert engine.generate(request).text == read_answer  # the same kernels, over the same bytes
+        assert _answer(engine) == read_answer  # the same kernels, over the same bytes
     finally:
         engine.close()
