@@ -13,6 +13,7 @@ from llama_cpp import Llama
 
 from snapllm.agent.schemas import plan_schema
 from snapllm.engine.decode import PromptLookup
+from snapllm.engine.loaded import attention_params
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling, TokenDelta
@@ -199,9 +200,15 @@ def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_
 
 def test_a_greedy_answer_with_biases_is_the_one_llama_cpp_python_gives(engine, model_path):
     # The engine adds the biases to a copy of the logits and takes the first highest; llama-cpp-python
-    # runs its own chain over the same model. A banned first choice, a boosted rare token and a ban
-    # that only matters later must all give the reference's tokens.
-    reference = Llama(model_path=str(model_path), n_ctx=256, n_threads=1, verbose=False)
+    # runs its own chain over the same model (and the engine's attention kernels). A banned first choice, a
+    # boosted rare token and a ban that only matters later must all give the reference's tokens.
+    reference = Llama(
+        model_path=str(model_path),
+        n_ctx=256,
+        n_threads=1,
+        verbose=False,
+        **attention_params(EngineSettings()),
+    )
     prompt = engine.tokenize("The three primary colours are", add_bos=True)
 
     def engine_text(biases: dict[int, float]) -> str:

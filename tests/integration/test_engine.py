@@ -11,7 +11,7 @@ import pytest
 from snapllm.engine.loader import DownloadStats
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings, ModelSource
-from snapllm.engine.types import Deadline
+from snapllm.engine.types import Deadline, EngineRequest, Sampling, TokenLogprob
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ToolCallCutShortError
 from snapllm.inference.deadline import CALLER_DEADLINE_KEY, invoke_deadline
 from snapllm.inference.runtime import InferenceRuntime
@@ -22,6 +22,8 @@ from snapllm.protocol.responses_api import inference_request, parse_invoke
 from tests.support.generation import LONG_GENERATION, serving_over
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
+#: Over 641 tokens of text.
+LONG_PROMPT = "The river runs past the old mill, where the miller weighs the grain each morning. " * 40
 
 
 def test_chat_uses_the_models_template_and_reports_usage_and_timings(serving):
@@ -132,6 +134,52 @@ def test_weights_are_repacked_and_a_file_is_mapped_by_default(engine):
     assert engine.llama.model_params.use_extra_bufts is True
     assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
     assert engine.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+
+def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob, ...] | None]:
+    """The same prompt's first tokens and their log probabilities, answered with the cache in three states."""
+
+    def answer(tokens: list[int], *, reuse_cache: bool = True) -> tuple[TokenLogprob, ...] | None:
+        request = EngineRequest(
+            tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=4, top_logprobs=3, reuse_cache=reuse_cache
+        )
+        return engine.generate(request).logprobs
+
+    whole = answer(prompt, reuse_cache=False)
+    answer(prompt[:100], reuse_cache=False)
+    after_a_cached_prefix = answer(prompt)  # 541 tokens evaluated: batches of 512 and 29
+    sent_again = answer(prompt)  # only its last token evaluated again, alone
+    return [whole, after_a_cached_prefix, sent_again]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("attention", "same_after_a_prefix", "same_sent_again"),
+    [
+        # The default, no flash attention: the last token evaluated alone rounds differently (about 1e-4).
+        ({}, True, False),
+        ({"flash_attention": True, "cache_type_v": "bf16"}, True, True),
+        ({"flash_attention": True, "cache_type_v": "f16"}, False, False),  # llama.cpp's default with it
+    ],
+    ids=["default", "flash-bf16", "flash-f16"],
+)
+def test_what_the_prompt_cache_held_changes_an_answer_only_with_flash_attention_over_f16_values(
+    model_path, threads, attention, same_after_a_prefix, same_sent_again
+):
+    # A 641-token prompt answered evaluated whole, after a cached 100-token prefix, and sent again. With
+    # flash attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many),
+    # and the answers' log probabilities differ; over bf16 values it runs one kernel, and they are the same.
+    settings = EngineSettings(threads=threads, **attention)
+    engine = Engine.load(str(model_path), settings, model_name="smollm2")
+    try:
+        prompt = engine.tokenize(LONG_PROMPT, add_bos=True)[:641]
+        assert len(prompt) == 641
+        whole, after_a_prefix, sent_again = _first_answers(engine, prompt)
+        assert whole is not None and len(whole) == 4
+        assert (after_a_prefix == whole) is same_after_a_prefix
+        assert (sent_again == whole) is same_sent_again
+    finally:
+        engine.close()
 
 
 def test_repacking_and_flash_attention_can_be_turned_off(model_path):

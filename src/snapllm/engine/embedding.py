@@ -24,7 +24,7 @@ from typing import Any, Literal
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
-from snapllm.engine.loaded import LoadedModel, maps_weights, model_params
+from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
 from snapllm.engine.settings import EmbeddingPooling, EngineSettings
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
 from snapllm.system import available_cpus
@@ -95,7 +95,7 @@ class EmbeddingEngine(LoadedModel):
                     embedding=True,
                     pooling_type=POOLING_TYPES[settings.embedding_pooling or "model"],
                     use_mmap=maps_weights(model_path, settings),
-                    flash_attn=settings.flash_attention,
+                    **attention_params(settings),
                     verbose=settings.verbose,
                 )
         except ValueError as exc:

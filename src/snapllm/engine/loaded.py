@@ -16,7 +16,7 @@ from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 
 from snapllm import __version__ as snapllm_version
-from snapllm.engine.settings import EngineSettings
+from snapllm.engine.settings import EngineSettings, ValueCacheType
 from snapllm.engine.threadpool import CpuThreadPool
 
 
@@ -37,6 +37,21 @@ def maps_weights(model_path: str, settings: EngineSettings) -> bool:
     except OSError:  # not a link: a file on a filesystem
         return True
     return not target.startswith("/memfd:")
+
+
+#: ggml's type ids (``enum ggml_type``) for the value cache types a setting names.
+_GGML_TYPES: dict[ValueCacheType, int] = {"f16": low_level.GGML_TYPE_F16, "bf16": 30}
+
+
+def attention_params(settings: EngineSettings) -> dict[str, Any]:
+    """``Llama()``'s attention arguments: flash attention, and with it the value cache's type (keys f16)."""
+    if not settings.flash_attention:
+        return {"flash_attn": False}
+    return {
+        "flash_attn": True,
+        "type_k": low_level.GGML_TYPE_F16,
+        "type_v": _GGML_TYPES[settings.cache_type_v],
+    }
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
-from snapllm.engine.loaded import LoadedModel, maps_weights, model_params
+from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -240,7 +240,7 @@ class Engine(LoadedModel):
                     n_threads=threads,
                     n_threads_batch=threads,
                     use_mmap=maps_weights(model_path, settings),
-                    flash_attn=settings.flash_attention,
+                    **attention_params(settings),
                     verbose=settings.verbose,
                 )
         except ValueError as exc:

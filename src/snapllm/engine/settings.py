@@ -22,6 +22,8 @@ PrefaultMode = Literal["none", "weights", "all"]
 #: How an embedding model pools its tokens into one vector ("model": the GGUF's own pooling type); "rank"
 #: is a reranker's: the pooled token through its classification head, a score per query-document pair.
 EmbeddingPooling = Literal["model", "mean", "cls", "last", "rank"]
+#: The value cache's element types on offer: two bytes each, so the KV cache's size does not depend on it.
+ValueCacheType = Literal["f16", "bf16"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -141,14 +143,25 @@ class EngineSettings(Settings):
     """Let llama.cpp repack Q4_0 / Q4_K / IQ4_NL weights for the CPU's matrix kernels (1.2-1.7x faster
     prompts and decoding). A downloaded model (a memfd) is then read, not mapped: one copy in RAM and in
     the snapshot, the load peaking at two until the memfd is closed."""
-    # Off: with it on, a position's logits depend on how the prompt was split into batches once the cache
-    # holds 512 tokens or more (ggml picks a different attention kernel for one query row, a few and many):
-    # a prompt that reuses a cached prefix then answers differently from the same prompt evaluated whole
-    # (logits up to 0.36 apart on SmolLM2, at 1 and at 2 threads; none apart with it off), so answers at
-    # temperature 0 stop repeating (the agent's recorded replays diverged).
+    # Off: with it on and f16 values (llama.cpp's default), ggml picks its attention kernel by batch size,
+    # so a position's logits depend on how its prompt was split into batches and on what the prompt cache
+    # held (on SmolLM2, up to 0.62 apart between a 641-token prompt evaluated whole and after a cached
+    # prefix, and 0.40 for the prompt sent again, its last token evaluated again alone; with it off, none
+    # and under 0.001), and answers at temperature 0 stop repeating (the agent's recorded replays diverged).
     flash_attention: bool = False
-    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): 5-20% faster decoding and
-    prompts on a CPU, but an answer at temperature 0 may change with what the prompt cache held."""
+    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): prompts 10-20% faster on a
+    CPU, but with f16 values (`cache_type_v`) an answer at temperature 0 may change with what the prompt
+    cache held."""
+    # bf16: ggml's tiled (many-row) and split (long-cache decode) attention kernels need keys and values of
+    # one type, so with bf16 values every batch runs its one row-by-row kernel, in float32: on SmolLM2 the
+    # cases above end 0.00 apart, and so does a prompt against its tokens evaluated one by one (0.71 apart
+    # with flash attention off, 0.65 with f16 values). That row-by-row kernel is slow on long prompts: at
+    # 1,000 tokens prompts ran at 0.63-0.87 of f16's speed (0.97-0.99 at 512), decoding at the same.
+    # The weights' own kernels may still depend on the batch (Q4_K's do, with flash attention off too).
+    cache_type_v: ValueCacheType = "f16"
+    """The KV cache's type for values with flash attention: `f16` (llama.cpp's default, and its fastest
+    kernels) or `bf16` (one attention kernel for any batch, so what the prompt cache held does not change
+    attention's result; slower prompts of many hundred tokens). Without flash attention values are f16."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping: a downloaded model is mapped only with `repack_weights` off) or `all` (the weights

@@ -8,7 +8,8 @@ Four sides run the same token ids on the same model file, with the same threads:
 
 - ``snapllm``: the engine (:class:`snapllm.engine.model.Engine`) with its default settings;
 - ``llama-cpp-python``: ``Llama`` as its users construct it (its own defaults), streamed;
-- ``llama-server (engine kernels)``: llama.cpp's server with the engine's repacking and flash attention;
+- ``llama-server (engine kernels)``: llama.cpp's server with the engine's repacking, flash attention and
+  value cache type;
 - ``llama-server``: llama.cpp's server with its own defaults (repacking on, flash attention auto).
 
 Both servers run one slot (``-np 1``, so the context is not split) with the engine's context and batch,
@@ -154,7 +155,7 @@ def built_llama_server() -> str | None:
 def server_options(settings: EngineSettings) -> dict[str, list[str]]:
     """Each llama-server side's options beyond the model, threads and context."""
     common = ["-np", "1", "-b", str(settings.n_batch)]
-    kernels = ["-fa", "on" if settings.flash_attention else "off"]
+    kernels = ["-fa", "on", "-ctv", settings.cache_type_v] if settings.flash_attention else ["-fa", "off"]
     if not settings.repack_weights:
         kernels.append("--no-repack")
     return {"llama-server (engine kernels)": [*common, *kernels], BASELINE: common}
