@@ -181,6 +181,9 @@ def test_a_forced_answer_comes_back_in_its_shape(family, family_serving, constra
         assert message["tool_calls"][0]["function"]["name"] == "get_weather"
     else:
         assert message["content"].startswith("{")
+    # A reasoning model's thinking took half of max_tokens at most, its closing markers included.
+    thinking = response["usage"].get("completion_tokens_details", {}).get("reasoning_tokens", 0)
+    assert thinking <= body["max_tokens"] // 2
 
 
 def test_message_text_never_becomes_the_templates_control_tokens(family, family_serving):

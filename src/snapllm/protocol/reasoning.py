@@ -58,8 +58,11 @@ class ThinkingMarkers:
         return "optional"
 
     def answer(self, text: str) -> str:
-        """The answer without the header that opens it."""
+        """The answer without the header that opens it ("" for a text cut short inside a header, as a
+        stream holds that back)."""
         text = text.lstrip()
+        if any(h.startswith(text) for h in self.answer_headers):
+            return ""
         header = next((h for h in self.answer_headers if text.startswith(h)), "")
         return text[len(header) :].lstrip() if header else text
 
@@ -109,8 +112,13 @@ class ReasoningSplitter:
     def flush(self) -> list[tuple[PieceKind, str]]:
         """What is still held back, at the end of the text."""
         held, self._held = self._held, ""
-        kind: PieceKind = "reasoning" if self._phase == "thinking" else "content"
-        return [(kind, held)] if held and self._phase != "header" else []
+        if self._phase == "thinking":
+            piece: tuple[PieceKind, str] = ("reasoning", held)
+        elif self._phase == "answer" or not self.markers.answer_headers:
+            piece = ("content", held)
+        else:  # cut short before the answer's header ended: what the whole text's answer keeps of it
+            piece = ("content", self.markers.answer(held))
+        return [piece] if piece[1] else []
 
     def _step(self, out: list[tuple[PieceKind, str]]) -> None:
         markers, held = self.markers, self._held

@@ -329,8 +329,9 @@ class OpenAIServing:
         self, request: ChatCompletionRequest, prompt: str, tokens: list[int], deadline: Deadline | None
     ) -> tuple[list[int], ThinkingState, SpanBudget | None]:
         """Where the prompt leaves a reasoning model, and the budget of its thinking: at most its
-        ``reasoning_effort``'s tokens (half the answer's ``max_tokens`` at most) and a share of the time
-        left. Thinking switched off where the template cannot switch it off is closed in the prompt."""
+        ``reasoning_effort``'s tokens (with its markers, half the answer's ``max_tokens`` at most) and a
+        share of the time left. Thinking switched off where the template cannot switch it off is closed in
+        the prompt."""
         markers = self.family.thinking
         if markers is None:
             return tokens, "closed", None
@@ -339,15 +340,17 @@ class OpenAIServing:
             return tokens, state, None
         answer_tokens = request.requested_max_tokens or self.max_tokens
         effort = request.reasoning_effort or DEFAULT_REASONING_EFFORT
-        budget = min(REASONING_BUDGETS[effort], answer_tokens // 2)
         closing = tuple(self.engine.tokenize(markers.closing_text, add_bos=False))
+        opening = "" if state == "open" else markers.start
+        # The thinking's markers count against its half: gpt-oss's take six tokens.
+        markup = len(closing) + len(self.engine.tokenize(opening, add_bos=False))
+        budget = min(REASONING_BUDGETS[effort], max(0, answer_tokens // 2 - markup))
         if budget == 0 and state == "open":
             return tokens + list(closing), "closed", None
         close_by = None
         if deadline is not None:
             now = time.monotonic()
             close_by = now + max(0.0, deadline.at - now) * THINKING_TIME_SHARE
-        opening = "" if state == "open" else markers.start
         return tokens, state, SpanBudget(opening, markers.end, closing, budget, close_by)
 
     # --- Generation ---------------------------------------------------------------------------------------
