@@ -133,6 +133,8 @@ class EnvironmentSettings(BaseSettings):
     @classmethod
     def _describe(cls, error: ErrorDetails) -> str:
         """``SNAPLLM_N_CTX must be at least 16, got '8'``."""
+        if not error["loc"]:  # a rule over several fields: its message names them
+            return str(error.get("ctx", {}).get("error", error["msg"]))
         key, *path = error["loc"]  # an aliased field's key is already its variable
         variable = cls.variable_name(str(key)) if key in cls.model_fields else str(key)
         variable += "".join(f"[{part!r}]" for part in path)

@@ -146,6 +146,8 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
         return engine.generate(request).logprobs
 
     whole = answer(prompt, reuse_cache=False)
+    # The prompt repeats one sentence, so this answer goes on with the prompt's own next tokens: the cache
+    # then holds generated positions that the next prompt starts with too.
     answer(prompt[:100], reuse_cache=False)
     after_a_cached_prefix = answer(prompt)  # 541 tokens evaluated: batches of 512 and 29
     sent_again = answer(prompt)  # only its last token evaluated again, alone
@@ -159,7 +161,8 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
         # The default, no flash attention: the last token evaluated alone rounds differently (about 1e-4).
         ({}, True, False),
         ({"flash_attention": True, "cache_type_v": "bf16"}, True, True),
-        ({"flash_attention": True, "cache_type_v": "f16"}, False, False),  # llama.cpp's default with it
+        # llama.cpp's default with it: the engine evaluates prompts in batches of 64 tokens or more.
+        ({"flash_attention": True, "cache_type_v": "f16"}, True, True),
     ],
     ids=["default", "flash-bf16", "flash-f16"],
 )
@@ -179,6 +182,38 @@ def test_only_flash_attention_over_bf16_values_answers_alike_whatever_the_prompt
         assert whole is not None and len(whole) == 4
         assert (after_a_prefix == whole) is same_after_a_prefix
         assert (sent_again == whole) is same_sent_again
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("attention", "reused_by_the_follow_up", "reused_by_the_answer_sent_back"),
+    [
+        ({}, 200, 108),
+        # The last 64 tokens evaluated again, and nothing computed while generating reused.
+        ({"flash_attention": True}, 220 - 64, 100),
+        ({"flash_attention": True, "cache_type_v": "bf16"}, 200, 108),
+    ],
+    ids=["default", "flash-f16", "flash-bf16"],
+)
+def test_what_a_prompt_takes_from_the_prompt_cache(
+    model_path, attention, reused_by_the_follow_up, reused_by_the_answer_sent_back
+):
+    engine = Engine.load(str(model_path), EngineSettings(threads=1, **attention), model_name="smollm2")
+    try:
+        prompt = engine.tokenize(LONG_PROMPT, add_bos=True)[:300]
+
+        def reused(tokens: list[int], *, max_tokens: int = 1) -> int:
+            request = EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=max_tokens)
+            return engine.generate(request).cached_tokens
+
+        reused(prompt[:200])
+        follow_up = reused(prompt[:220])
+        reused(prompt[:100], max_tokens=9)
+        answered = list(engine.cached_tokens)  # the prompt, and the 8 answer tokens evaluated after it
+        assert len(answered) == 108
+        sent_back = reused(answered + prompt[:100])
+        assert (follow_up, sent_back) == (reused_by_the_follow_up, reused_by_the_answer_sent_back)
     finally:
         engine.close()
 

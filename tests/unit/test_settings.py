@@ -49,6 +49,11 @@ def test_every_variable_is_snapllm_or_powertools():
             "SNAPLLM_N_BATCH must be an integer",
         ),
         (
+            InferenceSettings.from_env,
+            {**MODEL, "SNAPLLM_FLASH_ATTENTION": "true", "SNAPLLM_N_BATCH": "64"},
+            "SNAPLLM_N_BATCH) must be 128 or more with flash attention over f16 values",
+        ),
+        (
             StreamingEnvironment.from_env,
             {"SNAPLLM_STREAM_TIMEOUT_S": "0"},
             "SNAPLLM_STREAM_TIMEOUT_S must be",

@@ -20,6 +20,14 @@ temperature 0 and for a seeded draw alike, the tokens are the ones the full chec
 **Prompt-lookup drafting** (``draft=PromptLookup()``): when the last tokens generated also occur in the
 prompt, the tokens that followed them there are guessed as the continuation and evaluated in one batch with
 the sampled token; each guess the sampler confirms saves a forward pass. The sampler still picks every token.
+
+**Prompts in batches of a least size** (``Decoder(llama, min_batch=64)``): where the attention kernel
+depends on how many rows a batch has (ggml's flash attention over f16 values), a position's keys and values
+depend on the batch that computed them. The decoder then evaluates a prompt of ``min_batch`` tokens or more as
+its whole evaluation would: in even batches of at least that many (so its last ``min_batch`` tokens are
+evaluated again, whatever the cache held), reusing only positions that such batches computed; a shorter
+prompt reuses only positions that smaller batches of a prompt computed. Positions computed while generating
+(one row at a time) are evaluated again, so an earlier answer sent back costs its prompt evaluation.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from snapllm.engine.types import Sampling, SpanBudget
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+#: How the decoder computed a cached position: in a prompt's batch of ``min_batch`` tokens or more, in a
+#: smaller batch of a prompt, or while generating.
+_BATCHED, _UNBATCHED, _GENERATED = 0, 1, 2
 #: How many of the best candidates the grammar checks, in turn, before it checks the whole vocabulary: a few
 #: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
 #: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
@@ -188,13 +199,15 @@ class Decoder:
     """Generation over one llama.cpp context, which it owns: it remembers which tokens the KV cache holds,
     so a prompt that starts like the last one evaluates only what differs. Not thread-safe."""
 
-    def __init__(self, llama: Llama) -> None:
+    def __init__(self, llama: Llama, *, min_batch: int = 0) -> None:
         self._llama = llama
         self._ctx = llama.ctx
         self._vocab = llama._model.vocab
         self._memory = low_level.llama_get_memory(self._ctx)
         self.n_vocab = int(llama.n_vocab())
         self._n_batch = int(llama.n_batch)
+        #: What one llama_decode computes at once: a batch larger than that is split into this many.
+        self._n_ubatch = int(low_level.llama_n_ubatch(self._ctx))
         self._n_ctx = int(llama.n_ctx())
         self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
         self._buffer = (low_level.llama_token_data * self.n_vocab)()
@@ -216,6 +229,10 @@ class Decoder:
         )
         #: The tokens whose keys and values the context holds, in order.
         self.cached: list[int] = []
+        #: The fewest tokens a batch of a prompt of that many tokens or more has (0: any number).
+        self._min_batch = min_batch
+        #: How each cached position was computed (``_BATCHED``, ``_UNBATCHED``, ``_GENERATED``).
+        self._computed: list[int] = []
         # Whether the context's last logits are those after ``cached[-1]`` (a prompt equal to ``cached`` can
         # then be sampled from without evaluating anything).
         self._logits_current = False
@@ -256,18 +273,41 @@ class Decoder:
         """Forget every cached token."""
         low_level.llama_memory_clear(self._memory, True)
         self.cached = []
+        self._computed = []
         self._logits_current = False
 
     def reused(self, prompt: Sequence[int]) -> int:
         """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating
         (the common prefix, less the last prompt token, which is evaluated again for its logits)."""
-        common = _common_prefix(self.cached, prompt)
+        common = min(_common_prefix(self.cached, prompt), self._alike(len(prompt)))
+        if self._min_batch and len(prompt) >= self._min_batch:
+            return max(0, min(common, len(prompt) - self._min_batch))
         return max(0, common - 1) if common == len(prompt) else common
 
+    def _alike(self, length: int) -> int:
+        """How many leading cached positions were computed as the whole evaluation of a prompt of ``length``
+        tokens computes them: all of them when batch sizes do not matter."""
+        if not self._min_batch:
+            return len(self.cached)
+        alike = _BATCHED if length >= self._min_batch else _UNBATCHED
+        return next((i for i, how in enumerate(self._computed) if how != alike), len(self._computed))
+
     def evaluate(self, tokens: Sequence[int]) -> None:
-        """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` (the logits of the last)."""
-        for start in range(0, len(tokens), self._n_batch):
-            self._decode(tokens[start : start + self._n_batch], outputs=1)
+        """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` at most (the logits of the
+        last); with ``min_batch``, in batches of even size."""
+        if not self._min_batch or len(tokens) < self._min_batch:
+            for start in range(0, len(tokens), self._n_batch):
+                self._decode(tokens[start : start + self._n_batch], outputs=1)
+            return
+        # Each batch holds half of the physical batch (512 by default) or more, or all the tokens, and
+        # llama.cpp computes it at once.
+        count = -(-len(tokens) // min(self._n_batch, self._n_ubatch))
+        size, larger = divmod(len(tokens), count)
+        start = 0
+        for index in range(count):
+            end = start + size + (index < larger)
+            self._decode(tokens[start:end], outputs=1)
+            start = end
 
     def _truncate(self, length: int) -> None:
         if length < len(self.cached):
@@ -275,15 +315,16 @@ class Decoder:
                 self.reset()
                 return
             del self.cached[length:]
+            del self._computed[length:]
             self._logits_current = False
 
     def _load(self, prompt: Sequence[int]) -> None:
-        if self._logits_current and self.cached == list(prompt):
+        if self._logits_current and self.cached == list(prompt) and self._alike(len(prompt)) == len(prompt):
             return
         self._truncate(self.reused(prompt))
         self.evaluate(prompt[len(self.cached) :])
 
-    def _decode(self, tokens: Sequence[int], *, outputs: int) -> None:
+    def _decode(self, tokens: Sequence[int], *, outputs: int, generated: bool = False) -> None:
         """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``."""
         batch = self._batch
         n = len(tokens)
@@ -300,6 +341,8 @@ class Decoder:
             self._logits_current = False
             raise RuntimeError(f"llama_decode returned {code}")
         self.cached.extend(tokens)
+        how = _GENERATED if generated else _BATCHED if n >= self._min_batch else _UNBATCHED
+        self._computed.extend([how] * n)
         self._logits_current = True
 
     # --- Generation -------------------------------------------------------------------------------------
@@ -370,7 +413,7 @@ class Decoder:
                     room = min(room, limit - produced - 1)
                 guesses = _lookup(history, len(prompt), draft, room) if draft is not None else []
                 self.drafted += len(guesses)
-                self._decode([*pending, *guesses], outputs=1 + len(guesses))
+                self._decode([*pending, *guesses], outputs=1 + len(guesses), generated=True)
                 accepted_length = len(self.cached) - len(guesses)
                 # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
                 rows = list(range(len(pending) - 1, len(pending) + len(guesses)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from snapllm.environment import Settings
 
@@ -26,6 +26,9 @@ EmbeddingPooling = Literal["model", "mean", "cls", "last", "rank"]
 ValueCacheType = Literal["f16", "bf16"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+#: The fewest query rows for which ggml's flash attention over f16 keys and values runs its tiled kernel
+#: (``GGML_FA_TILE_Q``); fewer run a row-by-row kernel that rounds differently.
+FLASH_ATTENTION_TILE_ROWS = 64
 
 
 def _file_name(data: dict[str, Any]) -> str:
@@ -144,14 +147,18 @@ class EngineSettings(Settings):
     prompts and decoding). A downloaded model (a memfd) is then read, not mapped: one copy in RAM and in
     the snapshot, the load peaking at two until the memfd is closed."""
     # Off: with it on and f16 values (llama.cpp's default), ggml picks its attention kernel by batch size,
-    # so a position's logits depend on how its prompt was split into batches and on what the prompt cache
-    # held (on SmolLM2, up to 0.62 apart between a 641-token prompt evaluated whole and after a cached
-    # prefix, and 0.40 for the prompt sent again, its last token evaluated again alone; with it off, none
-    # and under 0.001), and answers at temperature 0 stop repeating (the agent's recorded replays diverged).
+    # so a position's logits depend on the batch that computed it (on SmolLM2, up to 0.62 apart between a
+    # 641-token prompt evaluated whole and after a cached 100-token prefix, and 0.40 for the prompt sent
+    # again). The engine then evaluates prompts in batches of 64 tokens or more and reuses only positions
+    # such batches computed (``snapllm.engine.decode``), so answers repeat, but a prompt that reuses the
+    # cache evaluates at least 64 tokens and any answer sent back again: on SmolLM2 at 2 threads a 20-token
+    # follow-up took 0.43 s (0.13 s with it off), after a 100-token answer 0.81 s (0.15 s), while whole
+    # prompts of 300 and 1,000 tokens took 0.87-0.88 of the time.
     flash_attention: bool = False
-    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): prompts 10-20% faster on a
-    CPU, but with f16 values (`cache_type_v`) an answer at temperature 0 may change with what the prompt
-    cache held."""
+    """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): whole prompts 10-20% faster
+    on a CPU. With f16 values (`cache_type_v`) a prompt that reuses the prompt cache then evaluates again
+    at least its last 64 tokens and any answer it sends back, so that its answer does not depend on what
+    the cache held; `n_batch` must be 128 or more."""
     # bf16: ggml's tiled (many-row) and split (long-cache decode) attention kernels need keys and values of
     # one type, so with bf16 values every batch runs its one row-by-row kernel, in float32: on SmolLM2 the
     # cases above end 0.00 apart, and so does a prompt against its tokens evaluated one by one (0.71 apart
@@ -160,8 +167,8 @@ class EngineSettings(Settings):
     # The weights' own kernels may still depend on the batch (Q4_K's do, with flash attention off too).
     cache_type_v: ValueCacheType = "f16"
     """The KV cache's type for values with flash attention: `f16` (llama.cpp's default, and its fastest
-    kernels) or `bf16` (one attention kernel for any batch, so what the prompt cache held does not change
-    attention's result; slower prompts of many hundred tokens). Without flash attention values are f16."""
+    kernels) or `bf16` (one attention kernel for any batch, so the prompt cache is reused as without flash
+    attention; slower prompts of many hundred tokens). Without flash attention values are f16."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping: a downloaded model is mapped only with `repack_weights` off) or `all` (the weights
@@ -175,3 +182,17 @@ class EngineSettings(Settings):
     prefault_budget_ms: int = Field(5000, ge=0, le=9000)
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
+
+    @model_validator(mode="after")
+    def _batches_run_the_tiled_kernel(self) -> EngineSettings:
+        # Split evenly, a prompt's batches then hold half of n_batch or more (the engine's uniform batches).
+        if (
+            self.flash_attention
+            and self.cache_type_v == "f16"
+            and self.n_batch < 2 * FLASH_ATTENTION_TILE_ROWS
+        ):
+            raise ValueError(
+                f"n_batch (SNAPLLM_N_BATCH) must be {2 * FLASH_ATTENTION_TILE_ROWS} or more with flash "
+                "attention over f16 values, so that a prompt's batches all run one attention kernel"
+            )
+        return self
