@@ -21,7 +21,7 @@ temperature 0 and for a seeded draw alike, the tokens are the ones the full chec
 prompt, the tokens that followed them there are guessed as the continuation and evaluated in one batch with
 the sampled token; each guess the sampler confirms saves a forward pass. The sampler still picks every token.
 
-**Prompts in batches of a least size** (``Decoder(llama, min_batch=64)``): where the attention kernel
+**Prompts in batches of at least a size** (``Decoder(llama, min_batch=64)``): where the attention kernel
 depends on how many rows a batch has (ggml's flash attention over f16 values), a position's keys and values
 depend on the batch that computed them. The decoder then evaluates a prompt of ``min_batch`` tokens or more as
 its whole evaluation would: in even batches of at least that many (so its last ``min_batch`` tokens are
@@ -278,7 +278,9 @@ class Decoder:
 
     def reused(self, prompt: Sequence[int]) -> int:
         """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating
-        (the common prefix, less the last prompt token, which is evaluated again for its logits)."""
+        (the common prefix, less the last prompt token, which is evaluated again for its logits; with
+        ``min_batch``, of the positions computed as the whole prompt's evaluation would, all but the last
+        ``min_batch`` at most)."""
         common = min(_common_prefix(self.cached, prompt), self._alike(len(prompt)))
         if self._min_batch and len(prompt) >= self._min_batch:
             return max(0, min(common, len(prompt) - self._min_batch))
