@@ -16,7 +16,7 @@ from llama_cpp import Llama
 from llama_cpp import __version__ as llama_cpp_version
 
 from snapllm import __version__ as snapllm_version
-from snapllm.engine.settings import FLASH_ATTENTION_TILE_ROWS, EngineSettings, ValueCacheType
+from snapllm.engine.settings import EngineSettings, ValueCacheType
 from snapllm.engine.threadpool import CpuThreadPool
 
 
@@ -52,12 +52,6 @@ def attention_params(settings: EngineSettings) -> dict[str, Any]:
         "type_k": low_level.GGML_TYPE_F16,
         "type_v": _GGML_TYPES[settings.cache_type_v],
     }
-
-
-def uniform_batch(settings: EngineSettings) -> int:
-    """The fewest tokens a prompt's batch must hold for attention's result not to depend on how the prompt
-    was split (0: any number): only flash attention over f16 values has kernels for different batch sizes."""
-    return FLASH_ATTENTION_TILE_ROWS if settings.flash_attention and settings.cache_type_v == "f16" else 0
 
 
 @contextlib.contextmanager

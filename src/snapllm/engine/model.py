@@ -23,7 +23,7 @@ import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
-from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params, uniform_batch
+from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -207,7 +207,7 @@ class Engine(LoadedModel):
         draft: PromptLookup | None = None,
     ) -> None:
         super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
-        self._decoder = Decoder(llama, min_batch=uniform_batch(settings))
+        self._decoder = Decoder(llama, min_batch=settings.min_prompt_batch)
         self._draft = draft
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings

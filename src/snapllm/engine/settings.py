@@ -183,16 +183,19 @@ class EngineSettings(Settings):
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
 
+    @property
+    def min_prompt_batch(self) -> int:
+        """The fewest tokens a prompt's batch must hold for attention's result not to depend on how the
+        prompt was split (0: any number): only flash attention over f16 values has kernels for different
+        batch sizes."""
+        return FLASH_ATTENTION_TILE_ROWS if self.flash_attention and self.cache_type_v == "f16" else 0
+
     @model_validator(mode="after")
     def _batches_run_the_tiled_kernel(self) -> EngineSettings:
         # Split evenly, a prompt's batches then hold half of n_batch or more (the engine's uniform batches).
-        if (
-            self.flash_attention
-            and self.cache_type_v == "f16"
-            and self.n_batch < 2 * FLASH_ATTENTION_TILE_ROWS
-        ):
+        if self.n_batch < 2 * self.min_prompt_batch:
             raise ValueError(
-                f"n_batch (SNAPLLM_N_BATCH) must be {2 * FLASH_ATTENTION_TILE_ROWS} or more with flash "
+                f"n_batch (SNAPLLM_N_BATCH) must be {2 * self.min_prompt_batch} or more with flash "
                 "attention over f16 values, so that a prompt's batches all run one attention kernel"
             )
         return self
