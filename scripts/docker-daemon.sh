@@ -37,8 +37,12 @@ start() {
   rm -f "$socket" "$pidfile"
   # The engine's own containerd, exec state and socket live under $run; images under the cache.
   # --experimental: Docker 20.10 honours 'docker import --platform' (the arm64 stand-in) only with it.
+  # --userland-proxy=false: a published port is NAT, not a proxy that accepts every connection at once, so a
+  # connection is refused until the container listens. The SAM CLI waits for a container by connecting, then
+  # gives its first request under a second: through the proxy, an emulated arm64 container whose runtime
+  # interface emulator was still starting failed with "No response from invoke container".
   setsid dockerd --host "$host" --pidfile "$pidfile" --exec-root "$run/exec" --data-root "$cache/docker/data" \
-    --containerd-namespace snapllm --containerd-plugins-namespace snapllm-plugins --experimental \
+    --containerd-namespace snapllm --containerd-plugins-namespace snapllm-plugins --experimental --userland-proxy=false \
     >"$log" 2>&1 </dev/null &
   for _ in $(seq 1 120); do
     if DOCKER_HOST=$host docker version >/dev/null 2>&1; then

@@ -27,7 +27,15 @@ from snapllm_dev.samlocal.scenario import (
     refused,
     run_finished,
 )
-from snapllm_dev.samlocal.stage import OVERLAY_NAME, _write_overlay
+from snapllm_dev.samlocal.stage import (
+    CONNECTION_TIMEOUT_VARIABLE,
+    EMULATED_CONNECTION_TIMEOUT_S,
+    EMULATED_INVOKE_TIMEOUT_S,
+    OVERLAY_NAME,
+    _connection_timeout,
+    _timeouts,
+    _write_overlay,
+)
 from tests.support.paths import REPO, TEMPLATE
 
 # stderr of `sam local invoke InferenceFunction` (SAM 1.170, the stand-in image), less the function's logs.
@@ -208,3 +216,21 @@ def test_bridge_without_an_ipv4_subnet_is_a_docker_error(monkeypatch):
     monkeypatch.setattr(docker, "docker", lambda *args, **kwargs: "null\n")
     with pytest.raises(docker.DockerError, match="no IPv4 subnet"):
         docker.bridge_gateway()
+
+
+@pytest.mark.parametrize(
+    ("machine", "arch", "emulated"),
+    [
+        ("x86_64", "x86_64", False),
+        ("x86_64", "arm64", True),
+        ("aarch64", "arm64", False),
+        ("aarch64", "x86_64", True),
+    ],
+)
+def test_only_an_emulated_architecture_gets_the_longer_timeouts(monkeypatch, machine, arch, emulated):
+    monkeypatch.setattr("platform.machine", lambda: machine)
+    if emulated:
+        assert _timeouts(arch) == {"InferenceTimeout": str(EMULATED_INVOKE_TIMEOUT_S)}
+        assert _connection_timeout(arch) == {CONNECTION_TIMEOUT_VARIABLE: str(EMULATED_CONNECTION_TIMEOUT_S)}
+    else:
+        assert _timeouts(arch) == {} and _connection_timeout(arch) == {}

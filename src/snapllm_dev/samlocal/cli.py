@@ -40,6 +40,8 @@ from snapllm_dev.samlocal.webapp import WebAdapterContainer, remove_web_adapter_
 HEALTH_EVENT = Path("events/router/health.json")
 #: The repository of the Lambda Python base image (or its local stand-in, scripts/lambda-base-image.sh).
 BASE_IMAGE = "public.ecr.aws/lambda/python"
+#: How much of a failed invoke's stderr (SAM's messages and the function's log) the report shows.
+STDERR_TAIL_LINES = 40
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,8 +153,13 @@ def _print_outcome(stage: SamLocalStage, outcome: Outcome) -> None:
     command = shlex.join(stage.sam.invoke_command(call.function, call.event))
     print(f"\n$ {command}")
     print(json.dumps(call.response, indent=2)[:6000])
-    verdict = "as expected" if outcome.problem is None else f"WRONG: {outcome.problem}"
-    print(f"-> {verdict}; {_times(call)}")
+    if outcome.problem is None:
+        print(f"-> as expected; {_times(call)}")
+        return
+    print(f"-> WRONG: {outcome.problem}; {_times(call)}")
+    # What SAM and the function printed says why: the container is gone by now.
+    print(f"sam local invoke's stderr, its last {STDERR_TAIL_LINES} lines:")
+    print("\n".join(call.stderr.splitlines()[-STDERR_TAIL_LINES:]))
 
 
 def _times(call: Invocation) -> str:

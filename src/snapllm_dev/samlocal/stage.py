@@ -60,6 +60,10 @@ _HOST_ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64"
 #: (imports, the model from S3, its load) and a first request at a few percent of native speed, minutes
 #: where the template's 120 s fit natively. Below the 600 s the SAM CLI's invoke is given.
 EMULATED_INVOKE_TIMEOUT_S = 540
+#: The variable that sets how long the SAM CLI waits for a new container's runtime interface emulator to
+#: listen (20 s by default), and its value under emulation, where the emulator itself starts under qemu.
+CONNECTION_TIMEOUT_VARIABLE = "SAM_CLI_CONTAINER_CONNECTION_TIMEOUT"
+EMULATED_CONNECTION_TIMEOUT_S = 120
 
 
 class StageError(SnapllmError):
@@ -127,7 +131,7 @@ class SamLocalStage(Closing):
                 # The router's recorded events carry no authorizer verdict, and SAM plays no Parameter
                 # Store: the functions run as behind IAM, which API Gateway checks before any function.
                 parameter_overrides={"Architecture": arch, "ApiAuth": "IAM", **_timeouts(arch)},
-                environment={EXTERNAL_EMULATOR_PORT: str(emulator_port)},
+                environment={EXTERNAL_EMULATOR_PORT: str(emulator_port), **_connection_timeout(arch)},
             )
             # The durable emulator must be reachable from SAM (127.0.0.1) and from the agent's container
             # (the bridge gateway): it listens on both.
@@ -238,11 +242,20 @@ def _web_adapter_variables(
     return function_environment(roles.web_adapter, local=local, environ={})
 
 
+def _emulated(arch: str) -> bool:
+    """Whether ``arch``'s containers run under emulation on this machine."""
+    return _HOST_ARCHITECTURES.get(platform.machine().lower()) != arch
+
+
 def _timeouts(arch: str) -> dict[str, str]:
     """The parameter overrides that give an emulated architecture's invoke time to finish."""
-    if _HOST_ARCHITECTURES.get(platform.machine().lower()) == arch:
-        return {}
-    return {"InferenceTimeout": str(EMULATED_INVOKE_TIMEOUT_S)}
+    return {"InferenceTimeout": str(EMULATED_INVOKE_TIMEOUT_S)} if _emulated(arch) else {}
+
+
+def _connection_timeout(arch: str) -> dict[str, str]:
+    """The SAM CLI's environment that gives an emulated container's runtime interface emulator time to start
+    listening (the Docker engine refuses connections until it does: scripts/docker-daemon.sh)."""
+    return {CONNECTION_TIMEOUT_VARIABLE: str(EMULATED_CONNECTION_TIMEOUT_S)} if _emulated(arch) else {}
 
 
 def _local_only(template: Template, variables: dict[str, dict[str, str]]) -> dict[str, list[str]]:
