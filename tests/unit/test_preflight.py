@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from snapllm_dev import sam
+from snapllm_dev.footprint import kv_cache_bytes
 from snapllm_dev.packaged_models import default_model_path
 from snapllm_dev.preflight.cli import main, run
 from snapllm_dev.preflight.elf import is_elf, read_elf
@@ -565,14 +566,44 @@ def test_a_model_whose_init_would_not_fit_snapstarts_limit_is_warned_about(tmp_p
     assert _notes(make_build(tmp_path / "plain"), capsys, "--model-bytes", str(8 * gib)) == []
 
 
+@pytest.mark.parametrize(
+    ("shape", "per_token_per_layer"),
+    [
+        # SmolLM2-135M: 9 heads of 64 over 576, 3 of them for keys and values.
+        (
+            {"attention.head_count": 9, "attention.head_count_kv": 3, "embedding_length": 576},
+            3 * (64 + 64) * 2,
+        ),
+        # Gemma 3's keys and values are 256 wide whatever the embedding (1152 over 4 heads would be 288).
+        (
+            {
+                "attention.head_count": 4,
+                "attention.head_count_kv": 1,
+                "embedding_length": 1152,
+                "attention.key_length": 256,
+            },
+            (256 + 256) * 2,
+        ),
+        # Without grouped heads every head keeps its own keys and values.
+        ({"attention.head_count": 8, "embedding_length": 512}, 8 * (64 + 64) * 2),
+    ],
+)
+def test_the_kv_cache_estimate_follows_the_models_attention_shape(shape, per_token_per_layer):
+    metadata = {"general.architecture": "llama", "llama.block_count": "30"}
+    metadata |= {f"llama.{key}": str(value) for key, value in shape.items()}
+    assert kv_cache_bytes(metadata, 2048) == 30 * 2048 * per_token_per_layer
+    # Unreadable numbers give no estimate rather than a wrong one.
+    assert kv_cache_bytes({"general.architecture": "llama", "llama.block_count": "many"}, 2048) == 0
+
+
 def test_a_large_models_memory_is_its_loads_peak_of_two_copies():
     gib = 1024**3
     large = ModelProfile(Path("m.gguf"), 3 * gib, "llama", {}, "none", kv_cache_bytes=gib // 4)
     # Repacked weights are read while the memfd holds them: two copies at once, above what it serves with.
-    assert large.load_peak_bytes == 6 * gib + 256 * 1024**2 > large.serving_bytes
+    assert large.footprint.load_peak_bytes == 6 * gib + 256 * 1024**2 > large.footprint.serving_bytes
     assert large.memory_mb == 6 * 1024 + 256
     small = ModelProfile(Path("m.gguf"), 100 * 1024**2, "llama", {}, "none", kv_cache_bytes=gib // 4)
-    assert small.memory_mb * 1024**2 >= small.serving_bytes > small.load_peak_bytes
+    assert small.memory_mb * 1024**2 >= small.footprint.serving_bytes > small.footprint.load_peak_bytes
 
 
 def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_path, capsys):

@@ -48,6 +48,7 @@ from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
 from snapllm_dev import sam
 from snapllm_dev.bench import loadfaults
+from snapllm_dev.footprint import MemoryFootprint
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.kinds import model_function
 from snapllm_dev.local.lifecycle import InvokeResult, LocalFunctionError
@@ -144,8 +145,9 @@ def _measure_invokes(
     request: dict[str, Any],
     invokes: int,
     samples: Samples,
-) -> tuple[dict[str, Any], int]:
-    """Warm invokes of the real handler against bare llama_cpp; returns a response and the KV cache size."""
+) -> tuple[dict[str, Any], MemoryFootprint]:
+    """Warm invokes of the real handler against bare llama_cpp; returns a response and the memory that
+    ``snapllm preflight`` estimates for the model the handler served."""
     source = ModelSource(
         bucket=LOCAL_MODEL_BUCKET, key=deployment.model_key, sha256=deployment.model_sha256, name="bench"
     )
@@ -184,7 +186,10 @@ def _measure_invokes(
             raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
         samples.add("warm.snapllm", ours_s)
         samples.add("warm.bare", bare_s)
-    return sample_response, kv_cache_bytes(engine)
+    footprint = MemoryFootprint.estimate(
+        engine.llama.metadata, weights_bytes=deployment.model_path.stat().st_size, n_ctx=engine.n_ctx
+    )
+    return sample_response, footprint
 
 
 def _measure_lifecycle(
@@ -297,17 +302,6 @@ def _has_chat_template(model: Path) -> bool:
     return "tokenizer.chat_template" in Llama(model_path=str(model), vocab_only=True, verbose=False).metadata
 
 
-def kv_cache_bytes(engine: Engine) -> int:
-    """Bytes of an f16 KV cache for the engine's context size, from the model's own metadata."""
-    meta = engine.llama.metadata
-    arch = meta["general.architecture"]
-    layers = int(meta[f"{arch}.block_count"])
-    heads = int(meta[f"{arch}.attention.head_count"])
-    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-    head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta[f"{arch}.embedding_length"]) // heads))
-    return 2 * layers * kv_heads * head_dim * engine.n_ctx * 2
-
-
 def run(args: argparse.Namespace) -> int:
     """``snapllm bench coldstart``: exit 2 when the model, the template or a variable is unusable."""
     try:
@@ -330,10 +324,11 @@ def _run(args: argparse.Namespace, model: Path) -> int:
         # The in-process paths use the settings the function ran with (template, local profile, overrides).
         settings = InferenceSettings.from_env(environment_variables)
         _measure_loads(deployment, settings, args.rounds, samples)
-        response, kv = _measure_invokes(deployment, settings, request, args.invokes, samples)
+        response, footprint = _measure_invokes(deployment, settings, request, args.invokes, samples)
         model_bytes = deployment.model_path.stat().st_size
     engine_settings = settings.engine
-    budget = model_bytes + kv + 300_000_000
+    # Preflight's estimate: the measured peak checks what `snapllm preflight --model` asks a function for.
+    budget = footprint.needed_bytes
     result = {
         "model": model.name,
         "model_bytes": model_bytes,
@@ -347,7 +342,7 @@ def _run(args: argparse.Namespace, model: Path) -> int:
         },
         "memory": {
             "peak_rss_bytes": lifecycle["peak_rss_bytes"],
-            "kv_cache_bytes": kv,
+            "kv_cache_bytes": footprint.kv_cache_bytes,
             "budget_bytes": budget,
             "within_budget": lifecycle["peak_rss_bytes"] <= budget,
         },
@@ -408,7 +403,7 @@ def _render(result: dict[str, Any]) -> str:
     memory = table(
         [
             ("peak RSS (init + warm-up)", megabytes(mem["peak_rss_bytes"])),
-            ("budget: model + KV + 300 MB", megabytes(mem["budget_bytes"])),
+            ("budget: preflight's estimate", megabytes(mem["budget_bytes"])),
             ("within budget", str(mem["within_budget"])),
         ],
         title="memory",

@@ -23,15 +23,7 @@ from snapllm.errors import RequestError
 from snapllm.protocol.chat import ChatRenderer
 from snapllm.protocol.families import detect_family
 from snapllm.protocol.requests import parse_request
-
-MiB = 1024 * 1024
-#: The Python runtime, snapllm and llama.cpp's own allocations, measured as the RSS of the function with the
-#: 135M model less the model's bytes (about 180 MiB), rounded up.
-RUNTIME_MIB = 256
-#: llama.cpp's compute buffers, as a share of the weights (the graph's activations and the logits), with a
-#: floor: an estimate that errs high.
-COMPUTE_SHARE = 0.10
-COMPUTE_FLOOR_MIB = 64
+from snapllm_dev.footprint import MemoryFootprint, MiB, kv_cache_bytes
 
 _WEATHER = {
     "type": "function",
@@ -122,39 +114,16 @@ class ModelProfile:
             family=family.describe(),
             template=template,
             refusals=refusals,
-            kv_cache_bytes=_kv_cache_bytes(metadata, architecture, n_ctx),
+            kv_cache_bytes=kv_cache_bytes(metadata, n_ctx),
             n_ctx=n_ctx,
         )
 
     @property
-    def serving_bytes(self) -> int:
-        """The memory a loaded model holds: the weights (one copy), the KV cache (f16 keys and values for
-        ``n_ctx`` tokens), llama.cpp's compute buffers and the runtime."""
-        compute = max(COMPUTE_FLOOR_MIB * MiB, int(self.size_bytes * COMPUTE_SHARE))
-        return self.size_bytes + self.kv_cache_bytes + compute + RUNTIME_MIB * MiB
-
-    @property
-    def load_peak_bytes(self) -> int:
-        """The memory while the model loads: repacked weights (the default) are read out of the memfd while
-        it still holds them, so two copies, and the runtime."""
-        return 2 * self.size_bytes + RUNTIME_MIB * MiB
+    def footprint(self) -> MemoryFootprint:
+        """The memory the model needs, serving and while it loads."""
+        return MemoryFootprint(weights_bytes=self.size_bytes, kv_cache_bytes=self.kv_cache_bytes)
 
     @property
     def memory_mb(self) -> int:
         """The memory the function needs: what the loaded model holds, or the load's peak if higher."""
-        return -(-max(self.serving_bytes, self.load_peak_bytes) // MiB)
-
-
-def _kv_cache_bytes(metadata: Mapping[str, str], architecture: str, n_ctx: int) -> int:
-    def number(key: str, default: int = 0) -> int:
-        try:
-            return int(metadata.get(f"{architecture}.{key}", default))
-        except ValueError:
-            return default
-
-    layers = number("block_count")
-    heads = number("attention.head_count", 1) or 1
-    kv_heads = number("attention.head_count_kv", heads) or heads
-    head_size = number("attention.key_length") or number("embedding_length") // heads
-    value_size = number("attention.value_length") or head_size
-    return layers * n_ctx * kv_heads * (head_size + value_size) * 2  # f16
+        return -(-self.footprint.needed_bytes // MiB)

@@ -439,7 +439,7 @@ def check_model_memory(target: Target) -> list[Finding]:
         f"{mb(model.size_bytes)} weights + {mb(model.kv_cache_bytes)} KV cache for {model.n_ctx} tokens + "
         "compute buffers and the runtime"
     )
-    if model.load_peak_bytes > model.serving_bytes:
+    if model.footprint.load_peak_bytes > model.footprint.serving_bytes:
         parts += "; the load peaks at two copies of the weights, while they are read out of the memfd"
     if need > have:
         return [
