@@ -325,13 +325,12 @@ def _run(args: argparse.Namespace, model: Path) -> int:
         settings = InferenceSettings.from_env(environment_variables)
         _measure_loads(deployment, settings, args.rounds, samples)
         response, footprint = _measure_invokes(deployment, settings, request, args.invokes, samples)
-        model_bytes = deployment.model_path.stat().st_size
     engine_settings = settings.engine
     # Preflight's estimate: the measured peak checks what `snapllm preflight --model` asks a function for.
     budget = footprint.needed_bytes
     result = {
         "model": model.name,
-        "model_bytes": model_bytes,
+        "model_bytes": footprint.weights_bytes,
         "lifecycle": lifecycle,
         "after_restore": after_restore,
         "medians_s": {name: samples.median(name) for name in samples.values},
