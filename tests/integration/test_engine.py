@@ -129,11 +129,12 @@ def test_deadline_from_a_lambda_context():
 def test_weights_are_repacked_and_a_file_is_mapped_by_default(engine):
     import llama_cpp.llama_cpp as low_level
 
-    # Repacked for the CPU's kernels, without flash attention (answers must repeat). A file on a filesystem
-    # is mapped (its pages are the page cache's); a memfd is read (test_engine_memory).
+    # Repacked for the CPU's kernels, with flash attention over f16 values (llama-server's kernels). A file
+    # on a filesystem is mapped (its pages are the page cache's); a memfd is read (test_engine_memory).
     assert engine.llama.model_params.use_extra_bufts is True
     assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
-    assert engine.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    assert engine.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    assert engine.llama.context_params.type_v == low_level.GGML_TYPE_F16
 
 
 def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob, ...] | None]:
@@ -158,21 +159,21 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
 @pytest.mark.parametrize(
     ("attention", "same_after_a_prefix", "same_sent_again"),
     [
-        # The default, no flash attention: the last token evaluated alone rounds differently (about 1e-4).
-        ({}, True, False),
-        ({"flash_attention": True, "cache_type_v": "bf16"}, True, True),
-        # llama.cpp's default with it: the engine evaluates prompts in batches of 64 tokens or more.
-        ({"flash_attention": True, "cache_type_v": "f16"}, True, True),
+        # Without flash attention the last token evaluated alone rounds differently.
+        ({"flash_attention": False}, True, False),
+        ({"cache_type_v": "bf16"}, True, True),
+        # The default, f16 values: the engine evaluates prompts in batches of 64 tokens or more.
+        ({}, True, True),
     ],
-    ids=["default", "flash-bf16", "flash-f16"],
+    ids=["no-flash-attention", "flash-bf16", "default"],
 )
-def test_only_flash_attention_over_bf16_values_answers_alike_whatever_the_prompt_cache_held(
+def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_held(
     model_path, threads, attention, same_after_a_prefix, same_sent_again
 ):
     # A 641-token prompt answered evaluated whole, after a cached 100-token prefix, and sent again. With
     # flash attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many),
-    # and the answers' log probabilities differ; over bf16 values it runs one kernel, and they are the same.
-    # Without flash attention only a token evaluated alone rounds differently.
+    # so the engine's uniform batches keep the answers' log probabilities the same; over bf16 values it runs
+    # one kernel. Without flash attention a token evaluated alone rounds differently.
     settings = EngineSettings(threads=threads, **attention)
     engine = Engine.load(str(model_path), settings, model_name="smollm2")
     try:
@@ -189,12 +190,12 @@ def test_only_flash_attention_over_bf16_values_answers_alike_whatever_the_prompt
 @pytest.mark.parametrize(
     ("attention", "reused_by_the_follow_up", "reused_by_the_answer_sent_back"),
     [
-        ({}, 200, 108),
-        # The last 64 tokens evaluated again, and nothing computed while generating reused.
-        ({"flash_attention": True}, 220 - 64, 100),
-        ({"flash_attention": True, "cache_type_v": "bf16"}, 200, 108),
+        ({"flash_attention": False}, 200, 108),
+        # The default: the last 64 tokens evaluated again, and nothing computed while generating reused.
+        ({}, 220 - 64, 100),
+        ({"cache_type_v": "bf16"}, 200, 108),
     ],
-    ids=["default", "flash-f16", "flash-bf16"],
+    ids=["no-flash-attention", "default", "flash-bf16"],
 )
 def test_what_a_prompt_takes_from_the_prompt_cache(
     model_path, attention, reused_by_the_follow_up, reused_by_the_answer_sent_back

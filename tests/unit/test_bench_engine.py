@@ -30,10 +30,10 @@ def test_without_llama_server_there_are_rates_and_no_ratios():
 def test_the_engine_kernels_side_runs_llama_server_with_the_engines_settings():
     defaults = server_options(EngineSettings())
     assert defaults[BASELINE] == ["-np", "1", "-b", "512"]  # its own kernels: repacking on, flash auto
-    assert defaults["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "off"]
-    flash = server_options(EngineSettings(flash_attention=True))
-    assert flash["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "on", "-ctv", "f16"]
-    one_kernel = server_options(EngineSettings(flash_attention=True, cache_type_v="bf16"))
+    assert defaults["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "on", "-ctv", "f16"]
+    no_flash = server_options(EngineSettings(flash_attention=False))
+    assert no_flash["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "off"]
+    one_kernel = server_options(EngineSettings(cache_type_v="bf16"))
     assert one_kernel["llama-server (engine kernels)"][-2:] == ["-ctv", "bf16"]
     plain = server_options(EngineSettings(repack_weights=False, flash_attention=False))
     assert plain["llama-server (engine kernels)"][-3:] == ["-fa", "off", "--no-repack"]

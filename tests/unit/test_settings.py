@@ -50,7 +50,7 @@ def test_every_variable_is_snapllm_or_powertools():
         ),
         (
             InferenceSettings.from_env,
-            {**MODEL, "SNAPLLM_FLASH_ATTENTION": "true", "SNAPLLM_N_BATCH": "64"},
+            {**MODEL, "SNAPLLM_N_BATCH": "64"},  # flash attention over f16 values is the default
             "SNAPLLM_N_BATCH) must be 128 or more with flash attention over f16 values",
         ),
         (
@@ -104,6 +104,12 @@ def test_an_explicit_mapping_is_all_that_is_read(monkeypatch):
     assert InferenceSettings.from_env(MODEL).engine.n_ctx == 2048
     with pytest.raises(ConfigurationError, match="SNAPLLM_N_CTX"):
         InferenceSettings.from_env()  # os.environ
+
+
+def test_small_batches_are_taken_without_flash_attention_or_over_bf16_values():
+    for attention in ({"SNAPLLM_FLASH_ATTENTION": "false"}, {"SNAPLLM_CACHE_TYPE_V": "bf16"}):
+        settings = InferenceSettings.from_env({**MODEL, **attention, "SNAPLLM_N_BATCH": "64"})
+        assert (settings.engine.n_batch, settings.engine.min_prompt_batch) == (64, 0)
 
 
 def test_values_are_stripped_and_blank_means_the_default():

@@ -146,23 +146,29 @@ class EngineSettings(Settings):
     """Let llama.cpp repack Q4_0 / Q4_K / IQ4_NL weights for the CPU's matrix kernels (1.2-1.7x faster
     prompts and decoding). A downloaded model (a memfd) is then read, not mapped: one copy in RAM and in
     the snapshot, the load peaking at two until the memfd is closed."""
-    # Off: with it on and f16 values (llama.cpp's default), ggml picks its attention kernel by batch size,
-    # so a position's logits depend on the batch that computed it (on SmolLM2, up to 0.62 apart between a
-    # 641-token prompt evaluated whole and after a cached 100-token prefix, and 0.40 for the prompt sent
-    # again). The engine then evaluates prompts in batches of 64 tokens or more and reuses only positions
-    # such batches computed (``snapllm.engine.decode``), so answers repeat, but a prompt that reuses the
-    # cache evaluates at least 64 tokens and any answer sent back again: on SmolLM2 at 2 threads a 20-token
-    # follow-up took 0.43 s (0.13 s with it off), after a 100-token answer 0.81 s (0.15 s), while whole
-    # prompts of 300 and 1,000 tokens took 0.87-0.88 of the time.
-    flash_attention: bool = False
+    # On, as llama-server's `auto` has it on a CPU. Over f16 values ggml picks its attention kernel by a
+    # batch's rows (tiled for 64 or more, row by row for fewer, split over the cache for one row once it
+    # holds 512), so the engine evaluates prompts in batches of 64 tokens or more and reuses only positions
+    # such batches computed (``snapllm.engine.decode``). Measured with greedy answers of 40 tokens to 300-
+    # token prompts (26 prompts, SmolLM2 and Gemma 3, 2 threads), the answer sent again and a follow-up
+    # with its answer sent back, each against the same prompt evaluated with nothing cached: none differed
+    # this way, where with flash attention off 5 of 26 retries and 9 of 26 follow-ups ended otherwise (a
+    # position evaluated alone, or while generating, rounds differently), and with f16 attention reusing
+    # every cached position 12 and 6. The cost: a follow-up that reuses the cache evaluates at least 64
+    # tokens and any answer it sends back (on SmolLM2 at 2 threads a 20-token follow-up took 0.43 s, 0.13 s
+    # with flash attention off; after a 100-token answer 0.81 s, 0.15 s), while whole prompts of 300 and
+    # 1,000 tokens took 0.87-0.88 of the time.
+    flash_attention: bool = True
     """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): whole prompts 10-20% faster
-    on a CPU. With f16 values (`cache_type_v`) a prompt that reuses the prompt cache then evaluates again
-    at least its last 64 tokens and any answer it sends back, so that its answer does not depend on what
-    the cache held; `n_batch` must be 128 or more."""
+    on a CPU. With f16 values (`cache_type_v`) a prompt that reuses the prompt cache evaluates again at
+    least its last 64 tokens and any answer it sends back, so that its answer does not depend on what the
+    cache held (with it off a position evaluated alone or while generating rounds differently, and a
+    retried or continued chat may end otherwise); `n_batch` must be 128 or more."""
     # bf16: ggml's tiled (many-row) and split (long-cache decode) attention kernels need keys and values of
-    # one type, so with bf16 values every batch runs its one row-by-row kernel, in float32: on SmolLM2 the
-    # cases above end 0.00 apart, and so does a prompt against its tokens evaluated one by one (0.71 apart
-    # with flash attention off, 0.65 with f16 values). That row-by-row kernel is slow on long prompts: at
+    # one type, so with bf16 values every batch runs its one row-by-row kernel, in float32: on SmolLM2 a
+    # prompt's logits are the same evaluated whole, after a cached prefix, sent again, and with its last
+    # tokens evaluated one by one (up to 0.71 apart with flash attention off, 0.65 with f16 values), so
+    # every cached position is reused. That row-by-row kernel is slow on long prompts: at
     # 1,000 tokens prompts ran at 0.63-0.87 of f16's speed (0.97-0.99 at 512), decoding at the same.
     # The weights' own kernels may still depend on the batch (Q4_K's do, with flash attention off too).
     cache_type_v: ValueCacheType = "f16"
