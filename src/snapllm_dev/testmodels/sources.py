@@ -7,8 +7,9 @@ families whose package has none come from llama.cpp's template corpus (``models/
 from the llama-cpp-python source distribution that ``pip download`` fetches. Both are reference data read
 at run time: nothing of them is kept in this repository.
 
-Everything lands under :func:`cache_root` (``$SNAPLLM_CACHE_DIR``, else ``$XDG_CACHE_HOME/snapllm``, else
-``~/.cache/snapllm``, as ``scripts/setup.sh`` caches the llama.cpp wheel), so a second run reads files only.
+Everything lands under :func:`cache_root` (``test-models`` in :func:`snapllm_dev.cache.cache_dir`), so a
+second run reads files only; each entry is made under its lock (:func:`snapllm_dev.cache.filling`), so
+processes that need the same one at once make it once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapllm.errors import ConfigurationError
+from snapllm_dev.cache import cache_dir, filling
 
 NPM_REGISTRY = "https://registry.npmjs.org"
 #: The llama-cpp-python release snapllm pins (pyproject.toml): its sdist carries llama.cpp's template corpus.
@@ -39,10 +40,7 @@ _TIMEOUT_S = 120
 
 def cache_root() -> Path:
     """The test models' cache folder: ``<snapllm cache>/test-models``."""
-    base = os.environ.get("SNAPLLM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "snapllm"
-    )
-    return Path(base) / "test-models"
+    return cache_dir() / "test-models"
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,9 @@ class NpmTokenizer:
         name = self.package.replace("@", "").replace("/", "__")
         folder = cache_root() / "npm" / f"{name}-{self.version}"
         if not (folder / "tokenizer_config.json").is_file():
-            _fetch_npm_files(self.package, self.version, folder)
+            with filling(f"npm/{name}-{self.version}"):
+                if not (folder / "tokenizer_config.json").is_file():
+                    _fetch_npm_files(self.package, self.version, folder)
         return folder
 
     @property
@@ -115,8 +115,14 @@ def _fetch_npm_files(package: str, version: str, folder: Path) -> None:
 def corpus_folder() -> Path:
     """llama.cpp's chat-template corpus (``<name>.jinja`` files), from the pinned llama-cpp-python sdist."""
     folder = cache_root() / "llama-cpp-templates" / LLAMA_CPP_PYTHON_VERSION
-    if folder.is_dir():
-        return folder
+    if not folder.is_dir():
+        with filling(f"llama-cpp-templates/{LLAMA_CPP_PYTHON_VERSION}"):
+            if not folder.is_dir():
+                _extract_corpus(folder)
+    return folder
+
+
+def _extract_corpus(folder: Path) -> None:
     downloads = cache_root() / "sdist"
     sdist = downloads / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
     if not sdist.is_file():
@@ -151,7 +157,6 @@ def corpus_folder() -> Path:
                     assert source is not None
                     (partial / Path(inside).name).write_bytes(source.read())
         partial.rename(folder)
-    return folder
 
 
 def corpus_template(name: str) -> str:
