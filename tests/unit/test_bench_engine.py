@@ -3,14 +3,16 @@ llama-server options that give it the engine's kernels (no model runs here; the 
 
 from __future__ import annotations
 
+import pytest
+
 from snapllm.engine.settings import EngineSettings
 from snapllm_dev.bench.engine import BASELINE, render, server_options, with_ratios
 
 
 def test_ratios_are_taken_against_llama_server_defaults():
     rates = {
-        "snapllm": {"decode_tps": 30.0, "prefill_tps": 300.0},
-        BASELINE: {"decode_tps": 20.0, "prefill_tps": 400.0},
+        "snapllm": {"decode_tps": [30.0], "prefill_tps": [300.0]},
+        BASELINE: {"decode_tps": [20.0], "prefill_tps": [400.0]},
     }
     results = with_ratios(rates)
     assert results["snapllm"]["decode_ratio"] == 1.5
@@ -18,12 +20,27 @@ def test_ratios_are_taken_against_llama_server_defaults():
     assert results[BASELINE]["decode_ratio"] == results[BASELINE]["prefill_ratio"] == 1.0
     text = render("m", {2: results}, note="a note")
     assert text.splitlines()[0] == "m: a note"
-    assert "2 threads, snapllm" in text and "x1.50 / x0.75 of llama-server" in text
+    assert "2 threads, snapllm" in text and "x1.50 [1.50-1.50] / x0.75 [0.75-0.75] of llama-server" in text
+
+
+def test_a_ratio_compares_rounds_measured_side_by_side():
+    # The machine's speed changed from round to round, and both sides moved with it: each round's ratio is
+    # taken within the round (the side was 10% faster in two rounds and 20% in the other two).
+    rates = {
+        "snapllm": {"decode_tps": [12.0, 11.0, 36.0, 22.0], "prefill_tps": [1.0] * 4},
+        BASELINE: {"decode_tps": [10.0, 10.0, 30.0, 20.0], "prefill_tps": [1.0] * 4},
+    }
+    side = with_ratios(rates)["snapllm"]
+    assert side["decode_tps"] == 17.0
+    assert side["decode_ratio"] == pytest.approx(1.15)
+    assert side["decode_ratio_quartiles"] == pytest.approx([1.1, 1.2])
+    assert side["prefill_ratio_quartiles"] == [1.0, 1.0]
 
 
 def test_without_llama_server_there_are_rates_and_no_ratios():
-    results = with_ratios({"snapllm": {"decode_tps": 30.0, "prefill_tps": 300.0}})
+    results = with_ratios({"snapllm": {"decode_tps": [30.0, 32.0], "prefill_tps": [300.0, 310.0]}})
     assert results["snapllm"]["decode_ratio"] is None
+    assert results["snapllm"]["decode_tps"] == 31.0
     assert "of llama-server" not in render("m", {1: results}, note="n")
 
 

@@ -207,7 +207,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="tokens of the prefill's prompt (at most what the context leaves)",
     )
     engine.add_argument(
-        "--rounds", type=integer(1, MAX_REPEATS), default=3, help="measured rounds (after one warm-up)"
+        "--rounds",
+        type=integer(1, MAX_REPEATS),
+        default=5,
+        help="measured rounds (after one warm-up); each ratio is the median of the rounds' ratios",
     )
     engine.add_argument(
         "--no-server",

@@ -19,10 +19,15 @@ where it is not built yet measures the other sides (this command never starts th
 **Decode**: ``--decode-tokens`` tokens (end of generation banned, so every side generates them all) after
 a ``--decode-prompt``-token prompt; the rate counts the tokens after the first, over the time after it.
 **Prefill**: a ``--prefill-tokens`` prompt (at most what the context leaves) and one token; the rate is the
-prompt's tokens over the time to the first token. No side reuses a cached prompt. Each round runs every
-side in turn, so a machine's drift spreads over all of them; each figure is the median of ``--rounds``
-rounds after one warm-up. Timing threads on cores that something else uses is meaningless (ggml's
-workers spin-wait on each other): run it on an idle machine, at thread counts up to its cores.
+prompt's tokens over the time to the first token. No side reuses a cached prompt.
+
+**Ratios are paired.** Each round runs every side in turn (in reverse order every other round, so that no
+side always runs next to the baseline), and a side's ratio in that round is its rate over the baseline's
+in the same round: a machine whose speed drifts by 10% over a minute (a shared host's does) moves both.
+A rate is the median of ``--rounds`` rounds after one warm-up; a ratio is the median of the rounds'
+ratios, shown with their quartiles (``x1.01 [0.98-1.03]``): a difference inside that range is the
+machine's noise, not the software's. Timing threads on cores that something else uses is meaningless
+(ggml's workers spin-wait on each other): run it on an idle machine, at thread counts up to its cores.
 """
 
 from __future__ import annotations
@@ -161,47 +166,68 @@ def server_options(settings: EngineSettings) -> dict[str, list[str]]:
     return {"llama-server (engine kernels)": [*common, *kernels], BASELINE: common}
 
 
+#: Each side's rates, one per measured round: ``{"decode_tps": [...], "prefill_tps": [...]}``.
+Rounds = dict[str, list[float]]
+
+
 def measure(
     sides: dict[str, Side], *, decode_prompt: list[int], prefill_prompt: list[int], tokens: int, rounds: int
-) -> dict[str, dict[str, float]]:
-    """Each side's median decode and prefill rates over ``rounds`` interleaved rounds (after a warm-up)."""
-    decode: dict[str, list[float]] = {name: [] for name in sides}
-    prefill: dict[str, list[float]] = {name: [] for name in sides}
+) -> dict[str, Rounds]:
+    """Each side's decode and prefill rates in each of ``rounds`` interleaved rounds (after a warm-up)."""
+    measured: dict[str, Rounds] = {name: {"decode_tps": [], "prefill_tps": []} for name in sides}
     for round_number in range(rounds + 1):
-        for name, side in sides.items():
-            decoded = side(decode_prompt, tokens)
+        order = list(sides) if round_number % 2 else list(reversed(sides))
+        for name in order:
+            decoded = sides[name](decode_prompt, tokens)
             time.sleep(SETTLE_S)
-            filled = side(prefill_prompt, 1)
+            filled = sides[name](prefill_prompt, 1)
             time.sleep(SETTLE_S)
             if round_number:  # round 0 warms each side up
-                decode[name].append(decoded.decode_tps)
-                prefill[name].append(filled.prefill_tps)
-    return {
-        name: {"decode_tps": statistics.median(decode[name]), "prefill_tps": statistics.median(prefill[name])}
-        for name in sides
-    }
+                measured[name]["decode_tps"].append(decoded.decode_tps)
+                measured[name]["prefill_tps"].append(filled.prefill_tps)
+    return measured
 
 
-def with_ratios(by_side: dict[str, dict[str, float]]) -> dict[str, dict[str, float | None]]:
-    """Each side's rates with their ratios to :data:`BASELINE`'s (None without it)."""
-    baseline = by_side.get(BASELINE)
-    results: dict[str, dict[str, float | None]] = {}
-    for name, rates in by_side.items():
-        results[name] = dict(rates)
+def _quartiles(values: list[float]) -> list[float]:
+    if len(values) == 1:
+        return [values[0], values[0]]
+    first, _, third = statistics.quantiles(values, n=4, method="inclusive")
+    return [first, third]
+
+
+def with_ratios(measured: dict[str, Rounds]) -> dict[str, dict[str, Any]]:
+    """Each side's median rates, and its ratios to :data:`BASELINE` (None without it): the median of the
+    rounds' ratios, with their quartiles."""
+    baseline = measured.get(BASELINE)
+    results: dict[str, dict[str, Any]] = {}
+    for name, rates in measured.items():
+        result: dict[str, Any] = {}
         for kind in ("decode", "prefill"):
-            base = baseline[f"{kind}_tps"] if baseline else 0.0
-            results[name][f"{kind}_ratio"] = rates[f"{kind}_tps"] / base if base else None
+            values = rates[f"{kind}_tps"]
+            result[f"{kind}_tps"] = statistics.median(values)
+            paired = (
+                [value / base for value, base in zip(values, baseline[f"{kind}_tps"], strict=True) if base]
+                if baseline
+                else []
+            )
+            result[f"{kind}_ratio"] = statistics.median(paired) if paired else None
+            result[f"{kind}_ratio_quartiles"] = _quartiles(paired) if paired else None
+        results[name] = result
     return results
 
 
-def render(model: str, by_threads: dict[int, dict[str, dict[str, float | None]]], *, note: str) -> str:
+def _ratio(side: dict[str, Any], kind: str) -> str:
+    low, high = side[f"{kind}_ratio_quartiles"]
+    return f"x{side[f'{kind}_ratio']:.2f} [{low:.2f}-{high:.2f}]"
+
+
+def render(model: str, by_threads: dict[int, dict[str, dict[str, Any]]], *, note: str) -> str:
     rows = []
     for threads, by_side in by_threads.items():
         for name, side in by_side.items():
-            decode, prefill = side["decode_ratio"], side["prefill_ratio"]
             ratios = (
-                f"  x{decode:.2f} / x{prefill:.2f} of {BASELINE}"
-                if decode is not None and prefill is not None
+                f"  {_ratio(side, 'decode')} / {_ratio(side, 'prefill')} of {BASELINE}"
+                if side["decode_ratio"] is not None and side["prefill_ratio"] is not None
                 else ""
             )
             rates = f"decode {side['decode_tps']:.1f} tokens/s, prefill {side['prefill_tps']:.1f} tokens/s"
@@ -262,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     }
     for model_name in args.model or list(MODELS):
         path = _model_path(model_name)
-        by_threads: dict[int, dict[str, dict[str, float | None]]] = {}
+        by_threads: dict[int, dict[str, dict[str, Any]]] = {}
         for threads in thread_counts:
             settings = EngineSettings(threads=threads)
             try:
@@ -270,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
                     # The prefill and the one token after it fit the context.
                     prefill = prompt_tokens(engine, min(args.prefill_tokens, settings.n_ctx - 2))
                     decode = prompt_tokens(engine, args.decode_prompt)
-                    by_side = measure(
+                    measured = measure(
                         sides,
                         decode_prompt=decode,
                         prefill_prompt=prefill,
@@ -280,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
             except (SnapllmError, OSError, ValueError) as exc:
                 print(f"snapllm bench engine: {exc}", file=sys.stderr)
                 return 2
-            by_threads[threads] = with_ratios(by_side)
+            by_threads[threads] = with_ratios(measured)
         results["models"][model_name] = {
             "path": str(path),
             "prefill_tokens": len(prefill),
@@ -289,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
         }
         note = (
             f"decode {args.decode_tokens} tokens after {len(decode)}, prefill {len(prefill)} tokens "
-            f"(median of {args.rounds} rounds)"
+            f"(median of {args.rounds} rounds; ratios: the median [quartiles] of each round's)"
         )
         print(render(model_name, by_threads, note=note), flush=True)
     if args.json is not None:
