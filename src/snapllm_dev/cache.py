@@ -6,16 +6,14 @@ npm, the packaged Gemma 3 assembled from its chunks) are made on first use, and 
 same one at once: the test suite's parallel workers on a fresh machine, or two ``snapllm test-models``.
 Whoever holds an entry's lock checks for it and makes it; the others wait, then find it made::
 
-    with filling("models/llama3.2-1b"):
-        if not path.is_file():
-            write(path)
+    ensure("models/llama3.2-1b", made=path.is_file, make=lambda: write(path))
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock
@@ -44,3 +42,14 @@ def filling(entry: str) -> Iterator[None]:
     lock.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(lock, timeout=FILL_TIMEOUT_S):
         yield
+
+
+def ensure(entry: str, *, made: Callable[[], bool], make: Callable[[], None]) -> None:
+    """Make the cache entry ``entry`` unless ``made()`` says it is there: checked without the lock (the
+    common case, a filled cache, takes no lock), then again under it (another process may have made it
+    while this one waited)."""
+    if made():
+        return
+    with filling(entry):
+        if not made():
+            make()

@@ -22,7 +22,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from snapllm_dev.cache import filling
+from snapllm_dev.cache import ensure
 from snapllm_dev.testmodels.families import FAMILIES, RERANKERS, Family, RerankerFamily
 from snapllm_dev.testmodels.sources import cache_root, corpus_template
 from snapllm_dev.testmodels.vocab import Vocabulary, read_vocabulary, write_vocabulary
@@ -112,18 +112,19 @@ def build(name: str, shape: str = "tiny") -> TestModel:
     path = cache_root() / "models" / f"{name}-{shape}-{_recipe_key(family, size)}.gguf"
     # What the tokenizer says about its BOS is kept beside the file: a cached build reads no tokenizer.json.
     facts_path = path.with_suffix(".json")
-    if not (path.is_file() and facts_path.is_file()):
-        with filling(f"models/{name}-{shape}"):
-            if not (path.is_file() and facts_path.is_file()):
-                tokenizer = json.loads(tokenizer_json.read_text(encoding="utf-8"))
-                facts = {"add_bos": _adds_bos(config, tokenizer)}
-                vocabulary = read_vocabulary(tokenizer_json, family.tokenizer_model)
-                _write(path, family, size, vocabulary, template, bos=bos, eos=eos, add_bos=facts["add_bos"])
-                facts_path.write_text(json.dumps(facts))
-                # Files of older recipes of this family and shape are never read again.
-                for older in path.parent.glob(f"{name}-{shape}-*"):
-                    if older.stem != path.stem:
-                        older.unlink(missing_ok=True)
+
+    def write() -> None:
+        tokenizer = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        facts = {"add_bos": _adds_bos(config, tokenizer)}
+        vocabulary = read_vocabulary(tokenizer_json, family.tokenizer_model)
+        _write(path, family, size, vocabulary, template, bos=bos, eos=eos, add_bos=facts["add_bos"])
+        facts_path.write_text(json.dumps(facts))
+        # Files of older recipes of this family and shape are never read again.
+        for older in path.parent.glob(f"{name}-{shape}-*"):
+            if older.stem != path.stem:
+                older.unlink(missing_ok=True)
+
+    ensure(f"models/{name}-{shape}", made=lambda: path.is_file() and facts_path.is_file(), make=write)
     facts = json.loads(facts_path.read_text())
     return TestModel(name, path, tokenizer_json, template, bos, eos, family.end_of_turn, facts["add_bos"])
 

