@@ -85,6 +85,8 @@ def test_bench_coldstart_reports_ratios_as_json():
     assert full["restore_ms"]["median"] > none["restore_ms"]["median"]
     assert set(result["ratios"]) == {"ready_vs_baseline", "ready_vs_vanilla", "warm_invoke_vs_bare_llama_cpp"}
     assert all(value > 0 for value in result["ratios"].values())
+    low, high = result["warm_invoke_vs_bare_llama_cpp_quartiles"]
+    assert 0 < low <= result["ratios"]["warm_invoke_vs_bare_llama_cpp"] <= high
     assert result["lifecycle"]["s3_to_memfd_s"] > 0
     assert result["memory"]["peak_rss_bytes"] > result["model_bytes"]
 

@@ -54,6 +54,7 @@ from snapllm.engine.types import EngineRequest, Sampling
 from snapllm.errors import SnapllmError
 from snapllm.system import available_cpus
 from snapllm_dev.bench.grammar import LLAMA_SERVER, MODELS, llama_server
+from snapllm_dev.bench.stats import PairedRatio
 from snapllm_dev.local.report import table
 
 #: The side every ratio is taken against: llama-server as its users run it.
@@ -188,13 +189,6 @@ def measure(
     return measured
 
 
-def _quartiles(values: list[float]) -> list[float]:
-    if len(values) == 1:
-        return [values[0], values[0]]
-    first, _, third = statistics.quantiles(values, n=4, method="inclusive")
-    return [first, third]
-
-
 def with_ratios(measured: dict[str, Rounds]) -> dict[str, dict[str, Any]]:
     """Each side's median rates, and its ratios to :data:`BASELINE` (None without it): the median of the
     rounds' ratios, with their quartiles."""
@@ -205,13 +199,10 @@ def with_ratios(measured: dict[str, Rounds]) -> dict[str, dict[str, Any]]:
         for kind in ("decode", "prefill"):
             values = rates[f"{kind}_tps"]
             result[f"{kind}_tps"] = statistics.median(values)
-            paired = (
-                [value / base for value, base in zip(values, baseline[f"{kind}_tps"], strict=True) if base]
-                if baseline
-                else []
-            )
-            result[f"{kind}_ratio"] = statistics.median(paired) if paired else None
-            result[f"{kind}_ratio_quartiles"] = _quartiles(paired) if paired else None
+            bases = baseline[f"{kind}_tps"] if baseline else []
+            paired = PairedRatio.of(values, bases) if any(bases) else None
+            result[f"{kind}_ratio"] = paired.median if paired else None
+            result[f"{kind}_ratio_quartiles"] = list(paired.quartiles) if paired else None
         results[name] = result
     return results
 
