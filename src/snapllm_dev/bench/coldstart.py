@@ -18,9 +18,10 @@ environments restored from it): the restore's duration (the after-restore hooks,
 first request's time to first token minus a warm request's, and the first invoke over a warm invoke. Each
 restored environment answers :data:`FIRST` (its first request), then :data:`OTHER` (same prompt length,
 different text: the warm time to first token), then :data:`FIRST` again, whose prompt :data:`OTHER` has
-pushed out of the KV cache (the warm invoke: the same tokens generated as the first). Neither warm request
-reuses more of the KV cache than the chat template's role header, so prompt evaluation counts on both
-sides.
+pushed out of the KV cache (the warm invoke: the same tokens generated as the first). The two prompts differ
+from their first word on, so every request evaluates the same number of prompt tokens (what the KV cache
+holds shares the beginning-of-sequence token at most with each); a run where they do not is refused as not
+comparable: a single token more is over 10% of a 10-token prompt's evaluation.
 
 ``--faults`` measures instead the S3 -> memfd load under transient network faults against a clean load
 (:mod:`snapllm_dev.bench.loadfaults`).
@@ -66,7 +67,9 @@ FIRST: dict[str, Any] = {
     "max_tokens": 32,
     "temperature": 0.0,
 }
-OTHER: dict[str, Any] = {**FIRST, "prompt": "Three warm colours of a summer sunset sky are"}
+#: The warm reference: FIRST's length in tokens, and nothing in common with it but the beginning-of-sequence
+#: token, so that neither reuses a cached word of the other.
+OTHER: dict[str, Any] = {**FIRST, "prompt": "Four warm colours of a summer sunset sky are"}
 #: The lifecycle's and the warm comparison's request: a chat, or for a model without a chat template (a
 #: base model) a text completion of the same text.
 TEXT_REQUEST: dict[str, Any] = {
@@ -258,13 +261,13 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
             first_ms, other_ms = _first_token_ms(first), _first_token_ms(other)
             _first_token_ms(warm)
             counts = [
-                (r.response["usage"]["prompt_tokens"], r.response["usage"]["completion_tokens"])
-                for r in (first, other, warm)
+                (_evaluated_tokens(r), r.response["usage"]["completion_tokens"]) for r in (first, other, warm)
             ]
             if counts[0] != counts[2] or counts[0][0] != counts[1][0]:
                 raise RuntimeError(
-                    "the first and the warm requests differ in token counts; not comparable: "
-                    f"{first.response['usage']}, {other.response['usage']}, {warm.response['usage']}"
+                    "the first and the warm requests differ in the prompt tokens they evaluate or the tokens "
+                    f"they generate; not comparable: {first.response['usage']}, {other.response['usage']}, "
+                    f"{warm.response['usage']}"
                 )
             samples.add("restore_ms", restore_s * 1000.0)
             samples.add("first_token_ms", first_ms)
@@ -282,6 +285,14 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
             for part, value in _gap_parts(first, warm).items():
                 samples.add(part, value)
     return {name: _spread(values) for name, values in samples.values.items()}
+
+
+def _evaluated_tokens(result: InvokeResult) -> int:
+    """The prompt tokens a request evaluated: its prompt less what it took from the KV cache."""
+    usage = result.response["usage"]
+    return int(usage["prompt_tokens"]) - int(
+        (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    )
 
 
 def _gap_parts(first: InvokeResult, warm: InvokeResult) -> dict[str, float]:
