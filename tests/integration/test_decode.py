@@ -16,7 +16,7 @@ from snapllm.engine.decode import PromptLookup
 from snapllm.engine.loaded import attention_params
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
-from snapllm.engine.types import EngineRequest, Sampling, TokenDelta
+from snapllm.engine.types import EngineRequest, Sampling, TokenDelta, TokenLogprob
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
@@ -198,10 +198,31 @@ def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_
     assert streamed == first.text
 
 
+def test_a_biased_greedy_pick_leaves_the_models_own_log_probabilities(engine):
+    # The biases go into llama.cpp's logits buffer for the pick and come out again before the log
+    # probabilities are read from it: a banned token is still reported with the model's own probability.
+    prompt = tuple(engine.tokenize("The three primary colours are", add_bos=True))
+
+    def first_token(biases: tuple[tuple[int, float], ...]) -> TokenLogprob:
+        sampling = Sampling(0.0, 1.0, seed=1, logit_bias=biases)
+        completion = engine.generate(EngineRequest(prompt, sampling, max_tokens=1, top_logprobs=3))
+        assert completion.logprobs is not None
+        return completion.logprobs[0]
+
+    plain = first_token(())
+    favourite = engine.tokenize(plain.token, add_bos=False, special=False)
+    assert len(favourite) == 1, plain
+    banned = first_token(((favourite[0], float("-inf")),))
+    assert banned.token != plain.token
+    assert banned.top == plain.top  # the model's distribution, the banned token first in it
+    assert banned.logprob == dict((text, logprob) for text, _, logprob in plain.top)[banned.token]
+
+
 def test_a_greedy_answer_with_biases_is_the_one_llama_cpp_python_gives(engine, model_path):
-    # The engine adds the biases to a copy of the logits and takes the first highest; llama-cpp-python
-    # runs its own chain over the same model (and the engine's attention kernels). A banned first choice, a
-    # boosted rare token and a ban that only matters later must all give the reference's tokens.
+    # The engine adds the biases to llama.cpp's logits, takes the first highest and removes them;
+    # llama-cpp-python runs its own chain over the same model (and the engine's attention kernels). A banned
+    # first choice, a boosted rare token and a ban that only matters later must all give the reference's
+    # tokens.
     reference = Llama(
         model_path=str(model_path),
         n_ctx=256,

@@ -53,6 +53,17 @@ _BATCHED, _UNBATCHED, _GENERATED = 0, 1, 2
 #: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
 #: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
 _CHECKED_CANDIDATES = (32, 256, 4096)
+#: The most views of llama.cpp's logits buffer a decoder keeps (one per row address it has read).
+_LOGITS_VIEWS = 64
+
+# ``llama_get_logits_ith`` returning the row's address: the decoder keeps a numpy view per address, where
+# llama-cpp-python's binding returns a ctypes pointer to convert into an array at every token. Right after a
+# decode, with the caches cold, that conversion took 60-70 us a token. ``_lib[name]`` makes a function
+# object of its own, so llama-cpp-python's binding keeps its types.
+_logits_ith = low_level._lib["llama_get_logits_ith"]
+_logits_ith.argtypes = (ctypes.c_void_p, ctypes.c_int32)
+_logits_ith.restype = ctypes.c_void_p
+
 GrammarCheck = Literal["lazy", "eager"]
 
 
@@ -212,8 +223,8 @@ class Decoder:
         self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
         self._buffer = (low_level.llama_token_data * self.n_vocab)()
         self._candidates = np.frombuffer(self._buffer, dtype=_TOKEN_DATA)
-        #: The logits with a request's biases added, for a greedy pick without the candidates array.
-        self._biased = np.empty(self.n_vocab, dtype=np.single)
+        #: Views of llama.cpp's logits rows, by address (the buffer moves only when llama.cpp grows it).
+        self._logits_views: dict[int, np.ndarray] = {}
         #: The candidates before the logits go in: every token once, in id order.
         self._fresh = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
         self._fresh["id"] = np.arange(self.n_vocab, dtype=np.intc)
@@ -426,7 +437,7 @@ class Decoder:
     def _sample(
         self, samplers: _Samplers, row: int, grammar_check: GrammarCheck, logprobs: int | None
     ) -> Sampled:
-        logits = np.ctypeslib.as_array(low_level.llama_get_logits_ith(self._ctx, row), shape=(self.n_vocab,))
+        logits = self._logits(row)
         token = self._pick(samplers, logits, grammar_check)
         eog = bool(low_level.llama_vocab_is_eog(self._vocab, token))
         if logprobs is None:
@@ -440,6 +451,22 @@ class Decoder:
             best = best[np.argsort(-distribution[best], kind="stable")]
             top = tuple((int(i), float(distribution[i])) for i in best)
         return Sampled(token, eog, float(distribution[token]), top)
+
+    def _logits(self, row: int) -> np.ndarray:
+        """The logits of output ``row`` of the last decode (-1: the last output): a view of llama.cpp's
+        buffer, valid until the next decode."""
+        address = _logits_ith(self._ctx, row)
+        if not address:
+            raise RuntimeError(f"llama.cpp has no logits for output {row}")
+        view = self._logits_views.get(address)
+        if view is None:
+            if len(self._logits_views) >= _LOGITS_VIEWS:
+                self._logits_views.clear()
+            row_type = ctypes.c_float * self.n_vocab
+            view = self._logits_views[address] = np.frombuffer(
+                row_type.from_address(address), dtype=np.single
+            )
+        return view
 
     def _fill(self, logits: np.ndarray, samplers: _Samplers) -> None:
         # One copy of the (id, 0, 0) rows, then the logits: cheaper than writing each field apart.
@@ -464,12 +491,7 @@ class Decoder:
 
     def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
         if samplers.argmax and (samplers.grammar is None or grammar_check == "lazy"):
-            scores = logits
-            if samplers.bias_ids.size:
-                scores = self._biased
-                np.copyto(scores, logits)
-                np.add.at(scores, samplers.bias_ids, samplers.bias_values)
-            token = int(np.argmax(scores))
+            token = _biased_argmax(logits, samplers)
             if samplers.grammar is None or self._allowed(samplers, token):
                 return token
             # The grammar refuses the best token: the shortlists below, as for any greedy pick.
@@ -507,6 +529,20 @@ class Decoder:
         self._apply(samplers.grammar)
         self._apply(samplers.chain)
         return self._selected()
+
+
+def _biased_argmax(logits: np.ndarray, samplers: _Samplers) -> int:
+    """The first highest logit once the request's biases are added. The biases go into llama.cpp's buffer
+    and come out again: a copy of the whole vocabulary (49k-262k floats) cost more than the pick itself."""
+    ids = samplers.bias_ids
+    if not ids.size:
+        return int(logits.argmax())
+    kept = logits[ids]
+    np.add.at(logits, ids, samplers.bias_values)
+    try:
+        return int(logits.argmax())
+    finally:
+        logits[ids] = kept
 
 
 def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
