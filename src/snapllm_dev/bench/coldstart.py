@@ -59,6 +59,12 @@ from snapllm_dev.local.report import megabytes, seconds, table
 from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm_dev.packaged_models import model_path
 
+
+class BenchRunError(RuntimeError):
+    """A run that cannot give its figures: a benchmark request failed, or two sides of a comparison did not
+    do the same work (prompt tokens evaluated, tokens generated)."""
+
+
 #: The first request after a restore and the warm reference (see the module docstring): text completions,
 #: which every model serves, of the same token count with SmolLM2's and Gemma 3's tokenizers. Greedy, so
 #: the first and the warm invoke of FIRST generate the same tokens.
@@ -193,7 +199,7 @@ def _measure_invokes(
             ours_s, sample_response = _timed(lambda c=context: runtime.handle(dict(request), c))
             bare_s, bare_response = _timed(bare_chat)
         if sample_response["usage"]["completion_tokens"] != bare_response["usage"]["completion_tokens"]:
-            raise RuntimeError("snapllm and bare llama_cpp generated different token counts; not comparable")
+            raise BenchRunError("snapllm and bare llama_cpp generated different token counts; not comparable")
         samples.add("warm.snapllm", ours_s)
         samples.add("warm.bare", bare_s)
     footprint = MemoryFootprint.estimate(
@@ -240,7 +246,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def _first_token_ms(result: InvokeResult) -> float:
     if result.error is not None or "timings" not in result.response:
-        raise RuntimeError(f"the benchmark request failed: {result.error or result.response}")
+        raise BenchRunError(f"the benchmark request failed: {result.error or result.response}")
     return float(result.response["timings"]["time_to_first_token_ms"])
 
 
@@ -264,7 +270,7 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
                 (_evaluated_tokens(r), r.response["usage"]["completion_tokens"]) for r in (first, other, warm)
             ]
             if counts[0] != counts[2] or counts[0][0] != counts[1][0]:
-                raise RuntimeError(
+                raise BenchRunError(
                     "the first and the warm requests differ in the prompt tokens they evaluate or the tokens "
                     f"they generate; not comparable: {first.response['usage']}, {other.response['usage']}, "
                     f"{warm.response['usage']}"
@@ -331,6 +337,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
         return 2
+    except BenchRunError as exc:
+        print(f"snapllm bench coldstart: {exc}", file=sys.stderr)
+        return 1
 
 
 def _run(args: argparse.Namespace, model: Path) -> int:
