@@ -91,22 +91,30 @@ def test_bench_coldstart_reports_ratios_as_json():
     assert result["memory"]["peak_rss_bytes"] > result["model_bytes"]
 
 
-def test_bench_engine_measures_each_side_it_has_and_writes_json(tmp_path):
+def test_bench_engine_measures_the_sides_asked_for_on_each_load_and_writes_json(tmp_path):
     out = tmp_path / "engine.json"
     run = snapllm(
         "bench", "engine", "--model", "smollm2-135m", "--threads", "1", "--decode-tokens", "4",
-        "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--json", str(out),
+        "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--loads", "2",
+        "--side", "snapllm", "--side", "llama-cpp-python", "--side", "llama-server", "--json", str(out),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "smollm2-135m: decode 4 tokens after 8, prefill 32 tokens" in run.stdout
+    assert "(median of 2 loads of 1 rounds; ratios: the median of each round's [its 95%" in run.stdout
     result = json.loads(out.read_text())
+    assert result["loads"] == 2 and result["confidence"] == 0.95
     sides = result["models"]["smollm2-135m"]["threads"]["1"]
     # llama-server joins where `make llama-server` has built it; the two in-process sides always run.
     assert {"snapllm", "llama-cpp-python"} <= set(sides)
     assert all(side["decode_tps"] > 0 and side["prefill_tps"] > 0 for side in sides.values())
+    # Each side was loaded twice and measured once on each load.
+    assert all(side["rounds"]["load"] == [0, 1] for side in sides.values())
+    assert all(len(side["rounds"]["decode_tps"]) == 2 for side in sides.values())
     if "llama-server" in sides:
-        assert set(sides) == {"snapllm", "llama-cpp-python", "llama-server", "llama-server (engine kernels)"}
+        assert set(sides) == {"snapllm", "llama-cpp-python", "llama-server"}  # engine kernels left out
         assert sides["llama-server"]["decode_ratio"] == 1.0 and sides["snapllm"]["decode_ratio"] > 0
+        low, high = sides["snapllm"]["decode_ratio_interval"]
+        assert low <= sides["snapllm"]["decode_ratio"] <= high
     else:
         assert "llama-server is not built" in run.stderr
 

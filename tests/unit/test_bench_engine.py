@@ -35,6 +35,23 @@ def test_a_ratio_compares_rounds_measured_side_by_side():
     assert side["decode_ratio"] == pytest.approx(1.15)
     assert side["decode_ratio_quartiles"] == pytest.approx([1.1, 1.2])
     assert side["prefill_ratio_quartiles"] == [1.0, 1.0]
+    low, high = side["decode_ratio_interval"]
+    assert 1.1 <= low <= 1.15 <= high <= 1.2
+    assert side["rounds"] == rates["snapllm"]  # the rounds themselves, for the JSON
+
+
+def test_the_table_shows_the_interval_the_median_lies_in():
+    # Two loads, each steady and each other's opposite: the median is 1.0 and could be either load's.
+    loads = [0] * 4 + [1] * 4
+    rates = {
+        "snapllm": {"decode_tps": [9.0] * 4 + [11.0] * 4, "prefill_tps": [1.0] * 8, "load": loads},
+        BASELINE: {"decode_tps": [10.0] * 8, "prefill_tps": [1.0] * 8, "load": loads},
+    }
+    side = with_ratios(rates)["snapllm"]
+    assert side["decode_ratio"] == 1.0 and side["decode_ratio_interval"] == [0.9, 1.1]
+    assert side["decode_ratio_quartiles"] == [0.9, 1.1]
+    text = render("m", {1: with_ratios(rates)}, note="")
+    assert "x1.00 [0.90-1.10] / x1.00 [1.00-1.00] of llama-server" in text
 
 
 def test_without_llama_server_there_are_rates_and_no_ratios():

@@ -12,8 +12,14 @@ import sys
 import pytest
 
 from snapllm.engine.prefault import PREFAULT_MODES
-from snapllm_dev.bench import decode, grammar
-from snapllm_dev.bench.arguments import DRAFTS, GRAMMAR_CASES, GRAMMAR_MODELS, PREFAULT_CHOICES
+from snapllm_dev.bench import decode, engine, grammar
+from snapllm_dev.bench.arguments import (
+    DRAFTS,
+    ENGINE_SIDES,
+    GRAMMAR_CASES,
+    GRAMMAR_MODELS,
+    PREFAULT_CHOICES,
+)
 from snapllm_dev.cli import build_parser
 
 #: Modules whose import costs tenths of a second to seconds (llama.cpp, AWS SDKs, numpy, pydantic, YAML,
@@ -98,3 +104,4 @@ def test_the_bench_choices_are_the_benchmarks_own_tables():
     assert sorted(GRAMMAR_MODELS) == sorted(grammar.MODELS)
     assert sorted(GRAMMAR_CASES) == sorted(grammar.CASES)
     assert sorted(DRAFTS) == sorted(decode.DRAFTS)
+    assert tuple(engine.SIDES) == ENGINE_SIDES  # in the order each round runs them

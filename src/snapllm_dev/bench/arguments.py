@@ -24,6 +24,11 @@ MAX_BENCH_TOKENS = 4096
 GRAMMAR_MODELS = ("gemma3-270m", "smollm2-135m")
 GRAMMAR_CASES = ("json_object", "json_schema", "tools auto", "tools required")
 DRAFTS = ("prompt-lookup",)
+#: The engine benchmark's sides (:data:`snapllm_dev.bench.engine.SIDES`, which imports llama_cpp; a unit test
+#: keeps them equal).
+ENGINE_SIDES = ("snapllm", "llama-cpp-python", "engine-kernels", "llama-server")
+#: The most times the engine benchmark loads each side afresh.
+MAX_LOADS = 100
 
 
 def model_or_gguf(text: str) -> str:
@@ -210,7 +215,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--rounds",
         type=integer(1, MAX_REPEATS),
         default=5,
-        help="measured rounds (after one warm-up); each ratio is the median of the rounds' ratios",
+        help="measured rounds per load (after one warm-up); each ratio is the median of the rounds' ratios",
+    )
+    engine.add_argument(
+        "--loads",
+        type=integer(1, MAX_LOADS),
+        default=1,
+        help="how many times each side is loaded afresh (a process's memory layout moves its speed)",
+    )
+    engine.add_argument(
+        "--side",
+        choices=ENGINE_SIDES,
+        action="append",
+        help="a side to measure (repeatable; default: all; llama-server is the ratios' baseline)",
     )
     engine.add_argument(
         "--no-server",

@@ -3,6 +3,7 @@ llama-server, at each thread count, as ratios to llama-server as its users run i
 
     snapllm bench engine                                           # the packaged models, 1..cores threads
     snapllm bench engine --model llama3.2-1b.gguf --threads 1,2,6 --json engine.json
+    snapllm bench engine --side snapllm --side llama-server --loads 4 --rounds 4   # a verdict on one pair
 
 Four sides run the same token ids on the same model file, with the same threads:
 
@@ -24,10 +25,17 @@ prompt's tokens over the time to the first token. No side reuses a cached prompt
 **Ratios are paired.** Each round runs every side in turn (in reverse order every other round, so that no
 side always runs next to the baseline), and a side's ratio in that round is its rate over the baseline's
 in the same round: a machine whose speed drifts by 10% over a minute (a shared host's does) moves both.
-A rate is the median of ``--rounds`` rounds after one warm-up; a ratio is the median of the rounds'
-ratios, shown with their quartiles (``x1.01 [0.98-1.03]``): a difference inside that range is the
-machine's noise, not the software's. Timing threads on cores that something else uses is meaningless
-(ggml's workers spin-wait on each other): run it on an idle machine, at thread counts up to its cores.
+A rate is the median of the rounds after each load's warm-up; a ratio is the median of the rounds'
+ratios, shown with the interval it lies in with 95% confidence (``x1.01 [0.98-1.03]``): a difference
+inside that interval is the machine's noise, not the software's.
+
+**Loads** (``--loads``): each side is loaded afresh that many times (the engine and llama-cpp-python in
+this process, a new llama-server process), ``--rounds`` rounds each. A load's memory layout (its
+buffers, the physical pages under them) moves its speed for as long as it runs, which more rounds of the
+same load cannot average out; the interval resamples loads as well as rounds (:class:`PairedRatio`).
+``--side`` picks the sides (all by default). Timing threads on cores that something else uses is
+meaningless (ggml's workers spin-wait on each other): run it on an idle machine, at thread counts up to
+its cores.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,11 +62,19 @@ from snapllm.engine.types import EngineRequest, Sampling
 from snapllm.errors import SnapllmError
 from snapllm.system import available_cpus
 from snapllm_dev.bench.grammar import LLAMA_SERVER, MODELS, llama_server
-from snapllm_dev.bench.stats import PairedRatio
+from snapllm_dev.bench.stats import CONFIDENCE, PairedRatio
 from snapllm_dev.local.report import table
 
 #: The side every ratio is taken against: llama-server as its users run it.
 BASELINE = "llama-server"
+#: The sides, by the name ``--side`` gives them (:data:`snapllm_dev.bench.arguments.ENGINE_SIDES`; a unit
+#: test keeps the two equal), in the order each round runs them.
+SIDES = {
+    "snapllm": "snapllm",
+    "llama-cpp-python": "llama-cpp-python",
+    "engine-kernels": "llama-server (engine kernels)",
+    "llama-server": BASELINE,
+}
 #: The pause after each request: a llama-server's workers poll for more work for a while after one (ggml's
 #: ``--poll``), and would take cores from the side measured next.
 SETTLE_S = 0.5
@@ -167,15 +183,23 @@ def server_options(settings: EngineSettings) -> dict[str, list[str]]:
     return {"llama-server (engine kernels)": [*common, *kernels], BASELINE: common}
 
 
-#: Each side's rates, one per measured round: ``{"decode_tps": [...], "prefill_tps": [...]}``.
+#: Each side's rates, one per measured round, and the load each round ran on:
+#: ``{"decode_tps": [...], "prefill_tps": [...], "load": [...]}``.
 Rounds = dict[str, list[float]]
 
 
 def measure(
-    sides: dict[str, Side], *, decode_prompt: list[int], prefill_prompt: list[int], tokens: int, rounds: int
+    sides: dict[str, Side],
+    *,
+    decode_prompt: list[int],
+    prefill_prompt: list[int],
+    tokens: int,
+    rounds: int,
+    load: int = 0,
 ) -> dict[str, Rounds]:
-    """Each side's decode and prefill rates in each of ``rounds`` interleaved rounds (after a warm-up)."""
-    measured: dict[str, Rounds] = {name: {"decode_tps": [], "prefill_tps": []} for name in sides}
+    """Each side's decode and prefill rates in each of ``rounds`` interleaved rounds (after a warm-up), on
+    the sides' ``load``-th load."""
+    measured: dict[str, Rounds] = {name: {"decode_tps": [], "prefill_tps": [], "load": []} for name in sides}
     for round_number in range(rounds + 1):
         order = list(sides) if round_number % 2 else list(reversed(sides))
         for name in order:
@@ -186,12 +210,14 @@ def measure(
             if round_number:  # round 0 warms each side up
                 measured[name]["decode_tps"].append(decoded.decode_tps)
                 measured[name]["prefill_tps"].append(filled.prefill_tps)
+                measured[name]["load"].append(load)
     return measured
 
 
 def with_ratios(measured: dict[str, Rounds]) -> dict[str, dict[str, Any]]:
     """Each side's median rates, and its ratios to :data:`BASELINE` (None without it): the median of the
-    rounds' ratios, with their quartiles."""
+    rounds' ratios, with their quartiles and the interval the median lies in (:class:`PairedRatio`, over
+    the rounds' loads); and the rounds themselves."""
     baseline = measured.get(BASELINE)
     results: dict[str, dict[str, Any]] = {}
     for name, rates in measured.items():
@@ -200,15 +226,17 @@ def with_ratios(measured: dict[str, Rounds]) -> dict[str, dict[str, Any]]:
             values = rates[f"{kind}_tps"]
             result[f"{kind}_tps"] = statistics.median(values)
             bases = baseline[f"{kind}_tps"] if baseline else []
-            paired = PairedRatio.of(values, bases) if any(bases) else None
+            paired = PairedRatio.of(values, bases, loads=rates.get("load")) if any(bases) else None
             result[f"{kind}_ratio"] = paired.median if paired else None
             result[f"{kind}_ratio_quartiles"] = list(paired.quartiles) if paired else None
+            result[f"{kind}_ratio_interval"] = list(paired.interval) if paired else None
+        result["rounds"] = rates
         results[name] = result
     return results
 
 
 def _ratio(side: dict[str, Any], kind: str) -> str:
-    low, high = side[f"{kind}_ratio_quartiles"]
+    low, high = side[f"{kind}_ratio_interval"]
     return f"x{side[f'{kind}_ratio']:.2f} [{low:.2f}-{high:.2f}]"
 
 
@@ -232,41 +260,43 @@ def _model_path(name: str) -> Path:
 
 @contextlib.contextmanager
 def _sides(
-    path: Path, settings: EngineSettings, server: str | None, *, model_name: str
+    path: Path, settings: EngineSettings, server: str | None, chosen: Collection[str], *, model_name: str
 ) -> Iterator[tuple[Engine, dict[str, Side]]]:
-    """The engine, and every side loaded (or started) on ``path`` with ``settings``' threads; closed
-    afterwards."""
+    """The engine (which every side's prompts are tokenized with), and each ``chosen`` side loaded (or
+    started) on ``path`` with ``settings``' threads, in :data:`SIDES`' order; closed afterwards."""
     threads = settings.threads or 1
     engine = Engine.load(str(path), settings, model_name=model_name)
-    llama = Llama(
-        model_path=str(path),
-        n_ctx=settings.n_ctx,
-        n_batch=settings.n_batch,
-        n_threads=threads,
-        n_threads_batch=threads,
-        verbose=False,
-    )
-    sides = {"snapllm": engine_side(engine), "llama-cpp-python": llama_cpp_side(llama)}
-    try:
-        with contextlib.ExitStack() as servers:
-            if server is not None:
-                for name, options in server_options(settings).items():
-                    url = servers.enter_context(
-                        llama_server(
-                            path, threads=threads, n_ctx=settings.n_ctx, options=options, bench="engine"
-                        )
-                    )
-                    sides[name] = server_side(url)
-            yield engine, sides
-    finally:
-        engine.close()
-        llama.close()
+    sides: dict[str, Side] = {}
+    with contextlib.ExitStack() as loaded:
+        loaded.callback(engine.close)
+        if "snapllm" in chosen:
+            sides["snapllm"] = engine_side(engine)
+        if "llama-cpp-python" in chosen:
+            llama = Llama(
+                model_path=str(path),
+                n_ctx=settings.n_ctx,
+                n_batch=settings.n_batch,
+                n_threads=threads,
+                n_threads_batch=threads,
+                verbose=False,
+            )
+            loaded.callback(llama.close)
+            sides["llama-cpp-python"] = llama_cpp_side(llama)
+        for name, options in server_options(settings).items():
+            if server is not None and name in chosen:
+                url = loaded.enter_context(
+                    llama_server(path, threads=threads, n_ctx=settings.n_ctx, options=options, bench="engine")
+                )
+                sides[name] = server_side(url)
+        yield engine, sides
 
 
 def run(args: argparse.Namespace) -> int:
     thread_counts = args.threads or list(range(1, available_cpus() + 1))
-    server = None if args.no_server else built_llama_server()
-    if server is None and not args.no_server:
+    chosen = [SIDES[key] for key in args.side] if args.side else list(SIDES.values())
+    wants_server = not args.no_server and any(name.startswith("llama-server") for name in chosen)
+    server = built_llama_server() if wants_server else None
+    if server is None and wants_server:
         print(
             "snapllm bench engine: llama-server is not built (make llama-server): measuring the other sides",
             file=sys.stderr,
@@ -274,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {
         "decode_tokens": args.decode_tokens,
         "rounds": args.rounds,
+        "loads": args.loads,
+        "confidence": CONFIDENCE,
         "baseline": BASELINE,
         "models": {},
     }
@@ -282,18 +314,24 @@ def run(args: argparse.Namespace) -> int:
         by_threads: dict[int, dict[str, dict[str, Any]]] = {}
         for threads in thread_counts:
             settings = EngineSettings(threads=threads)
+            measured: dict[str, Rounds] = {}
             try:
-                with _sides(path, settings, server, model_name=model_name) as (engine, sides):
-                    # The prefill and the one token after it fit the context.
-                    prefill = prompt_tokens(engine, min(args.prefill_tokens, settings.n_ctx - 2))
-                    decode = prompt_tokens(engine, args.decode_prompt)
-                    measured = measure(
-                        sides,
-                        decode_prompt=decode,
-                        prefill_prompt=prefill,
-                        tokens=min(args.decode_tokens, settings.n_ctx - len(decode) - 1),
-                        rounds=args.rounds,
-                    )
+                for load in range(args.loads):
+                    with _sides(path, settings, server, chosen, model_name=model_name) as (engine, sides):
+                        # The prefill and the one token after it fit the context.
+                        prefill = prompt_tokens(engine, min(args.prefill_tokens, settings.n_ctx - 2))
+                        decode = prompt_tokens(engine, args.decode_prompt)
+                        once = measure(
+                            sides,
+                            decode_prompt=decode,
+                            prefill_prompt=prefill,
+                            tokens=min(args.decode_tokens, settings.n_ctx - len(decode) - 1),
+                            rounds=args.rounds,
+                            load=load,
+                        )
+                    for name, rates in once.items():
+                        for key, values in rates.items():
+                            measured.setdefault(name, {}).setdefault(key, []).extend(values)
             except (SnapllmError, OSError, ValueError) as exc:
                 print(f"snapllm bench engine: {exc}", file=sys.stderr)
                 return 2
@@ -304,9 +342,11 @@ def run(args: argparse.Namespace) -> int:
             "decode_prompt_tokens": len(decode),
             "threads": {str(threads): sides for threads, sides in by_threads.items()},
         }
+        loads = f"{args.loads} loads of {args.rounds} rounds" if args.loads > 1 else f"{args.rounds} rounds"
         note = (
             f"decode {args.decode_tokens} tokens after {len(decode)}, prefill {len(prefill)} tokens "
-            f"(median of {args.rounds} rounds; ratios: the median [quartiles] of each round's)"
+            f"(median of {loads}; ratios: the median of each round's "
+            f"[its {CONFIDENCE:.0%} interval])"
         )
         print(render(model_name, by_threads, note=note), flush=True)
     if args.json is not None:
