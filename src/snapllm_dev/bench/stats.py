@@ -64,10 +64,12 @@ class PairedRatio:
     interval how far the median itself could be off.
 
     **Loads.** Where each side was loaded afresh several times (a process, its buffers and the physical
-    pages under them), rounds of one load share that load's luck: two identical llama-server processes
-    kept a 0.95 or a 1.09 ratio over every round of a load. The interval therefore resamples loads, then
-    rounds within each load (a two-stage bootstrap), so that it narrows with more loads, not only with more
-    rounds of the same ones."""
+    pages under them), rounds of one load share that load's luck: two identical llama-server processes,
+    started four times, decoded at a median ratio of 0.95 to 1.09 from one start to the next, the quartiles
+    of some starts not overlapping. The interval therefore resamples loads, then rounds within each load (a
+    two-stage bootstrap), so that it narrows with more loads, not only with more rounds of the same ones.
+    From few loads it is a little narrow: over simulated runs of 4 loads x 5 rounds, it held the true ratio
+    in 87 of 100 (75 when the rounds are resampled as one load)."""
 
     median: float
     quartiles: tuple[float, float]
