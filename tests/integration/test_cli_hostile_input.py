@@ -214,6 +214,7 @@ CASES = [
     case("bench-engine-loads-zero", "bench", "engine", "--loads", "0", names="--loads"),
     case("bench-engine-loads-huge", "bench", "engine", "--loads", "1e9", names="--loads"),
     case("bench-engine-side-unknown", "bench", "engine", "--side", "vllm", names="--side"),
+    case("bench-engine-no-side", "bench", "engine", "--no-server", "--side", "llama-server", names="no side"),
     case("bench-coldstart-rounds-zero", "bench", "coldstart", "--rounds", "0", names="--rounds"),
     case("bench-coldstart-prefault", "bench", "coldstart", "--prefault", "bogus", names="--prefault"),
     case("bench-coldstart-model-not-gguf", "bench", "coldstart", "--model", "{not_json}", names="--model"),

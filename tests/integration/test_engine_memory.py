@@ -72,9 +72,9 @@ def test_repacked_weights_are_held_once_and_answer_as_mapped_ones(gemma):
     # On: the file was read into llama.cpp's buffers and, once closed, freed: no mapping keeps it.
     assert read_answer == mapped_answer.removesuffix(" [memfd mapped]")
     # A second copy of the weights would add the file's size again (240 MiB); the repacked buffers and
-    # the rest may differ from the mapped load by a few MiB.
+    # the rest differ from the mapped load by a few MiB, and by up to ~17 MiB with other tests beside it.
     assert mapped > size * 0.8
-    assert read < mapped + 16 * MiB, (read / MiB, mapped / MiB)
+    assert read < mapped + size * 0.25, (read / MiB, mapped / MiB)
 
 
 def test_a_file_on_a_filesystem_is_mapped_while_repacking_and_answers_as_the_read_memfd(gemma):

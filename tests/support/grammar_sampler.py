@@ -14,6 +14,7 @@ that wanted to write exactly it would: whether llama.cpp lets the whole text out
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 from collections.abc import Iterator
 
@@ -30,7 +31,8 @@ class GrammarSampler:
         self._vocab = llama._model.vocab
         self._size = int(low.llama_vocab_n_tokens(self._vocab))
         self._eos = int(llama.token_eos())
-        pieces = [llama.detokenize([token]).decode("utf-8", errors="replace") for token in range(self._size)]
+        self._bytes = [llama.detokenize([token]) for token in range(self._size)]
+        pieces = [data.decode("utf-8", errors="replace") for data in self._bytes]
         self._bias = np.array(
             [2.0 if any(c in p for c in _CLOSING) else 0.0 for p in pieces], dtype=np.float32
         )
@@ -78,6 +80,8 @@ class GrammarSampler:
             data, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
         )
         pieces: list[int] = []
+        # Strict, as a JSON reader reads the text the model writes.
+        utf8 = codecs.getincrementaldecoder("utf-8")()
         try:
             for _ in range(max_tokens):
                 view["id"] = np.arange(self._size, dtype=np.int32)
@@ -92,9 +96,25 @@ class GrammarSampler:
                 if len(ids) == 0:
                     raise AssertionError("the grammar allows no token and no end")
                 logits = view["logit"][: candidates.size][allowed]
-                token = int(ids[int(np.argmax(logits))])
+                token = self._pick(ids, logits, utf8)
                 low.llama_sampler_accept(sampler, token)
                 pieces.append(token)
             return None
         finally:
             low.llama_sampler_free(sampler)
+
+    def _pick(self, ids: np.ndarray, logits: np.ndarray, utf8: codecs.IncrementalDecoder) -> int:
+        """The allowed token with the highest logit whose bytes keep the text valid UTF-8. llama.cpp's
+        grammar checks a character's length and continuation bytes, not overlong forms or surrogates
+        (``E0 80 80``, ``ED A0 80``), which a random draw over byte tokens can reach and a model does not
+        write."""
+        best = int(np.argmax(logits))
+        for index in (best, *(int(i) for i in np.argsort(-logits, kind="stable") if i != best)):
+            token = int(ids[index])
+            state = utf8.getstate()
+            try:
+                utf8.decode(self._bytes[token])
+                return token
+            except UnicodeDecodeError:
+                utf8.setstate(state)
+        raise AssertionError("every token the grammar allows breaks UTF-8")

@@ -301,6 +301,9 @@ def run(args: argparse.Namespace) -> int:
             "snapllm bench engine: llama-server is not built (make llama-server): measuring the other sides",
             file=sys.stderr,
         )
+    if not any(server is not None or not name.startswith("llama-server") for name in chosen):
+        print("snapllm bench engine: no side to measure: each one asked for is llama-server", file=sys.stderr)
+        return 2
     results: dict[str, Any] = {
         "decode_tokens": args.decode_tokens,
         "rounds": args.rounds,
