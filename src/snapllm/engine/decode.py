@@ -33,6 +33,8 @@ prompt reuses only positions that smaller batches of a prompt computed. Position
 from __future__ import annotations
 
 import ctypes
+import math
+import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -63,6 +65,11 @@ _LOGITS_VIEWS = 64
 _logits_ith = low_level._lib["llama_get_logits_ith"]
 _logits_ith.argtypes = (ctypes.c_void_p, ctypes.c_int32)
 _logits_ith.restype = ctypes.c_void_p
+#: The most biases a greedy pick weighs one by one rather than with numpy over the vocabulary.
+_BIASES_WEIGHED_ONE_BY_ONE = 8
+#: The rows of a decode's logits sampled from when it had one output: its last.
+_LAST_ROW = (-1,)
+_FLOAT32 = struct.Struct("f")
 
 GrammarCheck = Literal["lazy", "eager"]
 
@@ -128,6 +135,47 @@ class SpanTracker:
         return ()
 
 
+class LogitBiases:
+    """A request's logit biases, added as llama.cpp's logit-bias sampler adds them: each entry in turn (a
+    repeated token's add up), in float32."""
+
+    def __init__(self, pairs: Sequence[tuple[int, float]]) -> None:
+        self.ids = np.array([token for token, _ in pairs], dtype=np.intc)
+        self.values = np.array([bias for _, bias in pairs], dtype=np.single)
+        #: The same by token, as Python numbers (each a float32), in the order they are added.
+        self.by_token: dict[int, tuple[float, ...]] = {}
+        for token, bias in zip(self.ids.tolist(), self.values.tolist(), strict=True):
+            self.by_token[token] = (*self.by_token.get(token, ()), bias)
+
+    def argmax(self, logits: np.ndarray) -> int:
+        """The first highest logit once the biases are added (``logits`` is left as it was).
+
+        Right after a decode the caches hold llama.cpp's weights, not numpy's code, and each numpy call
+        costs 20-30 us instead of 1-4. So the unbiased argmax comes first; a few biased tokens (a banned
+        end of generation, a nudged word) are then weighed one by one in Python, since only a biased token
+        can change the pick, unless the pick itself was biased down. Otherwise the biases go into llama.cpp's
+        buffer and come out again: a copy of the whole vocabulary (49k-262k floats) cost more than the pick
+        itself."""
+        best = int(logits.argmax())
+        by_token = self.by_token
+        if not by_token:
+            return best
+        value = _biased(logits.item(best), by_token.get(best, ()))
+        if len(by_token) <= _BIASES_WEIGHED_ONE_BY_ONE and value >= logits.item(best):
+            for token, added in by_token.items():
+                biased = _biased(logits.item(token), added)
+                if biased > value or (biased == value and token < best):
+                    best, value = token, biased
+            return best
+        kept = logits[self.ids]
+        with np.errstate(over="ignore"):  # past float32's range is infinity, as in llama.cpp
+            np.add.at(logits, self.ids, self.values)
+        try:
+            return int(logits.argmax())
+        finally:
+            logits[self.ids] = kept
+
+
 class _Samplers:
     """One request's samplers: the logit biases and penalties (applied to every candidate), the rest of the
     chain and the grammar (each freed on close)."""
@@ -161,9 +209,9 @@ class _Samplers:
             sampling.repeat_penalty != 1.0 or sampling.frequency_penalty or sampling.presence_penalty
         )
         self.argmax = self.greedy and not penalised
-        # As llama.cpp's logit-bias sampler adds them: each entry in turn, so a repeated token's add up.
-        self.bias_ids = np.array([token for token, _ in sampling.logit_bias], dtype=np.intc)
-        self.bias_values = np.array([bias for _, bias in sampling.logit_bias], dtype=np.single)
+        # Only the penalties remember the tokens accepted: accepting into anything else does nothing.
+        self.penalised = penalised
+        self.biases = LogitBiases(sampling.logit_bias)
         self.chain = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
         # top-k 0 keeps every token, as llama.cpp's top-k does for k <= 0.
         top_k = n_vocab if sampling.top_k <= 0 else min(sampling.top_k, n_vocab)
@@ -193,8 +241,10 @@ class _Samplers:
                 raise ValueError("llama.cpp could not parse the grammar")
 
     def accept(self, token: int) -> None:
-        low_level.llama_sampler_accept(self.adjustments, token)
-        low_level.llama_sampler_accept(self.chain, token)
+        # The chain's samplers (greedy, top-k... dist) keep nothing of the tokens accepted; nor do the
+        # biases or penalties that are off. Each call skipped is one less trip into C per token.
+        if self.penalised:
+            low_level.llama_sampler_accept(self.adjustments, token)
         if self.grammar is not None:
             low_level.llama_sampler_accept(self.grammar, token)
 
@@ -221,6 +271,14 @@ class Decoder:
         self._n_ubatch = int(low_level.llama_n_ubatch(self._ctx))
         self._n_ctx = int(llama.n_ctx())
         self._batch = low_level.llama_batch_init(self._n_batch, 0, 1)
+        # Every token of every batch is in sequence 0 alone: written once (llama_decode only reads a batch).
+        for i in range(self._n_batch):
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+        # The batch's arrays as numpy views, to write a prompt's batch at once rather than token by token.
+        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self._n_batch,))
+        self._batch_positions = np.ctypeslib.as_array(self._batch.pos, shape=(self._n_batch,))
+        self._batch_outputs = np.ctypeslib.as_array(self._batch.logits, shape=(self._n_batch,))
         self._buffer = (low_level.llama_token_data * self.n_vocab)()
         self._candidates = np.frombuffer(self._buffer, dtype=_TOKEN_DATA)
         #: Views of llama.cpp's logits rows, by address (the buffer moves only when llama.cpp grows it).
@@ -253,6 +311,8 @@ class Decoder:
         self.grammar_fallbacks = 0
         self.drafted = 0
         self.drafted_accepted = 0
+        #: Whether a token ends generation, asked of llama.cpp once per token id.
+        self._end_of_generation: dict[int, bool] = {}
         self._pieces: dict[int, bytes] = {}
         self._special_pieces: dict[int, bytes] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
@@ -282,7 +342,10 @@ class Decoder:
 
     def reset(self) -> None:
         """Forget every cached token."""
-        low_level.llama_memory_clear(self._memory, True)
+        # The cells' bookkeeping only, as llama-server does: a cell's stale keys and values are masked out
+        # until a decode writes it again. Zeroing the buffers too took 1 ms a request, and wrote every page
+        # of the cache, which after a restore faulted in all of it at the first request.
+        low_level.llama_memory_clear(self._memory, False)
         self.cached = []
         self._computed = []
         self._logits_current = False
@@ -342,12 +405,13 @@ class Decoder:
         batch = self._batch
         n = len(tokens)
         past = len(self.cached)
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = past + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i >= n - outputs
+        if n == 1:  # a generated token: three writes cost less than three numpy slices
+            batch.token[0], batch.pos[0], batch.logits[0] = tokens[0], past, outputs > 0
+        else:
+            self._batch_tokens[:n] = tokens
+            self._batch_positions[:n] = np.arange(past, past + n, dtype=np.int32)
+            self._batch_outputs[: n - outputs] = 0
+            self._batch_outputs[n - outputs : n] = 1
         batch.n_tokens = n
         code = low_level.llama_decode(self._ctx, batch)
         if code != 0:
@@ -355,7 +419,10 @@ class Decoder:
             raise RuntimeError(f"llama_decode returned {code}")
         self.cached.extend(tokens)
         how = _GENERATED if generated else _BATCHED if n >= self._min_batch else _UNBATCHED
-        self._computed.extend([how] * n)
+        if n == 1:
+            self._computed.append(how)
+        else:
+            self._computed.extend([how] * n)
         self._logits_current = True
 
     # --- Generation -------------------------------------------------------------------------------------
@@ -387,7 +454,7 @@ class Decoder:
         try:
             # Each round: the logits at output indices ``rows`` of the last decode, then the guesses they
             # are checked against (row i predicts guess i).
-            rows: list[int] = [-1]
+            rows: Sequence[int] = _LAST_ROW
             guesses: list[int] = []
             while True:
                 for i, row in enumerate(rows):
@@ -419,12 +486,18 @@ class Decoder:
                         continue
                     break
                 # The cache holds the accepted tokens; anything after them was a wrong guess.
-                self._truncate(accepted_length)
+                if accepted_length < len(self.cached):
+                    self._truncate(accepted_length)
                 pending = history[len(self.cached) :]  # the last token picked, and any closing written
+                if draft is None:  # one token at a time: the next row is the only one
+                    self._decode(pending, outputs=1, generated=True)
+                    accepted_length = len(self.cached)
+                    rows = _LAST_ROW
+                    continue
                 room = self._n_batch - len(pending)
                 if limit is not None:
                     room = min(room, limit - produced - 1)
-                guesses = _lookup(history, len(prompt), draft, room) if draft is not None else []
+                guesses = _lookup(history, len(prompt), draft, room)
                 self.drafted += len(guesses)
                 self._decode([*pending, *guesses], outputs=1 + len(guesses), generated=True)
                 accepted_length = len(self.cached) - len(guesses)
@@ -439,7 +512,9 @@ class Decoder:
     ) -> Sampled:
         logits = self._logits(row)
         token = self._pick(samplers, logits, grammar_check)
-        eog = bool(low_level.llama_vocab_is_eog(self._vocab, token))
+        eog = self._end_of_generation.get(token)
+        if eog is None:
+            eog = self._end_of_generation[token] = bool(low_level.llama_vocab_is_eog(self._vocab, token))
         if logprobs is None:
             return Sampled(token, eog)
         # The model's own distribution: before penalties, temperature or the grammar narrow it.
@@ -491,7 +566,7 @@ class Decoder:
 
     def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
         if samplers.argmax and (samplers.grammar is None or grammar_check == "lazy"):
-            token = _biased_argmax(logits, samplers)
+            token = samplers.biases.argmax(logits)
             if samplers.grammar is None or self._allowed(samplers, token):
                 return token
             # The grammar refuses the best token: the shortlists below, as for any greedy pick.
@@ -531,18 +606,16 @@ class Decoder:
         return self._selected()
 
 
-def _biased_argmax(logits: np.ndarray, samplers: _Samplers) -> int:
-    """The first highest logit once the request's biases are added. The biases go into llama.cpp's buffer
-    and come out again: a copy of the whole vocabulary (49k-262k floats) cost more than the pick itself."""
-    ids = samplers.bias_ids
-    if not ids.size:
-        return int(logits.argmax())
-    kept = logits[ids]
-    np.add.at(logits, ids, samplers.bias_values)
-    try:
-        return int(logits.argmax())
-    finally:
-        logits[ids] = kept
+def _biased(logit: float, biases: tuple[float, ...]) -> float:
+    """``logit`` with ``biases`` added in turn, each sum rounded as llama.cpp's float32 addition rounds it
+    (a float64 sum of two float32 numbers, rounded once to float32, is their float32 sum)."""
+    for bias in biases:
+        total = logit + bias
+        try:
+            logit = _FLOAT32.unpack(_FLOAT32.pack(total))[0]
+        except OverflowError:  # beyond float32's range: float32 addition gives the infinity
+            logit = math.copysign(math.inf, total)
+    return logit
 
 
 def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:

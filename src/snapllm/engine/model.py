@@ -118,14 +118,19 @@ class _Completion:
                 text += utf8.decode(self._piece(sampled.token))
                 if recorder is not None:
                     pending.append((start, recorder.record(sampled)))
-                hits = [i for i in (text.find(stop, released) for stop in self._stop) if i >= 0]
-                if hits:
-                    cut = min(hits)
-                    self.finish = "stop"
+                # Each check is skipped where it has nothing to check: right after a decode even a call that
+                # returns at once costs microseconds.
+                if self._stop:
+                    hits = [i for i in (text.find(stop, released) for stop in self._stop) if i >= 0]
+                    if hits:
+                        cut = min(hits)
+                        self.finish = "stop"
+                        break
+                if self.completion_tokens >= self._max_tokens or (
+                    self._progress.deadline is not None and self._progress.expired()
+                ):
                     break
-                if self.completion_tokens >= self._max_tokens or self._progress.expired():
-                    break
-                end = len(text) - self._held(text, released)
+                end = len(text) - self._held(text, released) if self._stop else len(text)
                 if end > released:
                     yield self._delta(text[released:end], pending, end)
                     released = end
