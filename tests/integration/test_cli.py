@@ -96,7 +96,8 @@ def test_bench_engine_measures_the_sides_asked_for_on_each_load_and_writes_json(
     run = snapllm(
         "bench", "engine", "--model", "smollm2-135m", "--threads", "1", "--decode-tokens", "4",
         "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--loads", "2",
-        "--side", "snapllm", "--side", "llama-cpp-python", "--side", "llama-server", "--json", str(out),
+        "--side", "snapllm", "--side", "llama.cpp", "--side", "llama-cpp-python", "--side", "llama-server",
+        "--json", str(out),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "smollm2-135m: decode 4 tokens after 8, prefill 32 tokens" in run.stdout
@@ -104,19 +105,42 @@ def test_bench_engine_measures_the_sides_asked_for_on_each_load_and_writes_json(
     result = json.loads(out.read_text())
     assert result["loads"] == 2 and result["confidence"] == 0.95
     sides = result["models"]["smollm2-135m"]["threads"]["1"]
-    # llama-server joins where `make llama-server` has built it; the two in-process sides always run.
-    assert {"snapllm", "llama-cpp-python"} <= set(sides)
+    # llama-server joins where `make llama-server` has built it; the in-process sides always run.
+    assert {"snapllm", "llama.cpp alone", "llama-cpp-python"} <= set(sides)
+    # Every side but llama.cpp alone has its ratio to it, paired round by round.
+    assert sides["llama.cpp alone"]["decode_floor_ratio"] is None
+    assert all(side["decode_floor_ratio"] > 0 for name, side in sides.items() if name != "llama.cpp alone")
+    assert "of llama.cpp alone" in run.stdout
     assert all(side["decode_tps"] > 0 and side["prefill_tps"] > 0 for side in sides.values())
     # Each side was loaded twice and measured once on each load.
     assert all(side["rounds"]["load"] == [0, 1] for side in sides.values())
     assert all(len(side["rounds"]["decode_tps"]) == 2 for side in sides.values())
     if "llama-server" in sides:
-        assert set(sides) == {"snapllm", "llama-cpp-python", "llama-server"}  # engine kernels left out
+        assert set(sides) == {"snapllm", "llama.cpp alone", "llama-cpp-python", "llama-server"}  # no twin
         assert sides["llama-server"]["decode_ratio"] == 1.0 and sides["snapllm"]["decode_ratio"] > 0
         low, high = sides["snapllm"]["decode_ratio_interval"]
         assert low <= sides["snapllm"]["decode_ratio"] <= high
     else:
         assert "llama-server is not built" in run.stderr
+
+
+def test_bench_engine_traces_where_a_tokens_time_goes_or_says_why_it_cannot(tmp_path):
+    out = tmp_path / "traced.json"
+    run = snapllm(
+        "bench", "engine", "--model", "smollm2-135m", "--threads", "1", "--decode-tokens", "6",
+        "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--side", "snapllm",
+        "--side", "llama.cpp", "--trace-decode", "--json", str(out),
+    )  # fmt: skip
+    if run.returncode == 2:  # not root, or a kernel without uprobes: said in one line
+        assert "snapllm bench engine: --trace-decode:" in run.stderr and "Traceback" not in run.stderr
+        return
+    assert run.returncode == 0, run.stderr
+    sides = json.loads(out.read_text())["models"]["smollm2-135m"]["threads"]["1"]
+    for side in sides.values():
+        assert side["decode_inside_ms"] > 0 and side["decode_outside_ms"] > 0
+        assert side["prefill_inside_ms"] > 0
+        assert len(side["rounds"]["decode_outside_ms"]) == 1
+    assert "ms a token +" in run.stdout and "ms outside" in run.stdout
 
 
 def test_local_invoke_of_deeply_nested_events(tmp_path):

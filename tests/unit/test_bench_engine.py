@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from snapllm.engine.settings import EngineSettings
-from snapllm_dev.bench.engine import BASELINE, render, server_options, with_ratios
+from snapllm_dev.bench.engine import BASELINE, FLOOR, render, server_options, with_ratios
 
 
 def test_ratios_are_taken_against_llama_server_defaults():
@@ -71,3 +71,45 @@ def test_the_engine_kernels_side_runs_llama_server_with_the_engines_settings():
     assert one_kernel["llama-server (engine kernels)"][-2:] == ["-ctv", "bf16"]
     plain = server_options(EngineSettings(repack_weights=False, flash_attention=False))
     assert plain["llama-server (engine kernels)"][-3:] == ["-fa", "off", "--no-repack"]
+
+
+def test_every_side_but_llama_cpp_alone_gets_its_ratio_to_it_as_well():
+    rates = {
+        "snapllm": {"decode_tps": [19.0, 38.0], "prefill_tps": [100.0, 100.0]},
+        FLOOR: {"decode_tps": [20.0, 40.0], "prefill_tps": [100.0, 125.0]},
+        BASELINE: {"decode_tps": [19.0, 36.0], "prefill_tps": [100.0, 100.0]},
+    }
+    results = with_ratios(rates)
+    assert results["snapllm"]["decode_floor_ratio"] == pytest.approx(0.95)  # each round's: 0.95 and 0.95
+    assert results["snapllm"]["prefill_floor_ratio"] == pytest.approx(0.9)  # 1.0 and 0.8
+    assert results[BASELINE]["decode_floor_ratio"] == pytest.approx((0.95 + 0.9) / 2)
+    assert results[FLOOR]["decode_floor_ratio"] is None  # no ratio to itself
+    text = render("m", {1: results}, note="")
+    assert "x0.95 [0.95-0.95] / x0.90 [0.80-1.00] of llama.cpp alone" in text
+
+
+def test_traced_decodes_give_the_ratio_at_the_baselines_decode_time():
+    # The kernels' time swings from round to round (the host's noise); each program's own time per token
+    # does not. At its own decode time, llama-server would have spent 0.5 ms a token outside it where the
+    # engine spent 0.2: (10 + 0.5) / (10 + 0.2), whatever llama-server's own decodes took.
+    snapllm = {"decode_inside_ms": [10.0, 10.0], "decode_outside_ms": [0.2, 0.2]}
+    snapllm |= {"prefill_inside_ms": [900.0, 1000.0], "prefill_outside_ms": [2.0, 2.0]}
+    server = {"decode_inside_ms": [12.0, 8.0], "decode_outside_ms": [0.5, 0.5]}
+    server |= {"prefill_inside_ms": [1100.0, 800.0], "prefill_outside_ms": [1.0, 1.0]}
+    rates = {
+        "snapllm": {"decode_tps": [96.0, 97.0], "prefill_tps": [500.0, 450.0], **snapllm},
+        BASELINE: {"decode_tps": [80.0, 120.0], "prefill_tps": [400.0, 600.0], **server},
+    }
+    side = with_ratios(rates)["snapllm"]
+    assert side["decode_inside_ms"] == 10.0 and side["decode_outside_ms"] == 0.2
+    assert side["decode_split_ratio"] == pytest.approx(10.5 / 10.2)
+    assert side["decode_split_ratio_interval"] == pytest.approx([10.5 / 10.2] * 2)
+    # A prompt: (900 + 1) / (900 + 2) and (1000 + 1) / (1000 + 2).
+    assert side["prefill_split_ratio"] == pytest.approx((901 / 902 + 1001 / 1002) / 2)
+    text = render("m", {1: with_ratios(rates)}, note="")
+    assert (
+        "in llama.cpp's decode 10.00 ms a token + 0.200 ms outside, 950.0 ms a prompt + 2.0 ms outside"
+        in text
+    )
+    assert "at equal decode time x1.029 [1.029-1.029] / x0.999 [0.999-0.999] of llama-server" in text
+    assert "at equal decode time" not in render("m", {1: with_ratios({"snapllm": rates["snapllm"]})}, note="")

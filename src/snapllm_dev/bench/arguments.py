@@ -26,7 +26,7 @@ GRAMMAR_CASES = ("json_object", "json_schema", "tools auto", "tools required")
 DRAFTS = ("prompt-lookup",)
 #: The engine benchmark's sides (:data:`snapllm_dev.bench.engine.SIDES`, which imports llama_cpp; a unit test
 #: keeps them equal).
-ENGINE_SIDES = ("snapllm", "llama-cpp-python", "engine-kernels", "llama-server")
+ENGINE_SIDES = ("snapllm", "llama.cpp", "llama-cpp-python", "engine-kernels", "llama-server")
 #: The most times the engine benchmark loads each side afresh.
 MAX_LOADS = 100
 
@@ -233,6 +233,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--no-server",
         action="store_true",
         help="leave llama-server out (measure the engine and llama-cpp-python)",
+    )
+    engine.add_argument(
+        "--trace-decode",
+        action="store_true",
+        help="time each decode inside llama.cpp with uprobes (root, tracefs): a token's time in llama.cpp's "
+        "decode and outside it, for every side",
     )
     engine.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     engine.set_defaults(implementation="snapllm_dev.bench.engine")

@@ -1,13 +1,16 @@
-"""``snapllm bench engine``: decode and prefill tokens/s of the engine, bare llama-cpp-python and
-llama-server, at each thread count, as ratios to llama-server as its users run it.
+"""``snapllm bench engine``: decode and prefill tokens/s of the engine, llama.cpp alone, bare
+llama-cpp-python and llama-server, at each thread count, as ratios to llama-server as its users run it.
 
     snapllm bench engine                                           # the packaged models, 1..cores threads
     snapllm bench engine --model llama3.2-1b.gguf --threads 1,2,6 --json engine.json
     snapllm bench engine --side snapllm --side llama-server --loads 4 --rounds 4   # a verdict on one pair
+    sudo snapllm bench engine --side snapllm --side llama-server --trace-decode   # where a token's time goes
 
-Four sides run the same token ids on the same model file, with the same threads:
+Five sides run the same token ids on the same model file, with the same threads:
 
 - ``snapllm``: the engine (:class:`snapllm.engine.model.Engine`) with its default settings;
+- ``llama.cpp alone``: ``llama_decode`` and an argmax on the engine's own context (:func:`floor_side`),
+  the least any program running this llama.cpp can do; every other side also gets a ratio to it;
 - ``llama-cpp-python``: ``Llama`` as its users construct it (its own defaults), streamed;
 - ``llama-server (engine kernels)``: llama.cpp's server with the engine's repacking, flash attention and
   value cache type;
@@ -36,41 +39,55 @@ same load cannot average out; the interval resamples loads as well as rounds (:c
 ``--side`` picks the sides (all by default). Timing threads on cores that something else uses is
 meaningless (ggml's workers spin-wait on each other): run it on an idle machine, at thread counts up to
 its cores.
+
+**Where the time goes** (``--trace-decode``, root): uprobes on llama.cpp's decode in this process and in
+llama-server (:mod:`snapllm_dev.bench.uprobes`) split each side's time into llama.cpp's decode and the rest
+(a generated token's median, a prompt's total). The sides run the same kernels, whose time carries the
+host's noise; the rest is each program's own. Each side then also gets its rate over llama-server's had
+llama-server's decodes taken as long as its own, a ratio with far less noise than the rates'.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import llama_cpp.llama_cpp as low_level
+import numpy as np
 from llama_cpp import Llama
 
 from snapllm.engine.model import Engine
+from snapllm.engine.prefault import memory_ranges
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling
 from snapllm.errors import SnapllmError
 from snapllm.system import available_cpus
 from snapllm_dev.bench.grammar import LLAMA_SERVER, MODELS, llama_server
 from snapllm_dev.bench.stats import CONFIDENCE, PairedRatio
+from snapllm_dev.bench.uprobes import DECODE_SYMBOL, DecodeCalls, DecodeTracer, ProbeUnavailable
 from snapllm_dev.local.report import table
 
 #: The side every ratio is taken against: llama-server as its users run it.
 BASELINE = "llama-server"
+#: The side the engine's second ratio is taken against: llama.cpp with nothing around it, on the engine's
+#: own context (:func:`floor_side`).
+FLOOR = "llama.cpp alone"
 #: The sides, by the name ``--side`` gives them (:data:`snapllm_dev.bench.arguments.ENGINE_SIDES`; a unit
 #: test keeps the two equal), in the order each round runs them.
 SIDES = {
     "snapllm": "snapllm",
+    "llama.cpp": FLOOR,
     "llama-cpp-python": "llama-cpp-python",
     "engine-kernels": "llama-server (engine kernels)",
     "llama-server": BASELINE,
@@ -92,6 +109,9 @@ class Sample:
 
     prefill_tps: float
     decode_tps: float
+    #: The text generated, where the side gives it (the in-process sides): two sides that did the same
+    #: work wrote the same text.
+    text: str = ""
 
 
 #: A side runs ``prompt`` and generates ``tokens`` tokens.
@@ -118,8 +138,62 @@ def engine_side(engine: Engine) -> Side:
     def run(prompt: list[int], tokens: int) -> Sample:
         sampling = Sampling(0.0, 1.0, seed=1, logit_bias=tuple((token, float("-inf")) for token in eog))
         request = EngineRequest(tuple(prompt), sampling, max_tokens=tokens, reuse_cache=False)
-        timings = engine.generate(request).timings
-        return Sample(len(prompt) / (timings.prompt_ms / 1000.0), timings.tokens_per_second)
+        completion = engine.generate(request)
+        timings = completion.timings
+        return Sample(len(prompt) / (timings.prompt_ms / 1000.0), timings.tokens_per_second, completion.text)
+
+    return run
+
+
+def floor_side(engine: Engine) -> Side:
+    """llama.cpp with nothing around it: the prompt in ``llama_decode`` batches, then each greedy pick (the
+    logits' argmax, end of generation banned as on every side) decoded alone; no sampler chain, no text
+    made while generating. It runs on the engine's own context, thread pool and weights, so a round's
+    ratio of the engine to it is what the engine's own work per token costs, free of the memory layout
+    that moves a load's speed as a whole. What llama-server does per token comes on top of the same
+    ``llama_decode``: this side is as fast as any program running this llama.cpp can be."""
+    ctx = engine.llama.ctx
+    memory = low_level.llama_get_memory(ctx)
+    n_batch = int(engine.llama.n_batch)
+    banned = _end_of_generation(engine.llama)
+    row = ctypes.c_float * engine.n_vocab
+    views: dict[int, np.ndarray] = {}  # llama.cpp's logits buffer moves only when it grows
+
+    def decode(tokens: Sequence[int]) -> None:
+        batch = (low_level.llama_token * len(tokens))(*tokens)
+        code = low_level.llama_decode(ctx, low_level.llama_batch_get_one(batch, len(tokens)))
+        if code != 0:
+            raise RuntimeError(f"llama_decode returned {code}")
+
+    def pick() -> int:
+        address = ctypes.cast(low_level.llama_get_logits_ith(ctx, -1), ctypes.c_void_p).value or 0
+        logits = views.get(address)
+        if logits is None:
+            logits = views[address] = np.frombuffer(row.from_address(address), dtype=np.single)
+        token = int(logits.argmax())
+        if token in banned:
+            allowed = logits.copy()
+            allowed[banned] = -np.inf
+            token = int(allowed.argmax())
+        return token
+
+    def run(prompt: list[int], tokens: int) -> Sample:
+        pool = engine.thread_pool.running() if engine.thread_pool else contextlib.nullcontext()
+        with pool:
+            # The engine starts each of the benchmark's requests afresh, so it never reads what this left.
+            low_level.llama_memory_clear(memory, False)
+            started = time.perf_counter()
+            for start in range(0, len(prompt), n_batch):
+                decode(prompt[start : start + n_batch])
+            generated = [pick()]
+            first = time.perf_counter()
+            while len(generated) < tokens:
+                decode(generated[-1:])
+                generated.append(pick())
+            last = time.perf_counter()
+        decode_tps = (tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0
+        text = engine.detokenize(generated).decode("utf-8", errors="replace")
+        return Sample(len(prompt) / (first - started), decode_tps, text)
 
     return run
 
@@ -183,6 +257,8 @@ def server_options(settings: EngineSettings) -> dict[str, list[str]]:
     return {"llama-server (engine kernels)": [*common, *kernels], BASELINE: common}
 
 
+#: What each side measures.
+KINDS = ("decode", "prefill")
 #: Each side's rates, one per measured round, and the load each round ran on:
 #: ``{"decode_tps": [...], "prefill_tps": [...], "load": [...]}``.
 Rounds = dict[str, list[float]]
@@ -196,61 +272,132 @@ def measure(
     tokens: int,
     rounds: int,
     load: int = 0,
+    tracer: DecodeTracer | None = None,
 ) -> dict[str, Rounds]:
     """Each side's decode and prefill rates in each of ``rounds`` interleaved rounds (after a warm-up), on
-    the sides' ``load``-th load."""
+    the sides' ``load``-th load; with a ``tracer``, also where each decode request's time per token went
+    (``decode_inside_ms`` and ``decode_outside_ms`` a generated token, ``prefill_inside_ms`` and
+    ``prefill_outside_ms`` a prompt)."""
     measured: dict[str, Rounds] = {name: {"decode_tps": [], "prefill_tps": [], "load": []} for name in sides}
     for round_number in range(rounds + 1):
         order = list(sides) if round_number % 2 else list(reversed(sides))
         for name in order:
-            decoded = sides[name](decode_prompt, tokens)
+            run = sides[name]
+            decoded, decode_calls = _traced(tracer, lambda run=run: run(decode_prompt, tokens))
             time.sleep(SETTLE_S)
-            filled = sides[name](prefill_prompt, 1)
+            filled, prefill_calls = _traced(tracer, lambda run=run: run(prefill_prompt, 1))
             time.sleep(SETTLE_S)
-            if round_number:  # round 0 warms each side up
-                measured[name]["decode_tps"].append(decoded.decode_tps)
-                measured[name]["prefill_tps"].append(filled.prefill_tps)
-                measured[name]["load"].append(load)
+            if not round_number:  # round 0 warms each side up
+                continue
+            rates = measured[name]
+            rates["decode_tps"].append(decoded.decode_tps)
+            rates["prefill_tps"].append(filled.prefill_tps)
+            rates["load"].append(load)
+            if decode_calls is not None and prefill_calls is not None:
+                split = decode_calls.split()
+                if split is None or not prefill_calls.entries:
+                    raise ValueError(f"{name}'s decodes were not traced (is it llama.cpp's {DECODE_SYMBOL}?)")
+                prompt_ms = len(prefill_prompt) / filled.prefill_tps * 1000.0
+                for key, value in (
+                    ("decode_inside_ms", split.inside_ms),
+                    ("decode_outside_ms", split.outside_us / 1000.0),
+                    ("prefill_inside_ms", prefill_calls.inside_ms()),
+                    ("prefill_outside_ms", prompt_ms - prefill_calls.inside_ms()),
+                ):
+                    rates.setdefault(key, []).append(value)
     return measured
 
 
+def _traced(tracer: DecodeTracer | None, run: Callable[[], Sample]) -> tuple[Sample, DecodeCalls | None]:
+    return (run(), None) if tracer is None else tracer.calls(run)
+
+
+def _split_ratio(rates: Rounds, baseline: Rounds | None) -> dict[str, Any]:
+    """Where decodes were traced, for decode (a generated token) and prefill (the prompt): the side's
+    median time in llama.cpp's decode and outside it, and its rate over :data:`BASELINE`'s had the
+    baseline's decodes taken as long as its own: each round's ``(inside + baseline's outside) / (inside +
+    outside)``, summarized as a ratio. The kernels are the same on every side, and the noise of a shared
+    host is in their time; what is left is what the programs themselves make of the speed."""
+    result: dict[str, Any] = {}
+    for kind in KINDS:
+        inside, outside = rates.get(f"{kind}_inside_ms"), rates.get(f"{kind}_outside_ms")
+        if inside is None or outside is None:
+            continue
+        result[f"{kind}_inside_ms"] = statistics.median(inside)
+        result[f"{kind}_outside_ms"] = statistics.median(outside)
+        theirs = baseline.get(f"{kind}_outside_ms") if baseline else None
+        if theirs is not None:
+            paired = PairedRatio.of(
+                [i + o for i, o in zip(inside, theirs, strict=True)],
+                [i + o for i, o in zip(inside, outside, strict=True)],
+                loads=rates.get("load"),
+            )
+            result[f"{kind}_split_ratio"] = paired.median
+            result[f"{kind}_split_ratio_interval"] = list(paired.interval)
+    return result
+
+
+def _paired(rates: Rounds, reference: Rounds | None, prefix: str) -> dict[str, Any]:
+    """``rates``' ratios to ``reference`` (None without it), decode and prefill: the median of the rounds'
+    ratios, their quartiles and the interval the median lies in (:class:`PairedRatio`, over the loads)."""
+    result: dict[str, Any] = {}
+    for kind in ("decode", "prefill"):
+        bases = reference[f"{kind}_tps"] if reference else []
+        paired = PairedRatio.of(rates[f"{kind}_tps"], bases, loads=rates.get("load")) if any(bases) else None
+        result[f"{kind}_{prefix}"] = paired.median if paired else None
+        result[f"{kind}_{prefix}_quartiles"] = list(paired.quartiles) if paired else None
+        result[f"{kind}_{prefix}_interval"] = list(paired.interval) if paired else None
+    return result
+
+
 def with_ratios(measured: dict[str, Rounds]) -> dict[str, dict[str, Any]]:
-    """Each side's median rates, and its ratios to :data:`BASELINE` (None without it): the median of the
-    rounds' ratios, with their quartiles and the interval the median lies in (:class:`PairedRatio`, over
-    the rounds' loads); and the rounds themselves."""
-    baseline = measured.get(BASELINE)
+    """Each side's median rates, its ratios to :data:`BASELINE` (``decode_ratio``...) and, for every side
+    but it, to :data:`FLOOR` (``decode_floor_ratio``...), None where that side was not measured; and the
+    rounds themselves."""
     results: dict[str, dict[str, Any]] = {}
     for name, rates in measured.items():
-        result: dict[str, Any] = {}
-        for kind in ("decode", "prefill"):
-            values = rates[f"{kind}_tps"]
-            result[f"{kind}_tps"] = statistics.median(values)
-            bases = baseline[f"{kind}_tps"] if baseline else []
-            paired = PairedRatio.of(values, bases, loads=rates.get("load")) if any(bases) else None
-            result[f"{kind}_ratio"] = paired.median if paired else None
-            result[f"{kind}_ratio_quartiles"] = list(paired.quartiles) if paired else None
-            result[f"{kind}_ratio_interval"] = list(paired.interval) if paired else None
+        result: dict[str, Any] = {f"{kind}_tps": statistics.median(rates[f"{kind}_tps"]) for kind in KINDS}
+        result |= _paired(rates, measured.get(BASELINE), "ratio")
+        result |= _paired(rates, measured.get(FLOOR) if name != FLOOR else None, "floor_ratio")
+        result |= _split_ratio(rates, measured.get(BASELINE))
         result["rounds"] = rates
         results[name] = result
     return results
 
 
-def _ratio(side: dict[str, Any], kind: str) -> str:
-    low, high = side[f"{kind}_ratio_interval"]
-    return f"x{side[f'{kind}_ratio']:.2f} [{low:.2f}-{high:.2f}]"
+def _ratio(side: dict[str, Any], kind: str, prefix: str, digits: int) -> str:
+    low, high = side[f"{kind}_{prefix}_interval"]
+    return f"x{side[f'{kind}_{prefix}']:.{digits}f} [{low:.{digits}f}-{high:.{digits}f}]"
+
+
+def _ratios(side: dict[str, Any], prefix: str, reference: str, *, digits: int = 2) -> str:
+    """``x1.01 [0.98-1.03] / x0.99 [0.97-1.00] of <reference>`` (decode / prefill), or "" without it."""
+    if side.get(f"decode_{prefix}") is None or side.get(f"prefill_{prefix}") is None:
+        return ""
+    decode, prefill = (_ratio(side, kind, prefix, digits) for kind in KINDS)
+    return f"{decode} / {prefill} of {reference}"
+
+
+def _split(side: dict[str, Any]) -> str:
+    """``in llama.cpp's decode 19.30 ms a token + 0.248 ms outside, 512.3 ms a prompt + 1.2 ms outside;
+    at equal decode time x1.020 [1.015-1.024] / x1.001 [1.000-1.002] of llama-server``"""
+    decode = f"{side['decode_inside_ms']:.2f} ms a token + {side['decode_outside_ms']:.3f} ms outside"
+    prefill = f"{side['prefill_inside_ms']:.1f} ms a prompt + {side['prefill_outside_ms']:.1f} ms outside"
+    text = f"in llama.cpp's decode {decode}, {prefill}"
+    if "decode_split_ratio" not in side or "prefill_split_ratio" not in side:
+        return text
+    return f"{text}; at equal decode time {_ratios(side, 'split_ratio', BASELINE, digits=3)}"
 
 
 def render(model: str, by_threads: dict[int, dict[str, dict[str, Any]]], *, note: str) -> str:
     rows = []
     for threads, by_side in by_threads.items():
         for name, side in by_side.items():
-            ratios = (
-                f"  {_ratio(side, 'decode')} / {_ratio(side, 'prefill')} of {BASELINE}"
-                if side["decode_ratio"] is not None and side["prefill_ratio"] is not None
-                else ""
-            )
+            ratios = [_ratios(side, "ratio", BASELINE), _ratios(side, "floor_ratio", FLOOR)]
             rates = f"decode {side['decode_tps']:.1f} tokens/s, prefill {side['prefill_tps']:.1f} tokens/s"
-            rows.append((f"{threads} threads, {name}", rates + ratios))
+            rows.append((f"{threads} threads, {name}", "  ".join([rates, *filter(None, ratios)])))
+            if "decode_outside_ms" in side:
+                rows.append(("", _split(side)))
     return table(rows, title=f"{model}: {note}")
 
 
@@ -271,6 +418,8 @@ def _sides(
         loaded.callback(engine.close)
         if "snapllm" in chosen:
             sides["snapllm"] = engine_side(engine)
+        if FLOOR in chosen:
+            sides[FLOOR] = floor_side(engine)
         if "llama-cpp-python" in chosen:
             llama = Llama(
                 model_path=str(path),
@@ -312,6 +461,39 @@ def run(args: argparse.Namespace) -> int:
         "baseline": BASELINE,
         "models": {},
     }
+    try:
+        with _tracer(server) if args.trace_decode else contextlib.nullcontext() as tracer:
+            code = _measure_models(args, thread_counts, chosen, server, results, tracer)
+    except ProbeUnavailable as exc:
+        print(f"snapllm bench engine: --trace-decode: {exc}", file=sys.stderr)
+        return 2
+    if code:
+        return code
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def _tracer(server: str | None) -> DecodeTracer:
+    """Probes on llama.cpp's decode in the file this process mapped ``libllama`` from (the in-process
+    sides') and in the llama-server binary."""
+    library = next(
+        (Path(m.path) for m in memory_ranges() if Path(m.path).name.startswith("libllama.so")), None
+    )
+    if library is None:
+        raise ProbeUnavailable("libllama is not loaded in this process")
+    return DecodeTracer([library, *([Path(server)] if server else [])])
+
+
+def _measure_models(
+    args: argparse.Namespace,
+    thread_counts: list[int],
+    chosen: list[str],
+    server: str | None,
+    results: dict[str, Any],
+    tracer: DecodeTracer | None,
+) -> int:
+    """Each model's table (printed) and results (into ``results``); 2 where a side could not run."""
     for model_name in args.model or list(MODELS):
         path = _model_path(model_name)
         by_threads: dict[int, dict[str, dict[str, Any]]] = {}
@@ -331,6 +513,7 @@ def run(args: argparse.Namespace) -> int:
                             tokens=min(args.decode_tokens, settings.n_ctx - len(decode) - 1),
                             rounds=args.rounds,
                             load=load,
+                            tracer=tracer,
                         )
                     for name, rates in once.items():
                         for key, values in rates.items():
@@ -352,6 +535,4 @@ def run(args: argparse.Namespace) -> int:
             f"[its {CONFIDENCE:.0%} interval])"
         )
         print(render(model_name, by_threads, note=note), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -1,0 +1,192 @@
+"""Where a side's time per generated token goes: inside llama.cpp's decode, or outside it.
+
+Every side of ``snapllm bench engine`` runs the same llama.cpp kernels; what differs is the program around
+them (the engine's sampling and text in Python, llama-server's sampler chain and slot loop in C++). A
+wall-clock rate mixes the two, and the machine's noise (about 10% from one request to the next on a
+shared host) hides the part a program adds. Linux's user-space probes split them: a probe on entry to
+llama.cpp's ``llama_context::decode`` and one on its return, in the Python process's ``libllama.so`` and
+in the llama-server binary alike, timestamp every decode by the kernel::
+
+    with DecodeTracer([libllama, server_binary]) as tracer:
+        result, calls = tracer.calls(lambda: side(prompt, 64))
+    calls.split()   # DecodeSplit(inside_ms=19.3, outside_us=248.0, tokens=63)
+
+It needs root and tracefs (mounted here at ``/sys/kernel/tracing`` when it is not yet): a probe costs a
+few microseconds a call, the same on every side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import statistics
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from elftools.elf.constants import P_FLAGS
+from elftools.elf.elffile import ELFFile
+
+#: The function every decode of every side goes through (llama_decode's batch is converted to this one).
+DECODE_SYMBOL = "_ZN13llama_context6decodeERK15llama_batch_ext"
+TRACEFS = Path("/sys/kernel/tracing")
+#: The start of the probes' event group (and tracefs instance) names; the process id follows.
+GROUP = "snapllm_bench"
+_EVENT = re.compile(r"\s(\d+\.\d+): (in|out)_\d+:")
+
+T = TypeVar("T")
+
+
+class ProbeUnavailable(Exception):
+    """The probes cannot be set here; the message says why and what would let them."""
+
+
+def symbol_offset(binary: Path, symbol: str) -> int:
+    """The file offset of ``symbol``'s code in the ELF file ``binary`` (what a uprobe is placed at)."""
+    with binary.open("rb") as stream:
+        elf = ELFFile(stream)
+        address = None
+        for name in (".symtab", ".dynsym"):
+            table = elf.get_section_by_name(name)
+            found = table.get_symbol_by_name(symbol) if table is not None else None
+            if found:
+                address = int(found[0]["st_value"])
+                break
+        if not address:
+            raise ProbeUnavailable(f"{binary} has no symbol {symbol}")
+        for segment in elf.iter_segments(type="PT_LOAD"):
+            start = int(segment["p_vaddr"])
+            if segment["p_flags"] & P_FLAGS.PF_X and start <= address < start + int(segment["p_filesz"]):
+                return address - start + int(segment["p_offset"])
+    raise ProbeUnavailable(f"{symbol} is not in an executable segment of {binary}")
+
+
+@dataclass(frozen=True)
+class DecodeSplit:
+    """A request's generated tokens: the median time in llama.cpp's decode for one, and the median time
+    between two decodes (the program's own work for a token), over ``tokens`` decodes."""
+
+    inside_ms: float
+    outside_us: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class DecodeCalls:
+    """The kernel's timestamps (seconds) of each decode's entry and return, in order."""
+
+    entries: tuple[float, ...]
+    returns: tuple[float, ...]
+
+    @classmethod
+    def parse(cls, trace: str) -> DecodeCalls:
+        entries: list[float] = []
+        returns: list[float] = []
+        for match in _EVENT.finditer(trace):
+            (entries if match.group(2) == "in" else returns).append(float(match.group(1)))
+        return cls(tuple(entries), tuple(returns))
+
+    def inside_ms(self) -> float:
+        """The time all the decodes took together."""
+        pairs = zip(self.entries, self.returns, strict=False)
+        return sum(returned - entered for entered, returned in pairs) * 1000.0
+
+    def split(self) -> DecodeSplit | None:
+        """The split of the decodes after the first (the prompt's: every side evaluates it in one decode
+        here), each of one generated token; None with fewer than two of them."""
+        calls = list(zip(self.entries, self.returns, strict=False))[1:]
+        if len(calls) < 2:
+            return None
+        inside = [returned - entered for entered, returned in calls]
+        between = [following[0] - current[1] for current, following in itertools.pairwise(calls)]
+        return DecodeSplit(statistics.median(inside) * 1000.0, statistics.median(between) * 1e6, len(calls))
+
+
+def _tracefs() -> Path:
+    """tracefs, mounted if it is not yet; :class:`ProbeUnavailable` where that cannot be done."""
+    if (TRACEFS / "uprobe_events").exists():
+        return TRACEFS
+    if os.geteuid() != 0:
+        raise ProbeUnavailable("uprobes need root (tracefs, /sys/kernel/tracing)")
+    mounted = subprocess.run(
+        ["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True, check=False
+    )
+    if mounted.returncode != 0 or not (TRACEFS / "uprobe_events").exists():
+        raise ProbeUnavailable(f"tracefs could not be mounted at {TRACEFS}: {mounted.stderr.strip()}")
+    return TRACEFS
+
+
+def _append(path: Path, line: str) -> None:
+    """One line added to a tracefs file (which refuses the seek Python's append mode makes)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+class DecodeTracer:
+    """Probes on entry to and return from :data:`DECODE_SYMBOL` in each binary, for as long as the tracer
+    is entered; :meth:`calls` records the decodes one call makes.
+
+    The probes and the buffer they write to are this process's own (a tracefs instance, an event group
+    named after the process), so two tracers at once do not read or stop each other's."""
+
+    def __init__(self, binaries: Iterable[Path]) -> None:
+        self.binaries = [binary.resolve() for binary in binaries]
+        self.group = f"{GROUP}_{os.getpid()}"
+        self._tracefs: Path | None = None
+        self._instance: Path | None = None
+        self._names: list[str] = []
+
+    def __enter__(self) -> DecodeTracer:
+        try:
+            self._tracefs = _tracefs()
+            probes = [
+                (index, binary, symbol_offset(binary, DECODE_SYMBOL))
+                for index, binary in enumerate(self.binaries)
+            ]
+            for index, binary, offset in probes:
+                for kind, name in (("p", f"in_{index}"), ("r", f"out_{index}")):
+                    _append(
+                        self._tracefs / "uprobe_events", f"{kind}:{self.group}/{name} {binary}:{offset:#x}"
+                    )
+                    self._names.append(name)
+            instance = self._tracefs / "instances" / self.group
+            instance.mkdir()
+            self._instance = instance
+            (instance / "tracing_on").write_text("0")
+            (instance / "events" / self.group / "enable").write_text("1")
+        except OSError as exc:
+            self.__exit__()
+            raise ProbeUnavailable(f"the uprobes could not be set: {exc}") from exc
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        instance, self._instance = self._instance, None
+        if instance is not None:
+            with contextlib.suppress(OSError):
+                (instance / "tracing_on").write_text("0")
+                (instance / "events" / self.group / "enable").write_text("0")
+            with contextlib.suppress(OSError):
+                instance.rmdir()
+        names, self._names = self._names, []
+        for name in names:
+            with contextlib.suppress(OSError):
+                _append((self._tracefs or TRACEFS) / "uprobe_events", f"-:{self.group}/{name}")
+
+    def calls(self, run: Callable[[], T]) -> tuple[T, DecodeCalls]:
+        """``run()``'s result, and the decodes it made (in any of the probed binaries)."""
+        if self._instance is None:
+            raise RuntimeError("the tracer is not entered")
+        (self._instance / "trace").write_text("")  # empties the buffer
+        (self._instance / "tracing_on").write_text("1")
+        try:
+            result = run()
+        finally:
+            (self._instance / "tracing_on").write_text("0")
+        return result, DecodeCalls.parse((self._instance / "trace").read_text())
