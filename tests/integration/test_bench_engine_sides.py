@@ -45,6 +45,6 @@ def test_the_probes_see_each_decode_of_a_request(engine):
     assert len(calls.entries) == len(calls.returns) == TOKENS
     split = calls.split()
     assert split is not None and split.tokens == TOKENS - 1
-    assert 0 < split.outside_us < 1e6 / sample.decode_tps  # less than a whole token's time
-    token_ms = 1000.0 / sample.decode_tps
-    assert split.inside_ms + split.outside_us / 1000.0 == pytest.approx(token_ms, rel=0.5)
+    # A token's own work is less than its decode, and a median of times is at most twice their mean (the
+    # engine's rate is one over the mean time a token took), however busy the machine is.
+    assert 0 < split.outside_us / 1000.0 < split.inside_ms <= 2 * 1000.0 / sample.decode_tps

@@ -11,22 +11,26 @@ import pytest
 
 from snapllm_dev.bench.uprobes import DECODE_SYMBOL, DecodeCalls, ProbeUnavailable, symbol_offset
 
-#: What tracefs prints for a uprobe and a uretprobe (the format of ``/sys/kernel/tracing/trace``).
+#: What tracefs prints for a uprobe and a uretprobe with the record-tgid option (the format of
+#: ``/sys/kernel/tracing/instances/<name>/trace``): llama-server's decode runs on a thread of its own.
 TRACE = """# tracer: nop
-#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
-          python-812     [001] DBZff  2170.000000: in_0: (0x7f3c1a5ea670)
-          python-812     [001] DBZff  2170.300000: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
-          python-812     [001] DBZff  2170.300250: in_0: (0x7f3c1a5ea670)
-          python-812     [001] DBZff  2170.310250: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
-          python-812     [001] DBZff  2170.310500: in_0: (0x7f3c1a5ea670)
-          python-812     [001] DBZff  2170.322500: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
-     llama-server-90     [000] DBZff  2170.322800: in_1: (0x55d5a6dd5290)
-     llama-server-90     [000] DBZff  2170.333800: out_1: (0x55d5a6dd5290 <- 0x55d5a6c1e0a1)
+#           TASK-PID     TGID     CPU#  |||||  TIMESTAMP  FUNCTION
+          python-812     (    812) [001] DBZff  2170.000000: in_0: (0x7f3c1a5ea670)
+          python-812     (    812) [001] DBZff  2170.300000: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
+          python-812     (    812) [001] DBZff  2170.300250: in_0: (0x7f3c1a5ea670)
+          python-977     (    977) [000] DBZff  2170.300300: in_0: (0x7f3c1a5ea670)
+          python-812     (    812) [001] DBZff  2170.310250: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
+          python-812     (    812) [001] DBZff  2170.310500: in_0: (0x7f3c1a5ea670)
+          python-977     (    977) [000] DBZff  2170.311300: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
+          python-812     (    812) [001] DBZff  2170.322500: out_0: (0x7f3c1a5ea670 <- 0x7f3c1a5ebfd5)
+     llama-server-91     (     90) [000] DBZff  2170.322800: in_1: (0x55d5a6dd5290)
+     llama-server-91     (     90) [000] DBZff  2170.333800: out_1: (0x55d5a6dd5290 <- 0x55d5a6c1e0a1)
 """
 
 
 def test_a_trace_gives_each_generated_tokens_time_inside_and_outside_the_decode():
-    calls = DecodeCalls.parse(TRACE)
+    # Process 977 runs the same library at the same time (another program): its decodes are not these.
+    calls = DecodeCalls.parse(TRACE, processes={812, 90})
     assert len(calls.entries) == len(calls.returns) == 4
     assert calls.inside_ms() == pytest.approx(300 + 10 + 12 + 11)
     split = calls.split()
@@ -36,8 +40,8 @@ def test_a_trace_gives_each_generated_tokens_time_inside_and_outside_the_decode(
 
 
 def test_a_request_with_one_generated_decode_has_no_split():
-    one = "\n".join(TRACE.splitlines()[:6])
-    assert DecodeCalls.parse(one).split() is None
+    assert DecodeCalls.parse(TRACE, processes={977}).split() is None
+    assert len(DecodeCalls.parse(TRACE).entries) == 5  # every process's
     assert DecodeCalls.parse("# tracer: nop\n").inside_ms() == 0.0
 
 

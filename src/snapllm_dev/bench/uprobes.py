@@ -23,7 +23,7 @@ import os
 import re
 import statistics
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -36,7 +36,9 @@ DECODE_SYMBOL = "_ZN13llama_context6decodeERK15llama_batch_ext"
 TRACEFS = Path("/sys/kernel/tracing")
 #: The start of the probes' event group (and tracefs instance) names; the process id follows.
 GROUP = "snapllm_bench"
-_EVENT = re.compile(r"\s(\d+\.\d+): (in|out)_\d+:")
+#: One probe's line in a trace recorded with the ``record-tgid`` option: the process id (the thread group's)
+#: in parentheses, then the CPU, flags, the timestamp in seconds and the probe's name.
+_EVENT = re.compile(r"\(\s*(?P<process>\d+)\)\s+\[\d+\]\s+\S+\s+(?P<time>\d+\.\d+): (?P<kind>in|out)_\d+:")
 
 T = TypeVar("T")
 
@@ -83,11 +85,14 @@ class DecodeCalls:
     returns: tuple[float, ...]
 
     @classmethod
-    def parse(cls, trace: str) -> DecodeCalls:
+    def parse(cls, trace: str, processes: Collection[int] | None = None) -> DecodeCalls:
+        """The decodes in ``trace`` made by ``processes`` (by any process where None): a probe on a file
+        fires in every process that runs it."""
         entries: list[float] = []
         returns: list[float] = []
         for match in _EVENT.finditer(trace):
-            (entries if match.group(2) == "in" else returns).append(float(match.group(1)))
+            if processes is None or int(match["process"]) in processes:
+                (entries if match["kind"] == "in" else returns).append(float(match["time"]))
         return cls(tuple(entries), tuple(returns))
 
     def inside_ms(self) -> float:
@@ -118,6 +123,23 @@ def _tracefs() -> Path:
     if mounted.returncode != 0 or not (TRACEFS / "uprobe_events").exists():
         raise ProbeUnavailable(f"tracefs could not be mounted at {TRACEFS}: {mounted.stderr.strip()}")
     return TRACEFS
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and the processes it started, and those they started (from each ``/proc/<pid>/stat``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The parent's id is the second field after the command name, which may hold spaces.
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    found, waiting = {root}, [root]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            if child not in found:
+                found.add(child)
+                waiting.append(child)
+    return found
 
 
 def _append(path: Path, line: str) -> None:
@@ -160,6 +182,7 @@ class DecodeTracer:
             instance.mkdir()
             self._instance = instance
             (instance / "tracing_on").write_text("0")
+            (instance / "options" / "record-tgid").write_text("1")
             (instance / "events" / self.group / "enable").write_text("1")
         except OSError as exc:
             self.__exit__()
@@ -180,7 +203,8 @@ class DecodeTracer:
                 _append((self._tracefs or TRACEFS) / "uprobe_events", f"-:{self.group}/{name}")
 
     def calls(self, run: Callable[[], T]) -> tuple[T, DecodeCalls]:
-        """``run()``'s result, and the decodes it made (in any of the probed binaries)."""
+        """``run()``'s result, and the decodes it made: in any of the probed binaries, in this process or
+        a process it started (llama-server), not in another program running the same library."""
         if self._instance is None:
             raise RuntimeError("the tracer is not entered")
         (self._instance / "trace").write_text("")  # empties the buffer
@@ -189,4 +213,5 @@ class DecodeTracer:
             result = run()
         finally:
             (self._instance / "tracing_on").write_text("0")
-        return result, DecodeCalls.parse((self._instance / "trace").read_text())
+        trace = (self._instance / "trace").read_text()
+        return result, DecodeCalls.parse(trace, _descendants(os.getpid()))
