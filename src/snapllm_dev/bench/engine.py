@@ -68,7 +68,6 @@ import numpy as np
 from llama_cpp import Llama
 
 from snapllm.engine.model import Engine
-from snapllm.engine.prefault import memory_ranges
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling
 from snapllm.errors import SnapllmError
@@ -341,7 +340,7 @@ def _paired(rates: Rounds, reference: Rounds | None, prefix: str) -> dict[str, A
     """``rates``' ratios to ``reference`` (None without it), decode and prefill: the median of the rounds'
     ratios, their quartiles and the interval the median lies in (:class:`PairedRatio`, over the loads)."""
     result: dict[str, Any] = {}
-    for kind in ("decode", "prefill"):
+    for kind in KINDS:
         bases = reference[f"{kind}_tps"] if reference else []
         paired = PairedRatio.of(rates[f"{kind}_tps"], bases, loads=rates.get("load")) if any(bases) else None
         result[f"{kind}_{prefix}"] = paired.median if paired else None
@@ -475,14 +474,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tracer(server: str | None) -> DecodeTracer:
-    """Probes on llama.cpp's decode in the file this process mapped ``libllama`` from (the in-process
-    sides') and in the llama-server binary."""
-    library = next(
-        (Path(m.path) for m in memory_ranges() if Path(m.path).name.startswith("libllama.so")), None
-    )
-    if library is None:
-        raise ProbeUnavailable("libllama is not loaded in this process")
-    return DecodeTracer([library, *([Path(server)] if server else [])])
+    """Probes on llama.cpp's decode in the library llama-cpp-python loaded (the in-process sides') and in
+    the llama-server binary."""
+    return DecodeTracer([Path(low_level._lib._name), *([Path(server)] if server else [])])
 
 
 def _measure_models(
