@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,8 @@ def test_an_event_outside_the_mapped_folders_is_refused_by_name(
         ("[functions", "not valid TOML"),
         ("[other]\nx = 1", r"needs a \[functions\] table"),
         ('[functions]\ninference = "InferenceFunction"\n[approval]\n"inference/a.json" = "maybe"', "approve"),
+        ('[functions]\ninference = "InferenceFunction"\n[settings]\nPATH = "/tmp"', r"\[settings\]"),
+        ('[functions]\ninference = "InferenceFunction"\n[settings]\nSNAPLLM_THREADS = [1]', r"\[settings\]"),
     ],
 )
 def test_a_bad_manifest_is_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
@@ -83,6 +86,24 @@ def test_the_repository_manifest_maps_every_event_folder_and_every_event_has_a_r
     assert set(manifest.functions) == folders
     assert len(found) >= 18
     assert [e.name for e in found if not e.expected_path.exists()] == []
+
+
+def test_the_pinned_settings_hold_over_the_shell_for_the_replay_only(
+    events: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (events / "replay.toml").write_text(
+        MANIFEST + '\n[settings]\nSNAPLLM_THREADS = 1\nSNAPLLM_N_CTX = "2048"\n'
+    )
+    monkeypatch.setenv("SNAPLLM_THREADS", "2")
+    monkeypatch.delenv("SNAPLLM_N_CTX", raising=False)
+    manifest = Manifest.load(events)
+    with manifest.pinned():
+        assert (os.environ["SNAPLLM_THREADS"], os.environ["SNAPLLM_N_CTX"]) == ("1", "2048")
+    assert os.environ["SNAPLLM_THREADS"] == "2" and "SNAPLLM_N_CTX" not in os.environ
+
+
+def test_the_repository_replays_pin_the_thread_count_they_were_recorded_at() -> None:
+    assert Manifest.load(REPO / "events").settings == {"SNAPLLM_THREADS": "1"}
 
 
 def test_only_what_varies_is_masked() -> None:

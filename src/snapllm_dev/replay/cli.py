@@ -14,6 +14,9 @@ what it has, so on a machine too slow or too loaded for an event the answer is c
 such an answer (``deadline_reached``, a timeout error, a durable run that did not finish) is not compared
 but reported as ``DEADLINE``, naming where it says so, and the command exits 1. Replay it again on a less
 loaded machine. A recording that itself holds a deadline (an event about deadlines) is compared as usual.
+
+The settings an answer depends on (the thread count) are pinned by the manifest's ``[settings]``, whatever
+the machine has or the shell sets, so a replay answers as the recording did on any machine of this kind.
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         events = manifest.events(args.paths)
         template = sam.load(args.template)
         # The functions log to stdout as on Lambda; keep stdout for the results.
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), manifest.pinned():
             results = _run(template, events, args, out)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm replay: {exc}", file=sys.stderr)

@@ -4,15 +4,18 @@
     for event in manifest.events([Path("events/router")]):
         event.function, event.path, event.expected_path, event.approval
 
-The manifest (``events/replay.toml``) maps each folder of ``events/`` to a function's logical ID and says
-how a durable run's approval is answered. Every ``*.json`` file in a mapped folder is an event, except the
-recordings (``*.expected.json``); other folders (``agent/documents``) are data, not events.
+The manifest (``events/replay.toml``) maps each folder of ``events/`` to a function's logical ID, says
+how a durable run's approval is answered, and pins the settings the recordings were made under (the thread
+count: see docs/testing.md). Every ``*.json`` file in a mapped folder is an event, except the recordings
+(``*.expected.json``); other folders (``agent/documents``) are data, not events.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -21,6 +24,8 @@ from snapllm.errors import SnapllmError
 
 MANIFEST_NAME = "replay.toml"
 EXPECTED_SUFFIX = ".expected.json"
+# The variables a manifest's [settings] may pin: the functions' own.
+SETTING_PREFIX = "SNAPLLM_"
 
 
 class ReplaySetupError(SnapllmError):
@@ -53,6 +58,7 @@ class Manifest:
     root: Path
     functions: Mapping[str, str]
     approvals: Mapping[str, Approval]
+    settings: Mapping[str, str]
 
     @classmethod
     def load(cls, root: Path) -> Manifest:
@@ -73,7 +79,31 @@ class Manifest:
             raise ReplaySetupError(
                 f'{path}: each [approval] entry is "approve" or "reject", got {approvals!r}'
             ) from None
-        return cls(root.resolve(), functions, decided)
+        settings = data.get("settings", {})
+        if not isinstance(settings, dict) or not all(
+            isinstance(name, str) and name.startswith(SETTING_PREFIX) and isinstance(value, str | int)
+            for name, value in settings.items()
+        ):
+            raise ReplaySetupError(
+                f'{path}: [settings] holds {SETTING_PREFIX}NAME = "value" entries, got {settings!r}'
+            )
+        pinned = {name: str(value) for name, value in settings.items()}
+        return cls(root.resolve(), functions, decided, pinned)
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """The manifest's settings in this process's environment (which the local functions read), over any
+        shell variable of the same name, for the replay's duration."""
+        before = {name: os.environ.get(name) for name in self.settings}
+        os.environ.update(self.settings)
+        try:
+            yield
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def events(self, selected: Iterable[Path] = ()) -> list[ReplayEvent]:
         """The events under ``selected`` (files or folders; default: every mapped folder), sorted by name."""
