@@ -11,7 +11,10 @@ its own 401 or 403, so the authorizer lets every request through with its verdic
 (``{"snapllm_api_key": "valid", "key_id": ...}`` or ``"invalid"`` with the reason), and the router answers
 an invalid key with OpenAI's 401 error before any other work (:func:`snapllm.api_keys.authorizer_verdict`).
 API Gateway caches each verdict per ``Authorization`` value for the authorizer's TTL, so the authorizer
-itself keeps no cache: a revoked key stops working within that TTL.
+itself keeps no key's record: a revoked key stops working within that TTL. It does remember ids with no
+record (30 s) and looks ids it does not know up at a bounded rate
+(:class:`~snapllm.api_keys.store.SsmKeyStore`), so a flood of made-up keys costs Parameter Store little and
+never a 500.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class KeyAuthorizer:
     @classmethod
     def from_env(cls) -> KeyAuthorizer:
         """The authorizer over the key store of the environment's variables; API Gateway caches its
-        answers, so records are read on every invoke."""
+        answers, so a key's record is read on every invoke (an unknown id's absence is remembered)."""
         verifier = ApiKeyEnvironment.from_env().verifier(cache_s=0.0)
         if verifier is None:
             raise ConfigurationError(

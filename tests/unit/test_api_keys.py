@@ -18,6 +18,7 @@ from snapllm.api_keys import (
     new_key,
     parameter_path,
 )
+from snapllm.api_keys.store import ApiKeyEnvironment
 from snapllm.errors import ConfigurationError, InvalidApiKeyError
 
 
@@ -71,6 +72,16 @@ def test_a_keys_file_round_trips_and_a_bad_one_is_named(tmp_path):
     path.write_text('{"v": 2}\n')
     with pytest.raises(ConfigurationError, match=r"keys\.jsonl"):
         FileKeyStore.read(path)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n", "# keys\n\n"], ids=["empty", "blank-lines", "comments"])
+def test_a_records_file_with_no_record_stops_the_start_instead_of_checking_nothing(tmp_path, text):
+    path = tmp_path / "keys.jsonl"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match=r"keys\.jsonl"):
+        FileKeyStore.read(path)
+    with pytest.raises(ConfigurationError, match=r"keys\.jsonl"):  # what a function reads at init
+        ApiKeyEnvironment.from_env({"SNAPLLM_API_KEYS_FILE": str(path)}).verifier()
 
 
 @pytest.mark.parametrize("stack", ["", "1abc", "a/b", "a b", "a" * 129])

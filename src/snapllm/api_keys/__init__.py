@@ -190,11 +190,16 @@ class FileKeyStore:
 
     @classmethod
     def read(cls, path: Path) -> FileKeyStore:
+        """The records in ``path``; ConfigurationError when it cannot be read or holds none: a file of keys
+        asked for and none found fails closed, never as "no check"."""
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
-            return cls([KeyRecord.from_json(line) for line in lines if line.strip()])
+            records = [KeyRecord.from_json(line) for line in lines if line.strip()]
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"API keys file {path}: {exc}") from None
+        if not records:
+            raise ConfigurationError(f"API keys file {path} holds no key record")
+        return cls(records)
 
     def write(self, path: Path) -> None:
         """Write the records to ``path``, readable by its owner only."""
