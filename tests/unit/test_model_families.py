@@ -1,6 +1,6 @@
 """Each model family's pieces without a model: which family a template is, its tool-call format (the
-grammar, drawn by llama.cpp's own grammar sampler over the packaged model's vocabulary, read back by the
-format's parser), its thinking markers (whole and streamed), and the free-text rule that keeps a marker out.
+grammar, drawn by the engine's constraint over the packaged model's vocabulary, read back by the format's
+parser), its thinking markers (whole and streamed), and the free-text rule that keeps a marker out.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import llguidance
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ from llama_cpp import Llama
 
 from snapllm.protocol.constraints import chat_grammar
 from snapllm.protocol.families import THINK_TAGS, detect_family
-from snapllm.protocol.json_grammar import text_without
+from snapllm.protocol.lark_grammar import text_without
 from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingMarkers
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.tool_formats import (
@@ -100,14 +101,14 @@ def _check_calls(calls: list[tuple[str, str]] | None, text: str) -> None:
 def test_every_call_the_grammar_allows_reads_back_as_valid_calls(
     tool_format: ToolCallFormat, parallel, sampler
 ):
-    rules = tool_format.grammar(FUNCTIONS, parallel=parallel, prefix="call-")
-    grammar = f"root ::= call-root\n{rules}"
+    rules = tool_format.grammar(FUNCTIONS, parallel=parallel, specials={})
+    grammar = llguidance.LLMatcher.grammar_from_lark(f"start: calls\n{rules}")
     assert sampler.accepts(grammar)
     texts = list(sampler.texts(grammar, count=6, seed=3, max_tokens=400))
     assert len(texts) >= 3
     for text in texts:
         if tool_format.opener:
-            assert text.lstrip().startswith(tool_format.opener)
+            assert text.startswith(tool_format.openers)
         calls = tool_format.parse(text, SCHEMAS)
         _check_calls(calls, text)
         if not parallel or tool_format in (HARMONY, LLAMA3_JSON):  # one call per turn in these formats
@@ -171,7 +172,7 @@ def test_gpt_oss_channels_become_reasoning_and_answer():
 
 def test_the_free_text_rule_never_writes_its_word(sampler):
     for word in ("<tool_call>", "</think>", "abab", "<｜tool▁calls▁begin｜>"):
-        grammar = "root ::= free\n" + text_without(word, "free")
+        grammar = llguidance.LLMatcher.grammar_from_lark("start: FREE\n" + text_without([word], {}, "FREE"))
         assert sampler.accepts(grammar)
         texts = list(sampler.texts(grammar, count=20, seed=5, max_tokens=40))
         assert texts

@@ -42,9 +42,10 @@ from snapllm.protocol.chat import ChatRenderer, RenderedChat
 from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
 from snapllm.protocol.families import ModelFamily, detect_family
 from snapllm.protocol.json_grammar import unenforced
+from snapllm.protocol.lark_grammar import marker_tokens
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
-from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState, held_length
+from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     FinishReason,
@@ -63,7 +64,7 @@ from snapllm.protocol.responses_api import (
 )
 from snapllm.protocol.sse import StreamEncoder, encoder_for
 from snapllm.protocol.structured import arguments_schema, arguments_valid, cut_call_error
-from snapllm.protocol.tool_formats import GENERIC, ToolCallFormat
+from snapllm.protocol.tool_formats import GENERIC
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,15 @@ class OpenAIServing:
         #: How calls are written: the family's own format when the template takes tools (and describes that
         #: format to the model), else the generic JSON format snapllm describes in the system message.
         self.tool_format = self.family.tool_calls if self._chat and self._chat.native_tools else GENERIC
+        thinking = self.family.thinking
+        markers = (thinking.start, thinking.end, thinking.resume, thinking.answer_prefix) if thinking else ()
+        #: The special tokens the family's markers are made of (text to id): grammars write them as tokens.
+        self.marker_tokens = marker_tokens(
+            [*self.tool_format.markers, *markers],
+            control=engine.control_tokens(),
+            user=engine.user_tokens(),
+            tokenize=lambda text: engine.tokenize(text, add_bos=False, special=True),
+        )
         #: The warm-up paths the model's template refused (see :meth:`warm_up_bodies`).
         self.warm_up_refusals: list[str] = []
         # A render may write this much: the longest prompt, and room for the template's markup and tools.
@@ -236,7 +246,11 @@ class OpenAIServing:
             param = "messages"
             tokens, thinking, span = self._thinking(request, chat.prompt, tokens, deadline)
             grammar, tool_calls = chat_grammar(
-                request, tool_format=self.tool_format, thinking=self.family.thinking, state=thinking
+                request,
+                tool_format=self.tool_format,
+                thinking=self.family.thinking,
+                state=thinking,
+                specials=self.marker_tokens,
             )
             if grammar is not None and not self.engine.accepts_grammar(grammar):
                 # snapllm.protocol.json_grammar refuses, by name, every schema it cannot write a grammar for.
@@ -406,8 +420,7 @@ class OpenAIServing:
                         yield HELD
                         continue
                     if opener:
-                        found = answer.find(opener)
-                        end = found if found >= 0 else len(answer) - held_length(answer, opener)
+                        end = self.tool_format.text_end(answer)
                         if end > sent:
                             yield TokenDelta(answer[sent:end])
                             sent = end
@@ -461,7 +474,7 @@ class OpenAIServing:
         calls: tuple[ToolCall, ...] = ()
         if prepared.tool_calls is not None:
             tool_format = self.tool_format
-            prose, call_text = _calls_part(text, tool_format)
+            prose, call_text = tool_format.split(text)
             names = prepared.tool_names
             if finish_reason == "stop":
                 parsed: list[tuple[str | None, str]] | None = None
@@ -539,8 +552,8 @@ class OpenAIServing:
 
     def warm_up_bodies(self, max_tokens: int) -> list[dict[str, Any]]:
         """The warm-up requests as bodies for this model, generating ``max_tokens`` each: every path the
-        model serves. A path the model's own template refuses (gpt-oss's template raises on a tool without a
-        description...) is left out and named in :attr:`warm_up_refusals`: requests that take it get the
+        model serves. A path the model's own template refuses (Hermes 3's tool-use template refuses a chat
+        without tools...) is left out and named in :attr:`warm_up_refusals`: requests that take it get the
         same 400, and the rest of the model is served."""
         bodies = []
         self.warm_up_refusals.clear()
@@ -601,17 +614,3 @@ class OpenAIServing:
         while common < min(len(first), len(second)) and first[common] == second[common]:
             common += 1
         return first[:common]
-
-
-def _calls_part(text: str, tool_format: ToolCallFormat) -> tuple[str, str]:
-    """An answer's text before its calls, and the calls' text (from the format's opener; the whole answer in
-    a format without one, and an answer cut inside the opener)."""
-    if not tool_format.opener:
-        return "", text
-    found = text.find(tool_format.opener)
-    if found >= 0:
-        return text[:found].rstrip(), text[found:]
-    stripped = text.strip()
-    if stripped and tool_format.opener.startswith(stripped):
-        return "", stripped
-    return text, ""

@@ -1,30 +1,39 @@
 """How each model family writes a tool call, as a grammar to force it and a parser to read it back.
 
     fmt = HERMES                       # Qwen2.5, Qwen3, Hermes, SmolLM3: <tool_call>{...}</tool_call>
-    rules = fmt.grammar(functions, parallel=True, prefix="call-")    # GBNF, root rule "call-root"
-    fmt.parse('<tool_call>\\n{"name":"f","arguments":{}}\\n</tool_call>', {"f"})   # [("f", "{}")]
+    rules = fmt.grammar(functions, parallel=True, specials={})    # Lark rules: "calls" (and "calls_opened")
+    fmt.parse('<tool_call>\\n{"name": "f", "arguments": {}}\\n</tool_call>', {"f"})   # [("f", "{}")]
 
 A format with an ``opener`` (``<tool_call>``, ``[TOOL_CALLS]``...) lets an answer write text before its
 calls, and that opener alone tells a call from text. A format without one (the generic JSON format, Llama
 3's) is JSON from the answer's first character. Each format's calls carry their arguments as JSON valid
-against the function's ``parameters``, which the grammar enforces. Pure: no llama.cpp.
+against the function's ``parameters`` (embedded as ``%json`` from
+:func:`~snapllm.protocol.compiled_schema.compile_schema`), which the grammar enforces.
+
+The grammar takes a call as the family writes it, not one spelling of it: the spacing inside the JSON and
+around the envelope that the family's template shows and its models write (``{"name": "f"}`` and
+``{"name":"f"}``, ``<tool_call>\\n...\\n</tool_call>`` and ``<tool_call>...</tool_call>``) is allowed,
+each gap bounded (:data:`~snapllm.protocol.lark_grammar.SPACE_RULES`); the parsers read every spelling the
+grammar allows. Markers that are special tokens of the model are written as those tokens
+(:func:`~snapllm.protocol.lark_grammar.spelled`). Pure: no llama.cpp.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from snapllm.protocol.json_grammar import literal, schema_grammar
+from snapllm.protocol.compiled_schema import compile_schema
+from snapllm.protocol.lark_grammar import SPACE, SPACE_RULES, Specials, spelled, string
+from snapllm.protocol.reasoning import held_length
 from snapllm.protocol.structured import (
     MAX_PARALLEL_TOOL_CALLS,
     CutCall,
     arguments_schema,
     parse_cut_tool_calls,
     parse_tool_calls,
-    tool_call_schema,
 )
 
 Call = tuple[str, str]
@@ -32,24 +41,55 @@ Functions = Sequence[Mapping[str, Any]]
 
 
 def _repeated(one: str, separator: str, *, parallel: bool) -> str:
-    """GBNF for one to :data:`MAX_PARALLEL_TOOL_CALLS` of ``one`` (a single one without ``parallel``)."""
+    """Lark for one to :data:`MAX_PARALLEL_TOOL_CALLS` of ``one`` (a single one without ``parallel``),
+    ``separator`` between two."""
     if not parallel:
         return one
-    more = ""
-    for _ in range(MAX_PARALLEL_TOOL_CALLS - 1):
-        more = f"( {literal(separator)} {one} {more} )?" if more else f"( {literal(separator)} {one} )?"
-    return f"{one} {more}"
+    return f"{one} ({separator} {one}){{0,{MAX_PARALLEL_TOOL_CALLS - 1}}}"
 
 
-def _named_arguments(functions: Functions, prefix: str, head: Callable[[str], str]) -> tuple[str, str]:
-    """For formats that write a function's name in the clear: the GBNF choice among ``head(name)`` then that
-    function's arguments, and the rules of each function's arguments."""
-    rules, choices = [], []
+def _arguments(functions: Functions) -> str:
+    """Lark rules ``args_<i>``: each function's arguments, JSON valid against its ``parameters``."""
+    rules = []
     for index, function in enumerate(functions):
-        schema = arguments_schema(function.get("parameters"))
-        rules.append(schema_grammar(schema, param="tools", prefix=f"{prefix}f{index}-"))
-        choices.append(f"{literal(head(str(function['name'])))} {prefix}f{index}-root")
-    return " | ".join(choices), "".join(rules)
+        compiled = compile_schema(arguments_schema(function.get("parameters")), param="tools")
+        rules.append(f"args_{index}: {compiled.lark()}\n")
+    return "".join(rules)
+
+
+def _json_calls(functions: Functions, arguments_key: str) -> str:
+    """Lark rules: ``call``, one JSON call ``{"name": <name>, <arguments_key>: <arguments>}`` to one of
+    ``functions`` with its arguments (spacing allowed between the tokens), and what it uses."""
+    choices = []
+    for index, function in enumerate(functions):
+        name = string(json.dumps(str(function["name"]), ensure_ascii=False))
+        key = string(json.dumps(arguments_key))
+        choices.append(
+            f'call_{index}: "{{" {SPACE} "\\"name\\"" {SPACE} ":" {SPACE} {name} {SPACE} "," {SPACE} {key} '
+            f'{SPACE} ":" {SPACE} args_{index} {SPACE} "}}"\n'
+        )
+    alternatives = " | ".join(f"call_{index}" for index in range(len(functions)))
+    return f"call: {alternatives}\n" + "".join(choices) + _arguments(functions) + SPACE_RULES
+
+
+def _json_list(*, parallel: bool) -> str:
+    """Lark for a JSON list of calls (``call``): one to :data:`MAX_PARALLEL_TOOL_CALLS`, one without
+    ``parallel``."""
+    calls = _repeated("call", f'{SPACE} "," {SPACE}', parallel=parallel)
+    return f'"[" {SPACE} {calls} {SPACE} "]"'
+
+
+def _opener_split(text: str, openers: Sequence[str]) -> tuple[str, str]:
+    """An answer's text before its calls, and the calls' text from the first of ``openers`` (an answer cut
+    inside an opener is all calls)."""
+    found = [at for at in (text.find(opener) for opener in openers) if at >= 0]
+    if found:
+        at = min(found)
+        return text[:at].rstrip(), text[at:]
+    stripped = text.strip()
+    if stripped and any(opener.startswith(stripped) for opener in openers):
+        return "", stripped
+    return text, ""
 
 
 class ToolCallFormat:
@@ -61,11 +101,39 @@ class ToolCallFormat:
     #: The text every answer that calls opens its calls with; "" when the calls are JSON from the start.
     opener: ClassVar[str] = ""
     arguments_key: ClassVar[str] = "arguments"
+    #: Whether an answer may write text before its calls (else the calls are a message of their own).
+    text_before_calls: ClassVar[bool] = True
 
-    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
-        """GBNF rules (root ``{prefix}root``) of the calls to ``functions``, arguments valid."""
-        schema = tool_call_schema(functions, parallel=parallel, arguments_key=self.arguments_key)
-        return schema_grammar(schema, param="tools", prefix=prefix)
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The texts of the envelope, which may be special tokens of the model."""
+        return (self.opener,) if self.opener else ()
+
+    @property
+    def openers(self) -> tuple[str, ...]:
+        """Every text that starts the calls (the opener; a format may have several)."""
+        return (self.opener,) if self.opener else ()
+
+    def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
+        """Lark rules of the calls to ``functions``, arguments valid: ``calls`` (from the opener), and in a
+        format with an opener ``calls_opened`` (the same after the first opener)."""
+        calls = f"call | {_json_list(parallel=True)}" if parallel else "call"
+        return f"calls: {calls}\n" + _json_calls(functions, self.arguments_key)
+
+    def split(self, text: str) -> tuple[str, str]:
+        """An answer's text before its calls, and the calls' text (from the opener; the whole answer in a
+        format without one, and an answer cut inside the opener)."""
+        if not self.openers:
+            return "", text
+        return _opener_split(text, self.openers)
+
+    def text_end(self, answer: str) -> int:
+        """How much of a streamed answer is text for sure: up to an opener, or up to what may still become
+        one."""
+        found = [at for at in (answer.find(opener) for opener in self.openers) if at >= 0]
+        if found:
+            return min(found)
+        return len(answer) - max((held_length(answer, opener) for opener in self.openers), default=0)
 
     def parse(self, text: str, names: Collection[str]) -> list[Call] | None:
         """The (name, JSON arguments) of the calls a finished answer's call text holds, or None."""
@@ -75,6 +143,10 @@ class ToolCallFormat:
         """The calls of a call text cut short, as far as they go (see ``parse_cut_tool_calls``)."""
         return parse_cut_tool_calls(text, names, arguments_key=self.arguments_key)
 
+    def _opened(self, text: str) -> bool:
+        """Whether ``text`` (stripped) starts with an opener, or is cut inside one."""
+        return bool(text) and any(text.startswith(o) or o.startswith(text) for o in self.openers)
+
 
 class LlamaJSONToolCalls(ToolCallFormat):
     """Llama 3.1-3.3's custom tools: one ``{"name": ..., "parameters": {...}}`` from the first character, the
@@ -83,36 +155,37 @@ class LlamaJSONToolCalls(ToolCallFormat):
     name = "llama3-json"
     arguments_key = "parameters"
 
-    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
-        return super().grammar(functions, parallel=False, prefix=prefix)
+    def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
+        return super().grammar(functions, parallel=False, specials=specials)
 
 
 class WrappedJSONToolCalls(ToolCallFormat):
     """Calls in the generic JSON shape between an opener and a closer: each call in its own pair (Hermes'
-    ``<tool_call>...</tool_call>``), or all of them as one JSON list after one opener (Mistral's
-    ``[TOOL_CALLS][...]``, Phi-4-mini's ``<|tool_call|>[...]<|/tool_call|>``)."""
+    ``<tool_call>\\n...\\n</tool_call>``), or all of them as one JSON list after one opener (Mistral's
+    ``[TOOL_CALLS][...]``, Phi-4-mini's ``<|tool_call|>[...]<|/tool_call|>``). Spacing may stand inside the
+    opener and the closer, and between two calls."""
 
-    def __init__(
-        self, name: str, *, opener: str, closer: str = "", each: bool = False, pad: str = ""
-    ) -> None:
+    def __init__(self, name: str, *, opener: str, closer: str = "", each: bool = False) -> None:
         self.name = name  # type: ignore[misc]
         self.opener = opener  # type: ignore[misc]
         self.closer = closer
         self.each = each
-        # What the model writes inside the opener and the closer, around the JSON (Hermes: newlines).
-        self.pad = pad
 
-    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return (self.opener, self.closer) if self.closer else (self.opener,)
+
+    def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
+        opener = spelled(self.opener, specials)
+        closer = f" {SPACE} {spelled(self.closer, specials)}" if self.closer else ""
         if self.each:
-            json_rules = super().grammar(functions, parallel=False, prefix=f"{prefix}json-")
-            one = f"{literal(self.opener + self.pad)} {prefix}json-root {literal(self.pad + self.closer)}"
-            return f"{prefix}root ::= {_repeated(one, chr(10), parallel=parallel)}\n{json_rules}"
-        schema = tool_call_schema(functions, parallel=True, arguments_key=self.arguments_key)
-        if not parallel:
-            schema = {**schema, "maxItems": 1}
-        json_rules = schema_grammar(schema, param="tools", prefix=f"{prefix}json-")
-        closer = f" {literal(self.closer)}" if self.closer else ""
-        return f"{prefix}root ::= {literal(self.opener)} {prefix}json-root{closer}\n{json_rules}"
+            rest = f"{SPACE} call{closer}"
+            more = f"({SPACE} {opener} {rest}){{0,{MAX_PARALLEL_TOOL_CALLS - 1}}}" if parallel else ""
+            rules = f"calls: {opener} calls_opened\ncalls_opened: {rest} {more}\n"
+        else:
+            listed = _json_list(parallel=parallel)
+            rules = f"calls: {opener} calls_opened\ncalls_opened: {SPACE} {listed}{closer}\n"
+        return rules + _json_calls(functions, self.arguments_key)
 
     def _bodies(self, text: str) -> tuple[list[str], str | None]:
         """The JSON of each closed call (or of the one list), and the text of an unclosed last one."""
@@ -146,7 +219,7 @@ class WrappedJSONToolCalls(ToolCallFormat):
 
     def parse_cut(self, text: str, names: Collection[str]) -> list[CutCall] | None:
         stripped = text.strip()
-        if not stripped or not (stripped.startswith(self.opener) or self.opener.startswith(stripped)):
+        if not self._opened(stripped):
             return None
         bodies, unclosed = self._bodies(stripped)
         calls: list[CutCall] = []
@@ -162,24 +235,37 @@ class WrappedJSONToolCalls(ToolCallFormat):
 
 class DeepSeekToolCalls(ToolCallFormat):
     """DeepSeek-R1 and V3: each call between the model's call markers, the function's name in the clear and
-    its arguments as a fenced JSON block."""
+    its arguments as a fenced JSON block (``function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```); spacing
+    may stand around the fence's JSON and between the calls."""
 
     name = "deepseek"
     opener = "<｜tool▁calls▁begin｜>"
-    _BEGIN = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
-    _END = "\n```<｜tool▁call▁end｜>"
+    _BEGIN = "<｜tool▁call▁begin｜>"
+    _SEP = "<｜tool▁sep｜>"
+    _END = "<｜tool▁call▁end｜>"
     _CLOSER = "<｜tool▁calls▁end｜>"
     _CALL = re.compile(
-        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>([^\\n]*)\\n```json\\n(.*?)\\n```<｜tool▁call▁end｜>",
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>([^\\n`<]*?)\\s*```json\\s*(.*?)\\s*```\\s*<｜tool▁call▁end｜>",
         re.S,
     )
 
-    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
-        choice, rules = _named_arguments(functions, prefix, lambda name: f"{name}\n```json\n")
-        one = f"{literal(self._BEGIN)} ( {choice} ) {literal(self._END)}"
-        calls = _repeated(f"{prefix}one", "\n", parallel=parallel)
-        root = f"{prefix}root ::= {literal(self.opener)} {calls} {literal(self._CLOSER)}\n"
-        return f"{root}{prefix}one ::= {one}\n{rules}"
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return (self.opener, self._BEGIN, self._SEP, self._END, self._CLOSER)
+
+    def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
+        choices = []
+        for index, function in enumerate(functions):
+            head = spelled(f"{self._BEGIN}function{self._SEP}{function['name']}\n```json", specials)
+            end = spelled(f"```{self._END}", specials)
+            choices.append(f"{head} {SPACE} args_{index} {SPACE} {end}")
+        one = " | ".join(f"({choice})" for choice in choices)
+        calls = _repeated("one", SPACE, parallel=parallel)
+        return (
+            f"calls: {spelled(self.opener, specials)} calls_opened\n"
+            f"calls_opened: {SPACE} {calls} {SPACE} {spelled(self._CLOSER, specials)}\n"
+            f"one: {one}\n{_arguments(functions)}{SPACE_RULES}"
+        )
 
     def _calls(self, text: str, names: Collection[str]) -> list[Call] | None:
         calls = []
@@ -201,17 +287,20 @@ class DeepSeekToolCalls(ToolCallFormat):
 
     def parse_cut(self, text: str, names: Collection[str]) -> list[CutCall] | None:
         stripped = text.strip()
-        if not stripped or not (stripped.startswith(self.opener) or self.opener.startswith(stripped)):
+        if not self._opened(stripped):
             return None
         calls: list[CutCall] = list(self._calls(stripped, names) or [])
+        head = f"{self._BEGIN}function{self._SEP}"
         last = stripped.rfind(self._BEGIN)
-        tail = stripped[last + len(self._BEGIN) :] if last >= 0 else ""
-        if last >= 0 and "<｜tool▁call▁end｜>" not in tail:
-            name, newline, rest = tail.partition("\n")
+        tail = stripped[last:] if last >= 0 else ""
+        if last >= 0 and self._END not in tail:
+            named = tail[len(head) :] if tail.startswith(head) else ""
+            name, newline, rest = named.partition("\n")
+            name = name.strip()
             matches = (
                 [n for n in names if n.startswith(name)] if not newline else [n for n in names if n == name]
             )
-            arguments = rest.removeprefix("```json").lstrip("\n")
+            arguments = rest.lstrip().removeprefix("```json").lstrip()
             calls.append((matches[0] if len(matches) == 1 else None, arguments))
         if not calls:
             calls.append((next(iter(names)) if len(names) == 1 else None, ""))
@@ -220,22 +309,39 @@ class DeepSeekToolCalls(ToolCallFormat):
 
 class HarmonyToolCalls(ToolCallFormat):
     """gpt-oss's harmony format: a call is a message of its own to ``functions.NAME`` on the commentary
-    channel (``<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{...}``), one
-    per turn (its ``<|call|>`` ends generation). Both orders models write, the recipient before or after the
-    channel, are read back."""
+    channel, one per turn (its ``<|call|>`` ends generation). Models write the recipient after the channel
+    (``<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{...}``); the template
+    writes it before (``<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>``):
+    both are allowed and read back."""
 
     name = "harmony"
-    opener = "to=functions."
+    text_before_calls = False
+    opener = "<|channel|>commentary to=functions."
+    _RECIPIENT_FIRST = " to=functions."
     _CALL = re.compile(
         r"to=functions\.([A-Za-z0-9_.-]+)[^<]*(?:<\|channel\|>[^<]*)?(?:<\|constrain\|>[^<]*)?<\|message\|>(.*)",
         re.S,
     )
 
-    def grammar(self, functions: Functions, *, parallel: bool, prefix: str) -> str:
-        choice, rules = _named_arguments(
-            functions, prefix, lambda name: f"{name}<|channel|>commentary json<|message|>"
-        )
-        return f"{prefix}root ::= {literal(' ' + self.opener)} ( {choice} )\n{rules}"
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return (self.opener, "<|constrain|>", "<|message|>")
+
+    @property
+    def openers(self) -> tuple[str, ...]:
+        return (self.opener, self._RECIPIENT_FIRST.lstrip(), self._RECIPIENT_FIRST)
+
+    def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
+        channel, message = spelled("<|channel|>", specials), spelled("<|message|>", specials)
+        constrain = spelled("<|constrain|>", specials)
+        choices = []
+        for index, function in enumerate(functions):
+            name = str(function["name"])
+            after = f'{channel} {string("commentary to=functions." + name)} (" "? {constrain} "json")?'
+            before = f'{string(" to=functions." + name)} {channel} "commentary" " json"?'
+            choices.append(f"(({after}) | ({before})) {message} {SPACE} args_{index}")
+        one = " | ".join(f"({choice})" for choice in choices)
+        return f"calls: {one}\n{_arguments(functions)}{SPACE_RULES}"
 
     def _match(self, text: str, names: Collection[str]) -> tuple[str, str] | None:
         found = self._CALL.search(text)
@@ -255,19 +361,21 @@ class HarmonyToolCalls(ToolCallFormat):
 
     def parse_cut(self, text: str, names: Collection[str]) -> list[CutCall] | None:
         stripped = text.strip()
-        if not stripped or not (stripped.startswith(self.opener) or self.opener.startswith(stripped)):
+        if not self._opened(stripped):
             return None
         found = self._match(stripped, names)
         if found is not None:
-            return [found]
-        partial = stripped[len(self.opener) :].split("<", 1)[0].strip()
+            whole = self.parse(stripped, names)
+            return list(whole) if whole else [found]
+        at = stripped.find("to=functions.")
+        partial = stripped[at + len("to=functions.") :].split("<", 1)[0].strip() if at >= 0 else ""
         matches = [name for name in names if name.startswith(partial)]
         return [(matches[0] if len(matches) == 1 else None, "")]
 
 
 GENERIC = ToolCallFormat()
 LLAMA3_JSON = LlamaJSONToolCalls()
-HERMES = WrappedJSONToolCalls("hermes", opener="<tool_call>", closer="</tool_call>", each=True, pad="\n")
+HERMES = WrappedJSONToolCalls("hermes", opener="<tool_call>", closer="</tool_call>", each=True)
 MISTRAL = WrappedJSONToolCalls("mistral", opener="[TOOL_CALLS]")
 PHI4 = WrappedJSONToolCalls("phi4", opener="<|tool_call|>", closer="<|/tool_call|>")
 GRANITE = WrappedJSONToolCalls("granite", opener="<|tool_call|>")
