@@ -17,6 +17,7 @@ as a user turn naming the call it answers.
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import re
@@ -32,6 +33,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from snapllm.errors import InvalidRequestError
 from snapllm.protocol.chat_templates import family_template
+from snapllm.protocol.edge import is_unicode
+from snapllm.protocol.families import ModelFamily, detect_family
 from snapllm.protocol.requests import ChatCompletionRequest
 from snapllm.protocol.structured import generic_tool_call_text, generic_tool_instructions
 
@@ -122,6 +125,35 @@ def _tojson(
     )
 
 
+class _TemplateFailed(Exception):
+    """A render that failed: the template refused the request, or failed on it (``error``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _TemplateMissing(jinja2.UndefinedError):
+    """A template used a value the request does not hold: ``name`` (a key or an index) read from ``obj``."""
+
+    def __init__(self, message: str, *, obj: Any, name: Any) -> None:
+        super().__init__(message)
+        self.obj = obj
+        self.name = name
+
+
+class _MissingValue(jinja2.Undefined):
+    """Jinja's undefined value (the same behaviour), whose error keeps what was read and from where, so that
+    a refusal names the request's field (a tool's ``description``) rather than ``'dict object'``."""
+
+    __slots__ = ()
+
+    def __init__(
+        self, hint: str | None = None, obj: Any = jinja2.utils.missing, name: Any = None, exc: Any = None
+    ) -> None:
+        super().__init__(hint, obj, name, functools.partial(_TemplateMissing, obj=obj, name=name))
+
+
 def _raise_exception(message: str) -> None:
     raise ValueError(message)
 
@@ -153,6 +185,7 @@ class ChatRenderer:
     ) -> None:
         environment = _BoundedSandbox(
             loader=jinja2.BaseLoader(),
+            undefined=_MissingValue,
             trim_blocks=True,
             lstrip_blocks=True,
             extensions=[_GenerationBlock, jinja2.ext.loopcontrols],
@@ -172,6 +205,8 @@ class ChatRenderer:
         self._eos_token = eos_token
         self._stop = stop
         self.native_tools = "tools" in template
+        #: The template's family: what its template needs of a request beyond what OpenAI requires.
+        self.family: ModelFamily = detect_family(template)
 
     @classmethod
     def for_model(
@@ -222,7 +257,7 @@ class ChatRenderer:
         if request.calls_tools:
             functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools or []]
             if self.native_tools:
-                tools = [{"type": "function", "function": f} for f in functions]
+                tools = [{"type": "function", "function": self.family.template_tool(f)} for f in functions]
             else:
                 instructions = generic_tool_instructions(functions, parallel=request.parallel_calls)
                 if messages[0]["role"] == "system":
@@ -232,12 +267,17 @@ class ChatRenderer:
         variables = {**(template_kwargs or {}), "tools": tools}
         stop = (self._stop,) if self._stop else ()
         self._check_plain(variables, messages)
-        prompt = self._render(messages, variables, max_chars)
-        held = [i for i, m in enumerate(messages) if self._holds_control(m.get("content"))]
-        if not held:
-            return RenderedChat(prompt, stop, ((prompt, True),))
-        marked = [{**m, "content": f"\ue000{i}\ue001"} if i in held else m for i, m in enumerate(messages)]
-        layout = self._render(marked, variables, max_chars)
+        try:
+            prompt = self._render(messages, variables, max_chars)
+            held = [i for i, m in enumerate(messages) if self._holds_control(m.get("content"))]
+            if not held:
+                return RenderedChat(prompt, stop, ((prompt, True),))
+            marked = [
+                {**m, "content": f"\ue000{i}\ue001"} if i in held else m for i, m in enumerate(messages)
+            ]
+            layout = self._render(marked, variables, max_chars)
+        except _TemplateFailed as failed:
+            raise self._refusal(failed.error, request, messages, variables, max_chars) from None
         pieces: list[tuple[str, bool]] = []
         for text, markup in _pieces(prompt, layout, messages):
             pieces += [(text, True)] if markup else self._as_text(text)
@@ -258,20 +298,22 @@ class ChatRenderer:
         budget = TemplateBudget()
         out: list[str] = []
         size = 0
+        # One mapping, not keywords: a variable's name never meets a parameter of Jinja's own methods.
+        context = {
+            **variables,
+            "messages": messages,
+            "tool_choice": None,
+            "functions": None,
+            "function_call": None,
+            "bos_token": self._bos_token,
+            "eos_token": self._eos_token,
+            "add_generation_prompt": True,
+            "raise_exception": _raise_exception,
+            "strftime_now": _strftime_now,
+            "range": budget.range,
+        }
         try:
-            for chunk in self._template.generate(
-                **variables,
-                messages=messages,
-                tool_choice=None,
-                functions=None,
-                function_call=None,
-                bos_token=self._bos_token,
-                eos_token=self._eos_token,
-                add_generation_prompt=True,
-                raise_exception=_raise_exception,
-                strftime_now=_strftime_now,
-                range=budget.range,
-            ):
+            for chunk in self._template.generate(context):
                 size += len(chunk)
                 if size > max_chars:
                     raise _TemplateTooCostly(f"it wrote more than {max_chars} characters")
@@ -283,10 +325,56 @@ class ChatRenderer:
                 param="messages",
             ) from None
         except Exception as exc:  # templates raise their own errors, e.g. on an unsupported role order
+            raise _TemplateFailed(exc) from None
+        prompt = "".join(out)
+        if not is_unicode(prompt):
+            # Every text of the request is Unicode (the request models check it, decoded arguments included);
+            # a template can still write a surrogate of its own ("\ud83d" ~ "\ude00"), which no tokenizer
+            # reads.
             raise InvalidRequestError(
-                f"the model's chat template rejected the messages: {exc}", param="messages"
-            ) from None
-        return "".join(out)
+                "the model's chat template wrote text that is not valid Unicode (an unpaired surrogate, "
+                "\\ud800-\\udfff) for these messages",
+                param="messages",
+            )
+        return prompt
+
+    def _refusal(
+        self,
+        error: Exception,
+        request: ChatCompletionRequest,
+        messages: list[dict[str, Any]],
+        variables: dict[str, Any],
+        max_chars: int,
+    ) -> InvalidRequestError:
+        """The 400 of a render that failed, naming what of the request the template could not take: a field
+        of a tool that the template requires (OpenAI's API leaves it optional), the request's
+        ``chat_template_kwargs`` (when the template renders without them), else the messages."""
+        if isinstance(error, _TemplateMissing) and isinstance(error.name, str):
+            for index, tool in enumerate(variables.get("tools") or []):
+                if error.obj is tool or error.obj is tool["function"]:
+                    where = "" if error.obj is tool else ".function"
+                    param = f"tools.{index}{where}.{error.name}"
+                    return InvalidRequestError(
+                        f"{param} is missing, and the model's chat template requires it in every tool",
+                        param=param,
+                    )
+        own = set(request.chat_template_kwargs or {})
+        if own:
+            try:  # once more without them: a value the template cannot use (a number for a text...)
+                self._render(messages, {k: v for k, v in variables.items() if k not in own}, max_chars)
+            except (_TemplateFailed, InvalidRequestError):
+                pass
+            else:
+                names = ", ".join(repr(name) for name in sorted(own))
+                values = "value" if len(own) == 1 else "values"
+                return InvalidRequestError(
+                    f"chat_template_kwargs: the model's chat template cannot render with the {values} of "
+                    f"{names} (the template failed: {error})",
+                    param="chat_template_kwargs",
+                )
+        return InvalidRequestError(
+            f"the model's chat template rejected the messages: {error}", param="messages"
+        )
 
     def _holds_control(self, value: Any) -> bool:
         return (

@@ -45,6 +45,8 @@ _PATH_PARAMETER = re.compile(r"\\\{\w+\\\}|<\w+>")
 _HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # A JSON string (escapes included), or one bracket.
 _JSON_NESTING = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]')
+# The JSON escape of a surrogate code point (\ud800-\udfff), in either case.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def is_json_content_type(content_type: str | None) -> bool:
@@ -176,12 +178,46 @@ def _path(location: tuple[str | int, ...]) -> str | None:
     return ".".join(str(part) for part in location) or None
 
 
-def _check_text(text: str, location: tuple[str | int, ...]) -> None:
+def is_unicode(text: str) -> bool:
+    r"""Whether ``text`` is Unicode text, which UTF-8 can encode: no surrogate code points (a JSON string's
+    ``\ud800`` escape decodes to one, and no tokenizer can read it)."""
     if text.isascii():
-        return
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        return False
+    return True
+
+
+def decodes_to_unicode(text: str) -> bool:
+    r"""Whether JSON text held in a string field, which is decoded again before a model reads it (a sent-back
+    call's ``arguments``), decodes to Unicode text. ``{"a": "\ud800"}`` is ASCII, so it passes
+    :func:`check_json_value` as the field's own text, and holds a lone surrogate once decoded. Text that is
+    not JSON reaches the model as it is, so this is true of it. Decoded only when it holds a surrogate's
+    escape."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return True
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON: the text itself is what the model reads
+        return True
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not is_unicode(item):
+                return False
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
+
+
+def _check_text(text: str, location: tuple[str | int, ...]) -> None:
+    if not is_unicode(text):
         param = _path(location)
         raise InvalidRequestError(
             f"{param or 'the request'} contains an unpaired surrogate (\\ud800-\\udfff), which is not "

@@ -8,6 +8,7 @@ template the model carries (and its architecture, for a model without one)::
     family.thinking                      # ThinkingMarkers("<think>", "</think>")
     family.tool_calls                    # HERMES: <tool_call>{...}</tool_call>
     family.template_kwargs("none")       # {"enable_thinking": False}
+    family.template_tool({"name": "f"})  # a tool as the family's template reads it
 
 Everything that differs by family is declared here; the serving code asks the family and never branches on
 a family's name. Pure: no llama.cpp.
@@ -65,6 +66,11 @@ class ModelFamily:
         thinking off when the variable is missing)."""
         return {"enable_thinking": effort != "none"} if self.thinking_switch else {}
 
+    def template_tool(self, function: dict[str, Any]) -> dict[str, Any]:
+        """A tool's function (``name``, ``description``, ``parameters``, as the request gives them) as the
+        family's template reads it: as it is, unless the template needs a field OpenAI leaves optional."""
+        return function
+
     def describe(self) -> dict[str, str]:
         """What was detected, for people (``snapllm preflight --model``)."""
         return {
@@ -110,6 +116,11 @@ class GptOss(ModelFamily):
     )
     tool_calls = HARMONY
     special_text = True
+
+    def template_tool(self, function: dict[str, Any]) -> dict[str, Any]:
+        # The template writes "// " + description above each tool, and fails on a tool without one, which
+        # OpenAI accepts: such a tool gets an empty description.
+        return {"description": "", **function}
 
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
         # The template knows low, medium and high; the others are the nearest of those.

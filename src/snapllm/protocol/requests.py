@@ -36,7 +36,7 @@ from pydantic import (
 
 from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import InvalidRequestError, UnknownModelError, UnsupportedParameterError
-from snapllm.protocol.edge import MAX_JSON_DEPTH, check_json_value, json_text_depth
+from snapllm.protocol.edge import MAX_JSON_DEPTH, check_json_value, decodes_to_unicode, json_text_depth
 from snapllm.protocol.fields import Endpoint, decision
 from snapllm.protocol.structured import check_schema
 
@@ -78,17 +78,24 @@ class TextPart(BaseModel):
     text: str
 
 
-def _arguments_depth(arguments: str) -> str:
-    """Refuse call arguments whose JSON nests deeper than any request may: a template or the generic tool
-    format decodes them, and Python's decoder fails on deep nesting (a RecursionError, near 1,000 levels)
-    rather than refusing it. Counted over the text, without decoding it."""
+def _check_arguments(arguments: str) -> str:
+    """Refuse call arguments that a template or the generic tool format, which decode them, could not
+    read: JSON nesting deeper than any request may (Python's decoder fails on deep nesting, a
+    RecursionError near 1,000 levels, rather than refusing it; counted over the text, without decoding it),
+    and escapes that decode to text that is not Unicode (a lone ``\\ud800``, which no tokenizer reads)."""
     if json_text_depth(arguments) > MAX_JSON_DEPTH:
         raise ValueError(f"the arguments nest deeper than {MAX_JSON_DEPTH} levels")
+    if not decodes_to_unicode(arguments):
+        raise ValueError(
+            "the arguments' JSON decodes to text with an unpaired surrogate (\\ud800-\\udfff), which is not "
+            "valid Unicode text"
+        )
     return arguments
 
 
-#: A call's ``arguments`` sent back: a JSON string, nesting no deeper than a request body may.
-ArgumentsText = Annotated[str, AfterValidator(_arguments_depth)]
+#: A call's ``arguments`` sent back: a JSON string, nesting no deeper than a request body may, whose
+#: strings decode to Unicode text.
+ArgumentsText = Annotated[str, AfterValidator(_check_arguments)]
 # What a client sends back of an earlier answer's call is whatever its SDK dumped: keys beyond these
 # (another server's extras) are dropped rather than refused.
 _SENT_BACK = ConfigDict(extra="ignore", strict=True)
@@ -554,6 +561,13 @@ TEMPLATE_VARIABLES = frozenset(
         "strftime_now",
     }
 )
+#: Names the template language (Jinja) gives a meaning of its own: its functions (``range`` is the
+#: renderer's bounded one, ``namespace`` what templates keep state in) and the names it binds itself
+#: (``self``, ``loop``...). A variable of that name would break the template or never be read.
+TEMPLATE_LANGUAGE_NAMES = frozenset(
+    {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "self", "loop", "super", "caller"}
+    | {"varargs", "kwargs"}
+)
 
 
 class ChatCompletionRequest(GenerationParameters):
@@ -589,11 +603,20 @@ class ChatCompletionRequest(GenerationParameters):
         )
         if isinstance(self.response_format, JSONSchemaResponseFormat):
             check_schema(self.response_format.json_schema.json_schema, param="response_format")
-        reserved = sorted(TEMPLATE_VARIABLES.intersection(self.chat_template_kwargs or {}))
+        names = set(self.chat_template_kwargs or {})
+        reserved = sorted(TEMPLATE_VARIABLES & names)
         if reserved:
             raise InvalidRequestError(
                 f"chat_template_kwargs: {', '.join(reserved)} come from the request itself and cannot be "
                 "set here",
+                param="chat_template_kwargs",
+            )
+        reserved = sorted(TEMPLATE_LANGUAGE_NAMES & names)
+        if reserved:
+            raise InvalidRequestError(
+                f"chat_template_kwargs: {', '.join(map(repr, reserved))} "
+                f"{'is a name' if len(reserved) == 1 else 'are names'} of the chat template language "
+                "itself, not template variables: choose another name",
                 param="chat_template_kwargs",
             )
         turns = (
@@ -715,6 +738,18 @@ def _param(location: tuple[int | str, ...]) -> str | None:
     return ".".join(parts) or None
 
 
+#: Pydantic's errors for a value of the wrong JSON type, said in JSON's terms: pydantic names Python's types
+#: and this package's classes ("a valid dictionary or instance of FunctionDefinition").
+_JSON_TYPE_ERRORS = {
+    "model_type": "Input should be an object",
+    "model_attributes_type": "Input should be an object",
+    "dict_type": "Input should be an object",
+    "list_type": "Input should be an array",
+    "tuple_type": "Input should be an array",
+    "none_required": "Input should be null",
+}
+
+
 def validation_error(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError:
     """Turn pydantic's error list into one clear message; ``param`` names the first offending field.
 
@@ -730,7 +765,7 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError
     elif kind == "missing":
         message = f"missing required field: {param}"
     else:
-        detail = str(first["msg"]).removeprefix("Value error, ")
+        detail = _JSON_TYPE_ERRORS.get(kind) or str(first["msg"]).removeprefix("Value error, ")
         message = f"{param}: {detail}" if param else detail
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
