@@ -5,18 +5,26 @@ behaviour (stop strings across tokens, the KV cache, prompt-lookup drafting)."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import numpy as np
 import pytest
 from llama_cpp import Llama
+from llguidance import LLMatcher
 
 from snapllm.agent.schemas import plan_schema
+from snapllm.engine.constraint import MASK_TIME_BOUND_S, Constraint
 from snapllm.engine.decode import PromptLookup
 from snapllm.engine.loaded import attention_params
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling, TokenDelta, TokenLogprob
+from snapllm.errors import UnsupportedParameterError
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
@@ -244,3 +252,134 @@ def test_a_greedy_answer_with_biases_is_the_one_llama_cpp_python_gives(engine, m
             assert engine_text(biases) == expected["choices"][0]["text"], biases
     finally:
         reference.close()
+
+
+# --- The constraint engine (llguidance) at the decoder: lazy check against the mask at every step -----------
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog", "fish"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "pets"],
+    "additionalProperties": False,
+}
+GRAMMARS = {
+    "json-schema": LLMatcher.grammar_from_json_schema(PERSON),
+    "json-object": LLMatcher.grammar_from_json_schema({"type": "object"}),
+    "lark": LLMatcher.grammar_from_lark('start: "The answer is " NUMBER "."\nNUMBER: /[0-9]{1,3}/'),
+}
+QUESTIONS = ("Describe a person and their pets.", "What is six times seven?")
+#: Greedy picks (the argmax, a penalised chain, a banned favourite) and seeded draws (top-k within the
+#: checked candidates, a few, and the whole vocabulary, which the mask covers at every step).
+SETTINGS = {
+    "greedy": Sampling(0.0, 1.0, seed=1),
+    "greedy-penalised": Sampling(0.0, 1.0, seed=1, repeat_penalty=1.3),
+    "seed-1": Sampling(0.8, 0.95, seed=1),
+    "seed-2-top-k-5": Sampling(1.0, 1.0, seed=2, top_k=5),
+    "seed-3-whole-vocabulary": Sampling(0.7, 0.9, seed=3, top_k=0),
+}
+
+
+def _chat(engine: Engine, question: str) -> tuple[int, ...]:
+    text = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    return tuple(engine.tokenize(text, add_bos=False))
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("grammar", GRAMMARS)
+def test_the_lazy_check_gives_the_tokens_of_the_mask_at_every_step(engine, grammar, setting):
+    decoder = engine._decoder
+    rejected, masked = decoder.grammar_rejections, decoder.grammar_fallbacks
+    produced = 0
+    for question in QUESTIONS:
+        request = EngineRequest(
+            _chat(engine, question), SETTINGS[setting], max_tokens=40, grammar=GRAMMARS[grammar]
+        )
+        lazy = engine.generate(request, grammar_check="lazy")
+        produced += lazy.completion_tokens
+        eager = engine.generate(request, grammar_check="eager")
+        assert (lazy.text, lazy.finish) == (eager.text, eager.finish), question
+        assert lazy.completion_tokens == eager.completion_tokens
+        if grammar == "json-schema" and lazy.finish == "stop":
+            jsonschema.validate(json.loads(lazy.text), PERSON)
+        if grammar == "lark" and lazy.finish == "stop":
+            assert re.fullmatch(r"The answer is [0-9]{1,3}\.", lazy.text), lazy.text
+    if setting.startswith("greedy"):
+        # The model's favourite was refused somewhere (it would rather write prose), and picks the grammar
+        # allowed needed no mask: the lazy check did the work.
+        assert decoder.grammar_rejections > rejected
+        assert decoder.grammar_fallbacks - masked < produced
+
+
+def test_the_end_comes_when_the_grammar_is_complete(engine):
+    grammar = LLMatcher.grammar_from_lark('start: "yes" | "no"')
+    prompt = _chat(engine, "Is Paris in France?")
+    request = EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=20, grammar=grammar)
+    answer = engine.generate(request)
+    assert answer.text in ("yes", "no") and answer.finish == "stop"
+
+
+def test_a_grammar_llguidance_refuses_is_a_value_error_and_the_engine_serves_on(engine):
+    prompt = _chat(engine, "Name a colour.")
+    refused = "start: colour"  # a rule that is never defined
+    assert engine.accepts_grammar(GRAMMARS["json-object"]) and not engine.accepts_grammar(refused)
+    with pytest.raises(ValueError, match="does not compile"):
+        engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8, grammar=refused))
+    answer = engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8))
+    assert answer.completion_tokens == 8
+
+
+#: Grammars whose masks cost the most per token: 1,500 regular expressions alive at once, a lexer whose
+#: states multiply with every letter, deep nesting of optional rules.
+HOSTILE = {
+    "lexemes": "start: (" + " | ".join(f"/[a-z]*q{i}/" for i in range(1500)) + ")+",
+    "states": 'start: /[a-z]*a[a-z]{14}/ "!"',
+    "nesting": "start: r0\n" + "\n".join(f'r{i}: "(" r{i + 1}? ")"' for i in range(1500)) + '\nr1500: "x"',
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_grammars_masks_stay_within_the_bound_or_stop_the_request(engine, name):
+    # Random tokens among the allowed ones drive the matcher where a model might; each mask either stays
+    # within MASK_TIME_BOUND_S or its fuel runs out first and the request stops with a 400.
+    constraint = Constraint(engine._decoder._tokenizer, LLMatcher.grammar_from_lark(HOSTILE[name]))
+    rng = np.random.default_rng(7)
+    try:
+        for _ in range(40):
+            allowed = np.flatnonzero(constraint.allowed())
+            constraint.accept(int(rng.choice(allowed)))
+    except UnsupportedParameterError as exc:
+        assert "within its bounds" in exc.message and exc.status_code == 400
+    assert constraint.masks >= 1 and constraint.longest_mask_s <= MASK_TIME_BOUND_S, name
+
+
+def test_a_constraint_that_runs_out_of_fuel_stops_the_request_and_the_engine_serves_on(engine):
+    prompt = _chat(engine, "Write a word.")
+    before = engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8))
+    # 3,000 regular expressions alive at once: the first mask runs out of lexer fuel (the model's first
+    # pick, a capital letter, is refused, so a mask is computed).
+    lexemes = " | ".join(f"/[a-z]*q{i}/" for i in range(3000))
+    grammar = LLMatcher.grammar_from_lark(f"start: ({lexemes})+")
+    with pytest.raises(UnsupportedParameterError, match="within its bounds"):
+        engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8, grammar=grammar))
+    after = engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8))
+    assert after.text == before.text
+
+
+def test_deeply_nested_rules_compile_without_overflowing_the_stack(model_path):
+    # llguidance compiles nested rules recursively: 3,000 levels overflow an 8 MiB stack and kill the
+    # process, so the check runs in a child process; the engine compiles on a thread with a deep stack.
+    code = (
+        "import sys; from llama_cpp import Llama; from llguidance import LLMatcher\n"
+        "from snapllm.engine.constraint import Constraint, vocabulary_tokenizer\n"
+        f"llama = Llama(model_path={str(model_path)!r}, vocab_only=True, verbose=False)\n"
+        "rules = '\\n'.join(f'r{i}: \"a\" r{i + 1}?' for i in range(3000))\n"
+        "grammar = LLMatcher.grammar_from_lark('start: r0\\n' + rules + '\\nr3000: \"z\"')\n"
+        "print(int(Constraint(vocabulary_tokenizer(llama), grammar).allowed().sum()))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout.split()[-1]) >= 1  # tokens of "a"s may start

@@ -1,26 +1,27 @@
-"""Texts drawn from a grammar by llama.cpp's own grammar sampler, over a real model's vocabulary.
+"""Texts drawn from a grammar by the engine's own constraint (llguidance's matcher), over a real model's
+vocabulary.
 
-No model is evaluated: each step gives every token a random logit, lets llama.cpp's grammar sampler
-reject the tokens the grammar forbids, and picks one of the rest (the end of generation as soon as the
-grammar allows it; tokens that close a string, an object or an array more often than others). What comes
-out is what the grammar lets a model generate, so checking it checks the grammar::
+No model is evaluated: each step gives every token a random logit, lets the matcher's mask reject the tokens
+the grammar forbids, and picks one of the rest (the end of generation as soon as the grammar allows it;
+tokens that close a string, an object or an array more often than others). What comes out is what the
+grammar lets a model generate, so checking it checks the grammar::
 
     for text in GrammarSampler(llama).texts(grammar, count=5, seed=1):
         jsonschema.validate(json.loads(text), schema)
 
 and :meth:`GrammarSampler.allows` forces one given text through the grammar, token by token, as a model
-that wanted to write exactly it would: whether llama.cpp lets the whole text out and then the end.
+that wanted to write exactly it would: whether the matcher lets the whole text out and then the end.
 """
 
 from __future__ import annotations
 
 import codecs
-import ctypes
 from collections.abc import Iterator
 
-import llama_cpp.llama_cpp as low
 import numpy as np
 from llama_cpp import Llama
+
+from snapllm.engine.constraint import Constraint, vocabulary_tokenizer
 
 _CLOSING = ('"', "}", "]", ",")
 
@@ -28,8 +29,8 @@ _CLOSING = ('"', "}", "]", ",")
 class GrammarSampler:
     def __init__(self, llama: Llama) -> None:
         self._llama = llama
-        self._vocab = llama._model.vocab
-        self._size = int(low.llama_vocab_n_tokens(self._vocab))
+        self._tokenizer = vocabulary_tokenizer(llama)
+        self._size = int(llama.n_vocab())
         self._eos = int(llama.token_eos())
         self._bytes = [llama.detokenize([token]) for token in range(self._size)]
         pieces = [data.decode("utf-8", errors="replace") for data in self._bytes]
@@ -39,30 +40,22 @@ class GrammarSampler:
         self._short = np.array([-0.3 * len(p) for p in pieces], dtype=np.float32)
 
     def accepts(self, grammar: str) -> bool:
-        """Whether llama.cpp parses ``grammar`` (rule ``root``)."""
-        sampler = low.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
-        if not sampler:
+        """Whether the engine compiles ``grammar`` within its bounds."""
+        try:
+            Constraint(self._tokenizer, grammar)
+        except ValueError:
             return False
-        low.llama_sampler_free(sampler)
         return True
 
     def allows(self, grammar: str, text: str) -> bool:
         """Whether the grammar lets a model generate exactly ``text`` (each of its tokens, then the end)."""
-        sampler = low.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
-        assert sampler, "llama.cpp refused the grammar"
-        one = (low.llama_token_data * 1)()
-        try:
-            for token in [*self._llama.tokenize(text.encode(), add_bos=False, special=False), self._eos]:
-                one[0].id, one[0].logit, one[0].p = token, 0.0, 0.0
-                candidates = low.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
-                low.llama_sampler_apply(sampler, ctypes.byref(candidates))
-                if not np.isfinite(one[0].logit):
-                    return False
-                if token != self._eos:
-                    low.llama_sampler_accept(sampler, token)
-            return True
-        finally:
-            low.llama_sampler_free(sampler)
+        constraint = Constraint(self._tokenizer, grammar)
+        for token in [*self._llama.tokenize(text.encode(), add_bos=False, special=False), self._eos]:
+            if not constraint.allows(token):
+                return False
+            if token != self._eos:
+                constraint.accept(token)
+        return True
 
     def texts(self, grammar: str, *, count: int, seed: int, max_tokens: int = 200) -> Iterator[str]:
         """Up to ``count`` complete texts of ``grammar`` (a draw that reaches ``max_tokens`` is dropped)."""
@@ -73,41 +66,26 @@ class GrammarSampler:
                 yield text
 
     def _draw(self, grammar: str, rng: np.random.Generator, max_tokens: int) -> str | None:
-        sampler = low.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
-        assert sampler, "llama.cpp refused the grammar"
-        data = (low.llama_token_data * self._size)()
-        view = np.frombuffer(
-            data, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-        )
+        constraint = Constraint(self._tokenizer, grammar)
         pieces: list[int] = []
         # Strict, as a JSON reader reads the text the model writes.
         utf8 = codecs.getincrementaldecoder("utf-8")()
-        try:
-            for _ in range(max_tokens):
-                view["id"] = np.arange(self._size, dtype=np.int32)
-                view["logit"] = rng.normal(size=self._size).astype(np.float32) + self._bias + self._short
-                view["p"] = 0.0
-                candidates = low.llama_token_data_array(data=data, size=self._size, selected=-1, sorted=False)
-                low.llama_sampler_apply(sampler, ctypes.byref(candidates))
-                allowed = np.isfinite(view["logit"][: candidates.size])
-                ids = view["id"][: candidates.size][allowed]
-                if self._eos in ids:
-                    return self._llama.detokenize(pieces).decode("utf-8")
-                if len(ids) == 0:
-                    raise AssertionError("the grammar allows no token and no end")
-                logits = view["logit"][: candidates.size][allowed]
-                token = self._pick(ids, logits, utf8)
-                low.llama_sampler_accept(sampler, token)
-                pieces.append(token)
-            return None
-        finally:
-            low.llama_sampler_free(sampler)
+        for _ in range(max_tokens):
+            allowed = constraint.allowed()
+            if allowed[self._eos]:
+                return self._llama.detokenize(pieces).decode("utf-8")
+            ids = np.flatnonzero(allowed)
+            if len(ids) == 0:
+                raise AssertionError("the grammar allows no token and no end")
+            logits = (rng.normal(size=self._size).astype(np.float32) + self._bias + self._short)[ids]
+            token = self._pick(ids, logits, utf8)
+            constraint.accept(token)
+            pieces.append(token)
+        return None
 
     def _pick(self, ids: np.ndarray, logits: np.ndarray, utf8: codecs.IncrementalDecoder) -> int:
-        """The allowed token with the highest logit whose bytes keep the text valid UTF-8. llama.cpp's
-        grammar checks a character's length and continuation bytes, not overlong forms or surrogates
-        (``E0 80 80``, ``ED A0 80``), which a random draw over byte tokens can reach and a model does not
-        write."""
+        """The allowed token with the highest logit whose bytes keep the text valid UTF-8 (a token may end
+        inside a character: the matcher allows it when a later token can complete it)."""
         best = int(np.argmax(logits))
         for index in (best, *(int(i) for i in np.argsort(-logits, kind="stable") if i != best)):
             token = int(ids[index])

@@ -1,7 +1,8 @@
 """Token by token decoding over llama.cpp's C API: the KV cache, the sampler chain and the grammar.
 
     decoder = Decoder(llama)
-    for token in decoder.tokens(prompt, Sampling(temperature=0.0, top_p=1.0, seed=1), grammar=gbnf):
+    grammar = LLMatcher.grammar_from_json_schema(schema)    # any llguidance grammar string
+    for token in decoder.tokens(prompt, Sampling(temperature=0.0, top_p=1.0, seed=1), grammar=grammar):
         ...  # stop iterating to stop: the last token yielded is never evaluated
 
 It knows tokens, samplers and grammars, and nothing of the requests that ask for them. The chain is the one
@@ -9,13 +10,14 @@ llama-cpp-python builds for ``create_completion`` (logit biases and penalties; t
 top-p, min-p, temperature and a seeded draw), with its fixed values as :class:`Sampling`'s defaults (top-k 40,
 typical 1.0, min-p 0.05, repeat penalty 1.0 over 64 tokens), so a seeded answer is the one that path gives.
 
-**The grammar is checked lazily.** Applying a grammar to every token of the vocabulary at every step (what
-llama-cpp-python does) costs as much as the model's forward pass of a small model. As llama.cpp's own sampler
-(``common/sampling.cpp``) does, the chain picks first and only the pick is checked. When the grammar rejects
-it, the grammar is applied to the best candidates the chain can keep (its top-k: one at temperature 0, 40
-when sampling), and to the whole vocabulary only when too few of those are allowed. Every choice is then made
-among the same candidates, in the same order, as with the grammar applied to everything first: at
-temperature 0 and for a seeded draw alike, the tokens are the ones the full check gives.
+**The grammar is checked lazily.** A grammar is llguidance's (:mod:`snapllm.engine.constraint`): its matcher
+says whether one token is allowed in microseconds, and computes the mask of every allowed token in tens to
+hundreds. As llama.cpp's own sampler (``common/sampling.cpp``) does, the chain picks first and only the pick
+is checked (at temperature 0); when sampling, the candidates the chain keeps (its top-k, 40 by default) are
+checked. When the grammar refuses one, the full mask is computed, every other token's logit becomes -inf,
+and the chain picks again from the same candidates. Every choice is then made among the same candidates, in
+the same order, as with the mask applied first: at temperature 0 and for a seeded draw alike, the tokens are
+the ones the full check (``grammar_check="eager"``) gives.
 
 **Prompt-lookup drafting** (``draft=PromptLookup()``): when the last tokens generated also occur in the
 prompt, the tokens that followed them there are guessed as the continuation and evaluated in one batch with
@@ -44,6 +46,7 @@ import llama_cpp.llama_cpp as low_level
 import numpy as np
 from llama_cpp import Llama
 
+from snapllm.engine.constraint import Constraint, vocabulary_tokenizer
 from snapllm.engine.types import Sampling, SpanBudget
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
@@ -51,10 +54,9 @@ _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]
 #: How the decoder computed a cached position: in a prompt's batch of ``min_batch`` tokens or more, in a
 #: smaller batch of a prompt, or while generating.
 _BATCHED, _UNBATCHED, _GENERATED = 0, 1, 2
-#: How many of the best candidates the grammar checks, in turn, before it checks the whole vocabulary: a few
-#: first (checking each costs about as much as a token of decoding per 100 candidates), then enough that a
-#: position where most tokens break the grammar (after ``{`` or ``:``) still finds some allowed ones.
-_CHECKED_CANDIDATES = (32, 256, 4096)
+#: The most candidates a sampling chain may keep for the grammar to check them one by one: past that, one
+#: mask costs less than the checks.
+_CHECKED_CANDIDATES = 64
 #: The most views of llama.cpp's logits buffer a decoder keeps (one per row address it has read).
 _LOGITS_VIEWS = 64
 
@@ -180,7 +182,7 @@ class _Samplers:
     """One request's samplers: the logit biases and penalties (applied to every candidate), the rest of the
     chain and the grammar (each freed on close)."""
 
-    def __init__(self, vocab: Any, n_vocab: int, n_ctx: int, sampling: Sampling, grammar: str | None) -> None:
+    def __init__(self, n_vocab: int, n_ctx: int, sampling: Sampling, constraint: Constraint | None) -> None:
         # Both run on the whole vocabulary before the chain picks: a chain step sees the biased, penalised
         # logits, and so does the grammar's shortlist of the best candidates.
         self.adjustments = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
@@ -228,32 +230,27 @@ class _Samplers:
             ]
         for step in steps:
             low_level.llama_sampler_chain_add(self.chain, step)
-        # How many candidates the chain can choose among: all its choices lie in that many best tokens.
-        self.kept = 1 if self.greedy else top_k
-        self.shortlists = [
-            low_level.llama_sampler_init_top_k(size) for size in _CHECKED_CANDIDATES if size >= 4 * self.kept
-        ]
-        self.grammar = None
-        if grammar is not None:
-            self.grammar = low_level.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-            if not self.grammar:
-                self.close()
-                raise ValueError("llama.cpp could not parse the grammar")
+        # When sampling, the chain chooses among its top-k candidates: when the grammar allows each of them,
+        # they are the top-k of the masked vocabulary too, and the chain's choice is the one the mask gives.
+        self.shortlist = None
+        if not self.greedy and top_k <= _CHECKED_CANDIDATES:
+            self.shortlist = low_level.llama_sampler_init_top_k(top_k)
+        self.constraint = constraint
 
     def accept(self, token: int) -> None:
         # The chain's samplers (greedy, top-k... dist) keep nothing of the tokens accepted; nor do the
         # biases or penalties that are off. Each call skipped is one less trip into C per token.
         if self.penalised:
             low_level.llama_sampler_accept(self.adjustments, token)
-        if self.grammar is not None:
-            low_level.llama_sampler_accept(self.grammar, token)
+        if self.constraint is not None:
+            self.constraint.accept(token)
 
     def close(self) -> None:
-        for sampler in (self.adjustments, self.chain, *self.shortlists, self.grammar):
+        for sampler in (self.adjustments, self.chain, self.shortlist):
             if sampler:
                 low_level.llama_sampler_free(sampler)
-        self.adjustments = self.chain = self.grammar = None
-        self.shortlists = []
+        self.adjustments = self.chain = self.shortlist = None
+        self.constraint = None
 
 
 class Decoder:
@@ -292,10 +289,10 @@ class Decoder:
             selected=-1,
             sorted=False,
         )
-        self._one = low_level.llama_token_data(0, 1.0, 0.0)
-        self._one_array = low_level.llama_token_data_array(
-            data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False
-        )
+        #: llguidance's view of the vocabulary, for every grammar's matcher (about 1 s to build: at load).
+        self._tokenizer = vocabulary_tokenizer(llama)
+        #: The last grammar :meth:`constraint` compiled, until a request takes it.
+        self._compiled: tuple[str, Constraint] | None = None
         #: The tokens whose keys and values the context holds, in order.
         self.cached: list[int] = []
         #: The fewest tokens a batch of a prompt of that many tokens or more has (0: any number).
@@ -305,8 +302,8 @@ class Decoder:
         # Whether the context's last logits are those after ``cached[-1]`` (a prompt equal to ``cached`` can
         # then be sampled from without evaluating anything).
         self._logits_current = False
-        # Counters for tests and benchmarks: picks the grammar refused, steps that needed the grammar on
-        # the whole vocabulary, and guesses drafted and confirmed.
+        # Counters for tests and benchmarks: picks the grammar refused, steps that computed the grammar's
+        # whole mask while checking lazily, and guesses drafted and confirmed.
         self.grammar_rejections = 0
         self.grammar_fallbacks = 0
         self.drafted = 0
@@ -337,6 +334,21 @@ class Decoder:
             size = low_level.llama_token_to_piece(self._vocab, token, self._piece_buffer, 256, 0, special)
             data = cache[token] = self._piece_buffer.raw[: max(0, size)]
         return data
+
+    def constraint(self, grammar: str) -> Constraint:
+        """``grammar``'s matcher at its start (ValueError: a grammar llguidance refuses). The next request
+        with the same grammar takes it rather than compiling the grammar again."""
+        compiled = Constraint(self._tokenizer, grammar)
+        self._compiled = (grammar, compiled)
+        return compiled
+
+    def _take_constraint(self, grammar: str | None) -> Constraint | None:
+        if grammar is None:
+            return None
+        compiled, self._compiled = self._compiled, None
+        if compiled is not None and compiled[0] == grammar:
+            return compiled[1]
+        return Constraint(self._tokenizer, grammar)
 
     # --- The KV cache ---------------------------------------------------------------------------------------
 
@@ -446,8 +458,9 @@ class Decoder:
         the last one the caller took. ``logprobs``: how many of the most likely alternatives each token
         reports (0: only its own log probability; None: nothing).
         """
+        constraint = self._take_constraint(grammar)
         self._load(prompt)
-        samplers = _Samplers(self._vocab, self.n_vocab, self._n_ctx, sampling, grammar)
+        samplers = _Samplers(self.n_vocab, self._n_ctx, sampling, constraint)
         history = list(prompt)
         produced = 0
         accepted_length = len(self.cached)
@@ -470,7 +483,7 @@ class Decoder:
                     closing = span.closing_due(picked.token) if span is not None else ()
                     if closing:
                         for token in closing:
-                            if samplers.grammar is not None and not self._allowed(samplers, token):
+                            if constraint is not None and not constraint.allows(token):
                                 break
                             samplers.accept(token)
                             yield Sampled(token, False, None if logprobs is None else 0.0)
@@ -558,52 +571,54 @@ class Decoder:
     def _selected(self) -> int:
         return int(self._candidates["id"][self._array.selected])
 
-    def _allowed(self, samplers: _Samplers, token: int) -> bool:
-        self._one.id, self._one.logit, self._one.p = token, 1.0, 0.0
-        self._one_array.size, self._one_array.selected, self._one_array.sorted = 1, -1, False
-        low_level.llama_sampler_apply(samplers.grammar, ctypes.byref(self._one_array))
-        return self._one.logit != -np.inf
-
     def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
-        if samplers.argmax and (samplers.grammar is None or grammar_check == "lazy"):
-            token = samplers.biases.argmax(logits)
-            if samplers.grammar is None or self._allowed(samplers, token):
-                return token
-            # The grammar refuses the best token: the shortlists below, as for any greedy pick.
-        self._fill(logits, samplers)
-        if samplers.grammar is None:
+        constraint = samplers.constraint
+        if constraint is None:
+            if samplers.argmax:
+                return samplers.biases.argmax(logits)
+            self._fill(logits, samplers)
             self._apply(samplers.chain)
             return self._selected()
         if grammar_check == "lazy":
-            if samplers.greedy:
-                # llama.cpp's check: the chain's pick, and the grammar asked about that one token.
-                self._apply(samplers.chain)
-                token = self._selected()
-                if self._allowed(samplers, token):
-                    return token
-                self.grammar_rejections += 1
-                self._array.selected = (
-                    -1
-                )  # greedy only chose: the candidates are as the adjustments left them
-            # The chain keeps only its ``kept`` best candidates: when the grammar allows that many among
-            # the best few, those are exactly the ones it would keep from the whole vocabulary.
-            for number, shortlist in enumerate(samplers.shortlists):
-                if number:
-                    self._fill(logits, samplers)
-                self._apply(shortlist)
-                self._apply(samplers.grammar)
-                self._array.sorted = False  # -inf breaks the order: the chain's top-k sorts again
-                allowed = int(np.count_nonzero(self._candidates["logit"][: self._array.size] != -np.inf))
-                if not samplers.greedy and not number and allowed < self._array.size:
-                    self.grammar_rejections += 1
-                if allowed >= samplers.kept:
-                    self._apply(samplers.chain)
-                    return self._selected()
+            token = self._lazy_pick(samplers, constraint, logits)
+            if token is not None:
+                return token
             self.grammar_fallbacks += 1
-            self._fill(logits, samplers)
-        self._apply(samplers.grammar)
+        if samplers.argmax:
+            # The first highest allowed logit, in a masked copy: llama.cpp's buffer is read again for the
+            # log probabilities.
+            return samplers.biases.argmax(np.where(constraint.allowed(), logits, np.single(-np.inf)))
+        if grammar_check == "eager" or samplers.shortlist is not None:
+            self._fill(logits, samplers)  # the candidates in id order, as the mask is
+        else:  # a greedy chain only chose: the candidates are as the adjustments left them
+            self._array.selected = -1
+        self._candidates["logit"][~constraint.allowed()] = -np.inf
         self._apply(samplers.chain)
         return self._selected()
+
+    def _lazy_pick(self, samplers: _Samplers, constraint: Constraint, logits: np.ndarray) -> int | None:
+        """The chain's pick when the grammar allows it and every candidate it chose among; None when the
+        pick needs the grammar's mask."""
+        if samplers.argmax:
+            token = samplers.biases.argmax(logits)
+        else:
+            self._fill(logits, samplers)
+            if samplers.greedy:
+                self._apply(samplers.chain)
+                token = self._selected()
+            elif samplers.shortlist is not None:
+                self._apply(samplers.shortlist)
+                if not constraint.allows_all(self._candidates["id"][: self._array.size].tolist()):
+                    self.grammar_rejections += 1
+                    return None
+                self._apply(samplers.chain)
+                return self._selected()
+            else:  # the chain keeps more candidates than checking them one by one is worth
+                return None
+        if constraint.allows(token):
+            return token
+        self.grammar_rejections += 1
+        return None
 
 
 def _biased(logit: float, biases: tuple[float, ...]) -> float:

@@ -323,12 +323,13 @@ class Engine(LoadedModel):
         return self._token_texts_by_attribute[attribute]
 
     def accepts_grammar(self, grammar: str) -> bool:
-        """Whether llama.cpp parses ``grammar``: one it refuses would otherwise reach the sampler chain as a
-        null sampler, which crashes the process."""
-        sampler = low_level.llama_sampler_init_grammar(self._llama._model.vocab, grammar.encode(), b"root")
-        if not sampler:
-            return False
-        low_level.llama_sampler_free(sampler)
+        """Whether llguidance compiles ``grammar`` within its bounds (the next request with it reuses the
+        compiled matcher)."""
+        with self._lock:  # the decoder's compiled grammar is the running request's to take
+            try:
+                self._decoder.constraint(grammar)
+            except ValueError:
+                return False
         return True
 
     # --- Generation -----------------------------------------------------------------------------------------

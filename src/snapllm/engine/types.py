@@ -73,10 +73,11 @@ class SpanBudget:
 class EngineRequest:
     """One generation: the prompt's tokens and how to continue them.
 
-    ``grammar`` (GBNF, rule ``root``) constrains every token; ``top_logprobs`` asks for each token's log
-    probability and that many alternatives (None: none). ``reuse_cache`` false evaluates the whole prompt
-    afresh instead of reusing the KV cache's common prefix: a prefix evaluated earlier can round differently
-    from the whole prompt evaluated at once, so a caller that must reproduce an answer turns it off.
+    ``grammar`` (a llguidance grammar string: what ``LLMatcher.grammar_from_lark`` returns) constrains every
+    token; ``top_logprobs`` asks for each token's log probability and that many alternatives (None: none).
+    ``reuse_cache`` false evaluates the whole prompt afresh instead of reusing the KV cache's common prefix: a
+    prefix evaluated earlier can round differently from the whole prompt evaluated at once, so a caller that
+    must reproduce an answer turns it off.
     """
 
     tokens: tuple[int, ...]

@@ -1,0 +1,158 @@
+"""The constraint engine: llguidance's matcher over llama.cpp's vocabulary, with bounded cost.
+
+    tokenizer = vocabulary_tokenizer(llama)      # once per loaded model (about 1 s: before the snapshot)
+    constraint = Constraint(tokenizer, grammar)  # per request; ValueError for a grammar it refuses
+    if not constraint.allows(token):             # the pick broke the grammar: mask and pick again
+        logits[~constraint.allowed()] = -np.inf
+
+A grammar is a llguidance grammar string (what ``LLMatcher.grammar_from_lark`` or
+``LLMatcher.grammar_from_json_schema`` return). Every matcher runs under :data:`LIMITS`: the grammar's size,
+the lexer's states and the work of one mask are capped, and a grammar that reaches a cap stops the request
+with a :class:`~snapllm.errors.UnsupportedParameterError` (the decode loop frees everything it holds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import llama_cpp.llama_cpp as low_level
+import llguidance
+import llguidance.gbnf_to_lark
+import llguidance.numpy
+import numpy as np
+from llama_cpp import Llama
+from llguidance.llamacpp import lltokenizer_from_vocab
+
+from snapllm.errors import UnsupportedParameterError
+
+#: What one matcher may cost. The fuels are llguidance's units of work (about 50k a millisecond to build
+#: a lexer, 14k a millisecond while computing a mask, 20k Earley items a millisecond), so a grammar's lexer
+#: builds in 20 ms at most and one mask step does at most about 4 ms of lexer work and 0.5 ms of parsing (a
+#: JSON schema's masks take 0.05-1 ms on SmolLM2's 49,152 tokens). A lexer state takes 1-2 kB: 20,000 of
+#: them keep a request's lexer under 40 MB. ``verbose_errors`` off: an error names the limit, not the
+#: grammar's internals (which hold the request's schema).
+LIMITS = llguidance.LLParserLimits(
+    max_items_in_row=2_000,
+    initial_lexer_fuel=1_000_000,
+    step_lexer_fuel=50_000,
+    step_max_items=10_000,
+    max_lexer_states=20_000,
+    max_grammar_size=200_000,
+    verbose_errors=False,
+)
+#: What one mask costs at most. The fuel bounds its work, not its time: the costliest grammars measured (1,500
+#: regular expressions alive at once, a lexer whose states multiply with every letter) took 30-55 ms for a
+#: mask on a busy 2-core host before running out of fuel, at about a tenth of llguidance's stated rate.
+MASK_TIME_BOUND_S = 0.1
+#: The stack a grammar compiles on. llguidance walks nested rules recursively: 3,000 nested rules overflow the
+#: main thread's 8 MiB and kill the process (SIGSEGV); 256 MiB holds about 100,000, more than a request's
+#: size limits let a grammar nest. Only the pages a compile touches are ever backed by memory.
+COMPILE_STACK_BYTES = 256 * 1024 * 1024
+
+
+def vocabulary_tokenizer(llama: Llama) -> llguidance.LLTokenizer:
+    """llguidance's view of ``llama``'s vocabulary: every token's bytes (control tokens marked as special),
+    and every end-of-generation token as an end the grammar allows once it is complete. The thread grammars
+    compile on starts here too, at load."""
+    vocab = llama._model.vocab
+    n_vocab = int(low_level.llama_vocab_n_tokens(vocab))
+    ends = [token for token in range(n_vocab) if low_level.llama_vocab_is_eog(vocab, token)]
+    _compiler()  # started at load too, before a snapshot
+    with warnings.catch_warnings():
+        # It reads each token's attributes through a binding llama-cpp-python marks deprecated: one warning
+        # per token otherwise.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return lltokenizer_from_vocab(vocab, n_vocab=int(llama.n_vocab()), eos_token=ends or None)
+
+
+def _llguidance_grammar(grammar: str) -> str:
+    """``grammar`` as llguidance reads it: a GBNF grammar (``root ::= ...``) is converted to Lark."""
+    stripped = grammar.lstrip()
+    if stripped.startswith("{") or llguidance.gbnf_to_lark.is_lark_syntax(grammar):
+        return grammar
+    return llguidance.grammar_from("gbnf", grammar)
+
+
+def _compiled(tokenizer: llguidance.LLTokenizer, grammar: str) -> llguidance.LLMatcher:
+    """``grammar``'s matcher, compiled on the compile thread (its stack :data:`COMPILE_STACK_BYTES`)."""
+    return _compiler().submit(llguidance.LLMatcher, tokenizer, grammar, limits=LIMITS, log_level=0).result()
+
+
+_COMPILER: list[ThreadPoolExecutor] = []
+_COMPILER_LOCK = threading.Lock()
+
+
+def _compiler() -> ThreadPoolExecutor:
+    """The one thread grammars compile on, started on first use with the deep stack (a thread a request
+    would cost 1-10 ms to start)."""
+    with _COMPILER_LOCK:
+        if not _COMPILER:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-compile")
+            # The stack size is the process's setting for the next thread started: the executor starts its
+            # thread at the first submit.
+            previous = threading.stack_size(COMPILE_STACK_BYTES)
+            try:
+                executor.submit(int).result()
+            finally:
+                threading.stack_size(previous)
+            _COMPILER.append(executor)
+        return _COMPILER[0]
+
+
+class Constraint:
+    """One request's matcher: which tokens the grammar allows next, and the tokens it has taken."""
+
+    def __init__(self, tokenizer: llguidance.LLTokenizer, grammar: str) -> None:
+        try:
+            text = _llguidance_grammar(grammar)
+        except llguidance.gbnf_to_lark.GbnfToLarkError as exc:
+            raise ValueError(f"the grammar does not parse: {exc}") from exc
+        self._matcher = _compiled(tokenizer, text)
+        if self._matcher.is_error():
+            raise ValueError(f"the grammar does not compile: {self._matcher.get_error()}")
+        self._bitmask = llguidance.numpy.allocate_token_bitmask(1, tokenizer.vocab_size)
+        self._n_vocab = tokenizer.vocab_size
+        self._ends = frozenset(tokenizer.eos_tokens)
+        #: Masks computed (a token the pick broke the grammar with, or every step when checking eagerly).
+        self.masks = 0
+        #: The longest mask took this long (seconds).
+        self.longest_mask_s = 0.0
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar allows ``token`` next (an end of generation once it is complete)."""
+        if (
+            token in self._ends
+        ):  # the matcher validates text tokens only; its mask allows an end when complete
+            return self._matcher.is_accepting()
+        return self._matcher.validate_tokens([token]) == 1
+
+    def allows_all(self, tokens: Sequence[int]) -> bool:
+        """Whether the grammar allows each of ``tokens`` next."""
+        return all(self.allows(token) for token in tokens)
+
+    def accept(self, token: int) -> None:
+        """Advance past ``token`` (one :meth:`allows` said yes to)."""
+        if not self._matcher.consume_token(token):
+            self._fail()
+
+    def allowed(self) -> np.ndarray:
+        """Which tokens the grammar allows next, as a boolean array over the vocabulary."""
+        started = time.perf_counter()
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bitmask)
+        took = time.perf_counter() - started
+        self.masks += 1
+        self.longest_mask_s = max(self.longest_mask_s, took)
+        if self._matcher.is_error():
+            self._fail()
+        bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little", count=self._n_vocab)
+        return bits.view(np.bool_)
+
+    def _fail(self) -> None:
+        raise UnsupportedParameterError(
+            f"the output constraint could not be enforced within its bounds: {self._matcher.get_error()}; "
+            "simplify the schema or grammar"
+        )
