@@ -373,6 +373,22 @@ class InferenceFailedError(InferenceInvokeError):
     """The inference function raised, crashed or answered with a 5xx."""
 
 
+class DeadlineExceededError(RequestError):
+    """The request's work did not fit before its deadline, and there is nothing to return: the prompt, or a
+    rerank's documents, were not all evaluated (an answer the deadline cuts after its first token comes
+    back with what it has instead). Behind the router the deadline is API Gateway's 30 s less a margin. The
+    message says how far the work got and what to send instead. ``x-should-retry: false`` tells the OpenAI
+    SDKs, which retry a 5xx, that the same request would meet the same limit."""
+
+    status_code = 504
+    error_type = "timeout_error"
+    code = "deadline_exceeded"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"x-should-retry": "false"}
+
+
 def _request_errors() -> list[type[RequestError]]:
     found: list[type[RequestError]] = []
     pending: list[type[RequestError]] = [RequestError]
@@ -393,7 +409,8 @@ def error_from_body(status: int, body: dict[str, Any]) -> RequestError:
     detail = body.get("error") if isinstance(body.get("error"), dict) else {}
     message = str(detail.get("message") or "the model function failed")
     code, param = detail.get("code"), detail.get("param")
-    if status >= 500:
+    # A function's own deadline is the caller's too: passed on as it is, not as a failed invoke.
+    if status >= 500 and (status, code) != (DeadlineExceededError.status_code, DeadlineExceededError.code):
         return InferenceFailedError(f"the model function failed: {message}")
     param = param if isinstance(param, str) else None
     matching = [

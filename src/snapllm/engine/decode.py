@@ -74,6 +74,10 @@ _LAST_ROW = (-1,)
 _FLOAT32 = struct.Struct("f")
 
 GrammarCheck = Literal["lazy", "eager"]
+#: Asked before each of a prompt's batches after the first, with the tokens evaluated so far, the tokens to
+#: evaluate in all, and the seconds the next batch should take at the last one's pace; raises to stop the
+#: evaluation there (a deadline the next batch would pass, a client that has gone).
+PromptCheck = Callable[[int, int, float], None]
 
 
 @dataclass(frozen=True)
@@ -380,21 +384,33 @@ class Decoder:
         alike = _BATCHED if length >= self._min_batch else _UNBATCHED
         return next((i for i, how in enumerate(self._computed) if how != alike), len(self._computed))
 
-    def evaluate(self, tokens: Sequence[int]) -> None:
+    def evaluate(self, tokens: Sequence[int], check: PromptCheck | None = None) -> None:
         """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` at most (the logits of the
-        last); with ``min_batch``, in batches of even size."""
-        if not self._min_batch or len(tokens) < self._min_batch:
-            for start in range(0, len(tokens), self._n_batch):
-                self._decode(tokens[start : start + self._n_batch], outputs=1)
+        last); with ``min_batch``, in batches of even size. ``check`` is asked before each batch after the
+        first (:data:`PromptCheck`); what it raises stops the evaluation there, the batches evaluated
+        staying in the cache."""
+        last = (0.0, 1)  # the last batch's seconds and tokens: the pace the next one is expected at
+        for start, end in self._batches(len(tokens)):
+            if check is not None and start:
+                check(start, len(tokens), last[0] * (end - start) / last[1])
+            began = time.perf_counter()
+            self._decode(tokens[start:end], outputs=1)
+            last = (time.perf_counter() - began, end - start)
+
+    def _batches(self, count: int) -> Iterator[tuple[int, int]]:
+        """The (start, end) of each batch a prompt's ``count`` tokens are evaluated in."""
+        if not self._min_batch or count < self._min_batch:
+            for start in range(0, count, self._n_batch):
+                yield start, min(start + self._n_batch, count)
             return
         # Each batch holds half of the physical batch (512 by default) or more, or all the tokens, and
         # llama.cpp computes it at once.
-        count = -(-len(tokens) // min(self._n_batch, self._n_ubatch))
-        size, larger = divmod(len(tokens), count)
+        batches = -(-count // min(self._n_batch, self._n_ubatch))
+        size, larger = divmod(count, batches)
         start = 0
-        for index in range(count):
+        for index in range(batches):
             end = start + size + (index < larger)
-            self._decode(tokens[start:end], outputs=1)
+            yield start, end
             start = end
 
     def _truncate(self, length: int) -> None:
@@ -406,11 +422,11 @@ class Decoder:
             del self._computed[length:]
             self._logits_current = False
 
-    def _load(self, prompt: Sequence[int]) -> None:
+    def _load(self, prompt: Sequence[int], check: PromptCheck | None) -> None:
         if self._logits_current and self.cached == list(prompt) and self._alike(len(prompt)) == len(prompt):
             return
         self._truncate(self.reused(prompt))
-        self.evaluate(prompt[len(self.cached) :])
+        self.evaluate(prompt[len(self.cached) :], check)
 
     def _decode(self, tokens: Sequence[int], *, outputs: int, generated: bool = False) -> None:
         """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``."""
@@ -450,16 +466,18 @@ class Decoder:
         limit: int | None = None,
         draft: PromptLookup | None = None,
         span: SpanTracker | None = None,
+        check: PromptCheck | None = None,
     ) -> Iterator[Sampled]:
         """Sample after ``prompt`` until the caller stops iterating, ``limit`` tokens are out, or an
         end-of-generation token (yielded, flagged, and never evaluated) comes.
 
         A token is evaluated only when the next one is asked for, so the context never holds a token past
         the last one the caller took. ``logprobs``: how many of the most likely alternatives each token
-        reports (0: only its own log probability; None: nothing).
+        reports (0: only its own log probability; None: nothing). ``check`` is asked between the prompt's
+        batches (:meth:`evaluate`): what it raises comes out of the first ``next()``.
         """
         constraint = self._take_constraint(grammar)
-        self._load(prompt)
+        self._load(prompt, check)
         samplers = _Samplers(self.n_vocab, self._n_ctx, sampling, constraint)
         history = list(prompt)
         produced = 0

@@ -18,6 +18,7 @@ vocabulary (:attr:`~EmbeddingEngine.rerank_template`, the BOS, EOS and SEP token
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -26,7 +27,13 @@ from llama_cpp import Llama
 
 from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
 from snapllm.engine.settings import EmbeddingPooling, EngineSettings
-from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
+from snapllm.engine.types import Deadline
+from snapllm.errors import (
+    ContextLengthExceededError,
+    DeadlineExceededError,
+    InvalidRequestError,
+    ModelLoadError,
+)
 from snapllm.system import available_cpus
 
 #: llama.cpp's pooling types by the names the settings use ("model": the GGUF's own ``pooling_type``).
@@ -171,7 +178,7 @@ class EmbeddingEngine(LoadedModel):
 
     # --- Embedding ------------------------------------------------------------------------------------------
 
-    def score(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+    def score(self, inputs: Sequence[Sequence[int]], *, deadline: Deadline | None = None) -> list[float]:
         """A reranker's score of each input (a query-document pair as tokens), in order: the first value of
         its classification head as llama.cpp gives it (a Qwen3 reranker's after llama.cpp's softmax over its
         labels, a BERT one's raw), as llama-server reports it. Batched as :meth:`embed`."""
@@ -181,12 +188,18 @@ class EmbeddingEngine(LoadedModel):
                 "score (a reranker has rank pooling)",
                 param="model",
             )
-        return [outputs[0] for outputs in self.embed(inputs)]
+        return [outputs[0] for outputs in self.embed(inputs, deadline=deadline, noun="documents")]
 
-    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+    def embed(
+        self, inputs: Sequence[Sequence[int]], *, deadline: Deadline | None = None, noun: str = "inputs"
+    ) -> list[list[float]]:
         """One pooled vector per input, in order (a reranker's: its head's :attr:`n_outputs` values). Each
         input must have at least one token and fewer than :attr:`n_ctx`; its ids must be in the vocabulary
-        (the protocol checks both, this refuses again)."""
+        (the protocol checks both, this refuses again).
+
+        Before each batch after the first, a ``deadline`` that the batch would pass (at the last batch's
+        pace), or that is cancelled, stops the work: :class:`DeadlineExceededError`, saying how many of the
+        ``noun`` (the inputs, a rerank's documents) were done."""
         n_ctx, n_vocab = self.n_ctx, self.n_vocab
         for index, tokens in enumerate(inputs):
             if not tokens:
@@ -201,6 +214,27 @@ class EmbeddingEngine(LoadedModel):
         llama = self._llama
         max_sequences = int(llama.context_params.n_seq_max)
         vectors: list[list[float]] = []
+        started = time.perf_counter()
+        pace = 0.0  # seconds per token of the last batch
+
+        def decode(sizes: list[int]) -> None:
+            nonlocal pace
+            tokens = sum(sizes)
+            if deadline is not None and vectors:
+                done = f"{len(vectors)} of the {len(inputs)} {noun} were evaluated in "
+                done += f"{time.perf_counter() - started:.1f} s"
+                if deadline.cancelled:
+                    raise DeadlineExceededError(f"the request was cancelled ({done})")
+                if deadline.remaining() < pace * tokens:
+                    raise DeadlineExceededError(
+                        f"the {noun} could not all be evaluated within the time limit ({done}; the next "
+                        f"{len(sizes)} would pass it): there is nothing to return; send fewer {noun} per "
+                        "request"
+                    )
+            began = time.perf_counter()
+            vectors.extend(self._decode(len(sizes)))
+            pace = (time.perf_counter() - began) / tokens
+
         with self._running():
             batch, context = llama._batch, llama._ctx
             batch.reset()
@@ -208,13 +242,13 @@ class EmbeddingEngine(LoadedModel):
             try:
                 for tokens in inputs:
                     if sizes and (sum(sizes) + len(tokens) > n_ctx or len(sizes) >= max_sequences):
-                        vectors += self._decode(len(sizes))
+                        decode(sizes)
                         sizes = []
                     # Every token is an output: llama.cpp pools over the outputs of a sequence.
                     batch.add_sequence(list(tokens), len(sizes), True)
                     sizes.append(len(tokens))
                 if sizes:
-                    vectors += self._decode(len(sizes))
+                    decode(sizes)
             finally:
                 batch.reset()
                 context.kv_cache_clear()

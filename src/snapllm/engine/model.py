@@ -9,7 +9,8 @@ It takes tokens, sampling settings, stop strings and a grammar (:mod:`snapllm.en
 OpenAI request: chats, tools and structured output become tokens and grammars in
 :mod:`snapllm.protocol.serving`. It stops between tokens at a deadline with what it has, rather than letting
 the invoke time out, and stops before a stop string or ``max_tokens`` without evaluating the token that
-ended the answer.
+ended the answer. A prompt whose evaluation would run past the deadline (or whose deadline is cancelled:
+the client has gone) stops between two of its batches with a :class:`DeadlineExceededError`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from snapllm.engine.types import (
     TokenDelta,
     TokenLogprob,
 )
-from snapllm.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
+from snapllm.errors import (
+    ContextLengthExceededError,
+    DeadlineExceededError,
+    InvalidRequestError,
+    ModelLoadError,
+)
 from snapllm.system import available_cpus
 
 
@@ -178,6 +184,23 @@ class _GenerationProgress:
         if self.deadline is not None and self.deadline.expired():
             self.deadline_reached = True
         return self.deadline_reached
+
+    def check_prompt(self, evaluated: int, total: int, next_batch_s: float) -> None:
+        """Stop the prompt's evaluation (between two of its batches) once the deadline is cancelled, or when
+        the next batch would end past it: with no token yet there is nothing to answer with."""
+        deadline = self.deadline
+        if deadline is None:
+            return
+        elapsed = time.perf_counter() - self.started
+        done = f"{evaluated} of its {total} tokens were evaluated in {elapsed:.1f} s"
+        if deadline.cancelled:
+            raise DeadlineExceededError(f"the request was cancelled while its prompt was evaluated ({done})")
+        if deadline.remaining() < next_batch_s:
+            self.deadline_reached = True
+            raise DeadlineExceededError(
+                f"the prompt could not be evaluated within the time limit ({done}; the next "
+                f"{next_batch_s:.1f} s would pass it): there is no answer to return; send a shorter prompt"
+            )
 
     def timings(self, completion_tokens: int) -> Timings:
         finished = time.perf_counter()
@@ -441,6 +464,7 @@ class Engine(LoadedModel):
             limit=max_tokens,
             draft=self._draft,
             span=span,
+            check=progress.check_prompt if progress.deadline is not None else None,
         )
         return _Completion(
             tokens, piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress, span=span

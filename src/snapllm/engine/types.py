@@ -11,24 +11,45 @@ renders the :class:`Completion` (or the streamed :class:`TokenDelta` items befor
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
 
 @dataclass(frozen=True)
 class Deadline:
-    """A point on the monotonic clock by which generation must have stopped (checked between tokens)."""
+    """A point on the monotonic clock by which generation must have stopped (checked between a prompt's
+    batches and between tokens); one made :meth:`cancellable` also passes at once when :meth:`cancel` is
+    called, from any thread (the client closed its connection: nobody waits for the answer any more)."""
 
     at: float
+    cancel_event: threading.Event | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def after(cls, seconds: float) -> Deadline:
         return cls(time.monotonic() + seconds)
 
+    def cancellable(self) -> Deadline:
+        """This deadline, with an event of its own that :meth:`cancel` sets."""
+        return replace(self, cancel_event=threading.Event())
+
+    def cancel(self) -> None:
+        """Let the deadline pass now (a deadline that is not :meth:`cancellable` ignores this)."""
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event is not None and self.cancel_event.is_set()
+
     def expired(self) -> bool:
-        return time.monotonic() >= self.at
+        return self.cancelled or time.monotonic() >= self.at
+
+    def remaining(self) -> float:
+        """Seconds left (0 once cancelled; negative once passed)."""
+        return 0.0 if self.cancelled else self.at - time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -104,7 +125,7 @@ class Timings:
     tokens_per_second: float
 
     def as_dict(self) -> dict[str, float]:
-        return {field.name: round(getattr(self, field.name), 2) for field in fields(self)}
+        return {item.name: round(getattr(self, item.name), 2) for item in fields(self)}
 
 
 @dataclass(frozen=True)

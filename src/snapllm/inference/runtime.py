@@ -201,8 +201,9 @@ class InferenceRuntime:
             # Lambda's runtime has decoded the payload already: an event that is not an object (a JSON
             # array, string or number) is a bad body, never JSON text to decode a second time.
             route, body = split_event(require_object(event))
+            deadline = invoke_deadline(context, margin_ms=self.settings.serving.deadline_margin_ms)
             if route is not None:
-                answer = self.routes.answer(route, body)
+                answer = self.routes.answer(route, body, deadline=deadline)
                 logger.info(
                     "route answered",
                     extra={
@@ -225,7 +226,6 @@ class InferenceRuntime:
                     "unknown request fields ignored",
                     extra={"request_id": request_id, "fields": list(request.ignored_fields)},
                 )
-            deadline = invoke_deadline(context, margin_ms=self.settings.serving.deadline_margin_ms)
             response, generation = self.serving.complete(request, deadline=deadline)
             if request.ignored_fields:
                 # A direct invoke has no headers for them: the answer names them.

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
+from snapllm.engine.types import Deadline
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
@@ -55,7 +56,9 @@ class Embedder(Protocol):
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]: ...
 
-    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]: ...
+    def embed(
+        self, inputs: Sequence[Sequence[int]], *, deadline: Deadline | None = None
+    ) -> list[list[float]]: ...
 
 
 class EmbeddingsRequest(RequestBody):
@@ -137,13 +140,14 @@ class EmbeddingServing:
         self.limits = limits
         self.model_name = engine.model_name
 
-    def answer(self, body: Any) -> dict[str, Any]:
-        """The OpenAI embeddings list for a request body; a ``RequestError`` naming the field otherwise."""
+    def answer(self, body: Any, *, deadline: Deadline | None = None) -> dict[str, Any]:
+        """The OpenAI embeddings list for a request body; a ``RequestError`` naming the field otherwise (a
+        ``DeadlineExceededError`` when the inputs cannot all be embedded before ``deadline``)."""
         request = parse_embeddings(body)
         check_served_model(request.model, self.model_name)
         size = self._dimensions(request.dimensions)
         tokens = self.tokens(request.input)
-        vectors = self.engine.embed(tokens)
+        vectors = self.engine.embed(tokens, deadline=deadline)
         count = sum(len(t) for t in tokens)
         return EmbeddingList(
             data=[

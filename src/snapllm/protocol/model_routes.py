@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from snapllm.engine.types import Deadline
 from snapllm.errors import (
     InvalidRequestError,
     RouteNotFoundError,
@@ -89,7 +90,8 @@ class ModelRoutes:
         self.embeddings = embeddings
         self.reranking = reranking
         self.max_chars = max_chars
-        self._answers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        # Each answer takes the body and the deadline (which only the routes that run the model use).
+        self._answers: dict[str, Callable[[dict[str, Any], Deadline | None], dict[str, Any]]] = {
             TOKENIZE: self._tokenize,
             DETOKENIZE: self._detokenize,
             CHAT_INPUT_TOKENS: self._count,
@@ -98,38 +100,38 @@ class ModelRoutes:
             RERANK_ALIAS: self._rerank,
         }
 
-    def answer(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, route: str, body: dict[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """The answer of ``route`` (one of :data:`ROUTED_PATHS`) to ``body``; a ``RequestError`` if the
-        request cannot be served."""
-        return self._answers[route](body)
+        request cannot be served. Embeddings and reranking stop at ``deadline`` (between two batches)."""
+        return self._answers[route](body, deadline)
 
-    def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _tokenize(self, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
         request = parse_tokenize(body)
         check_served_model(request.model, self.model_name)
         return tokenize(self.vocabulary, request, max_chars=self.max_chars)
 
-    def _detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _detokenize(self, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
         request = parse_detokenize(body)
         check_served_model(request.model, self.model_name)
         return detokenize(self.vocabulary, request)
 
-    def _count(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _count(self, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
         if self.serving is None:
             raise UnsupportedParameterError(
                 f"{self.model_name} is an embedding model: it serves no chat completions", param="model"
             )
         return count_chat_tokens(self.serving, body)
 
-    def _embed(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _embed(self, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
         if self.embeddings is None:
             kind = "a reranker (it serves /v1/rerank)" if self.reranking else "not an embedding model"
             raise UnsupportedParameterError(
                 f"{self.model_name} is {kind}: deploy an embedding model to serve /v1/embeddings",
                 param="model",
             )
-        return self.embeddings.answer(body)
+        return self.embeddings.answer(body, deadline=deadline)
 
-    def _rerank(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _rerank(self, body: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
         if self.reranking is None:
             # A malformed body is refused for what it is first, as the router's validation does.
             request = parse_rerank(body)
@@ -140,4 +142,4 @@ class ModelRoutes:
                 "serve /v1/rerank",
                 param="model",
             )
-        return self.reranking.answer(body)
+        return self.reranking.answer(body, deadline=deadline)

@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
+from snapllm.engine.types import Deadline
 from snapllm.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
@@ -83,7 +84,7 @@ class Reranker(SpecialTokens, Protocol):
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]: ...
 
-    def score(self, inputs: Sequence[Sequence[int]]) -> list[float]: ...
+    def score(self, inputs: Sequence[Sequence[int]], *, deadline: Deadline | None = None) -> list[float]: ...
 
 
 class RerankDocument(BaseModel):
@@ -160,13 +161,14 @@ class RerankServing:
         self.limits = limits
         self.model_name = engine.model_name
 
-    def answer(self, body: Any) -> dict[str, Any]:
-        """The ranked results for a request body; a ``RequestError`` naming the field otherwise."""
+    def answer(self, body: Any, *, deadline: Deadline | None = None) -> dict[str, Any]:
+        """The ranked results for a request body; a ``RequestError`` naming the field otherwise (a
+        ``DeadlineExceededError`` when the documents cannot all be scored before ``deadline``)."""
         request = parse_rerank(body)
         check_served_model(request.model, self.model_name)
         texts = [d if isinstance(d, str) else d.text for d in request.documents]
         pairs = self.pairs(request.query, texts)
-        scores = self.engine.score(pairs)
+        scores = self.engine.score(pairs, deadline=deadline)
         ranked = sorted(range(len(texts)), key=lambda index: scores[index], reverse=True)
         count = sum(len(pair) for pair in pairs)
         return RerankList(

@@ -38,6 +38,7 @@ from snapllm.api_keys import authorizer_verdict
 from snapllm.aws_auth import secret_api_key
 from snapllm.errors import (
     REQUEST_ID_HEADER,
+    DeadlineExceededError,
     HttpResponse,
     InferenceNotReadyError,
     InferenceThrottledError,
@@ -101,7 +102,7 @@ from snapllm.protocol.tokens import (
     TokenizeRequest,
     TokenizeResponse,
 )
-from snapllm.router.settings import RouterSettings
+from snapllm.router.settings import API_GATEWAY_LIMIT_S, RouterSettings
 
 JSON = "application/json"
 # Requests that invoke nothing (health, models, OpenAPI) publish no metric; Powertools would warn each time.
@@ -115,6 +116,11 @@ RoutedRequest = (
 STREAMING_HINT = (
     "stream=true is served by the streaming endpoint (the function URL, see the stack outputs): "
     "API Gateway HTTP APIs buffer whole responses"
+)
+#: What a completion the router's deadline stopped before its first token may do instead.
+STREAMING_ADVICE = (
+    f"API Gateway gives a request {API_GATEWAY_LIMIT_S:g} s; a long prompt can stream (stream=true) from the "
+    "streaming endpoint (the function URL, see the stack outputs), which is not bound by it"
 )
 
 
@@ -147,6 +153,8 @@ class _Request:
     """What the metrics and logs of one request need, filled in as the request is handled."""
 
     started: float = field(default_factory=time.perf_counter)
+    #: When the request arrived (Unix epoch seconds): API Gateway's time limit counts from then.
+    received: float = field(default_factory=time.time)
     route: str | None = None
     model: str | None = None
     error_type: str | None = None
@@ -470,10 +478,10 @@ class RouterApp:
         if self.settings.log_prompts:
             self.logger.info("prompt", extra={"request": payload})
         invoked = time.perf_counter()
-        # The router stops waiting after its invoke timeout; the model need not generate past it.
-        deadline = time.time() + self.settings.invoke_timeout_s
         try:
-            body = self._invoke(model, payload, deadline)
+            body = self._invoke(model, payload, self._deadline())
+        except DeadlineExceededError as exc:
+            raise DeadlineExceededError(f"{exc.message}; {STREAMING_ADVICE}") from exc
         finally:
             state.invoke_s = time.perf_counter() - invoked
         state.response = body
@@ -509,11 +517,17 @@ class RouterApp:
         payload = routed_event(route, request.model_dump(mode="json", exclude_unset=True))
         invoked = time.perf_counter()
         try:
-            body = self._invoke(model, payload, time.time() + self.settings.invoke_timeout_s)
+            body = self._invoke(model, payload, self._deadline())
         finally:
             state.invoke_s = time.perf_counter() - invoked
         state.response = body
         return self._json(200, body)
+
+    def _deadline(self) -> float:
+        """The route's deadline (Unix epoch seconds): the invoke timeout after the request arrived, within
+        API Gateway's 30 s. The model stops its work by then, less its margin (a prompt's evaluation and a
+        rerank's documents included), and answers with what it has or with a ``DeadlineExceededError``."""
+        return self._request.received + self.settings.invoke_timeout_s
 
     def _invoke(self, model: str, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
         """The model's target, then each of its fallbacks while one is throttled or down and time is left.

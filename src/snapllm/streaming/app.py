@@ -32,6 +32,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from snapllm.api_keys import ApiKeyVerifier
 from snapllm.api_keys.store import ApiKeyEnvironment
@@ -91,6 +92,62 @@ def _deadline(request: Request, runtime: InferenceRuntime, timeout_s: float) -> 
     return Deadline.after(timeout_s - margin_s)
 
 
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has closed its connection (call it once the body is read: the next message
+    is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def cancelled_on_disconnect[T](
+    receive: Receive, deadline: Deadline, work: Callable[[], Awaitable[T]]
+) -> T:
+    """``work()``, while the client's connection is watched: a client that closes it cancels ``deadline``,
+    and the engine stops at its next check (between two of a prompt's batches, between two tokens) rather
+    than at the end of the prompt or of the answer, where the next request would wait for it."""
+
+    async def watch() -> None:
+        await _disconnected(receive)
+        deadline.cancel()
+
+    outcome: list[T] = []
+    failure: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            outcome.append(await work())
+        except Exception as exc:  # raised below as it is, not inside the task group's ExceptionGroup
+            failure = exc
+        group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return outcome[0]
+
+
+def _gone() -> Response:
+    """The answer to a request whose client closed its connection: nobody reads it (as for a client that
+    left while sending its body)."""
+    logger.info("request stopped: the client closed its connection")
+    return Response(status_code=400)
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events whose deadline is cancelled as soon as the client goes away. Starlette notices a
+    departure only between two events, and the first token's event waits for the whole prompt."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, deadline: Deadline) -> None:
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self.deadline = deadline
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        respond = super().__call__
+        await cancelled_on_disconnect(receive, self.deadline, lambda: respond(scope, receive, send))
+
+
 def _request_id(request: Request) -> str:
     """The id of the invoke LWA turned into this request (its ``x-amzn-lambda-context``), else the
     Function URL's request id (``x-amzn-request-context``), else a new one (a request not from LWA)."""
@@ -105,12 +162,13 @@ def _request_id(request: Request) -> str:
 
 
 async def _events(
-    items: Iterator[StreamItem], encoder: StreamEncoder, metrics: CompletionMetrics
+    items: Iterator[StreamItem], encoder: StreamEncoder, metrics: CompletionMetrics, deadline: Deadline
 ) -> AsyncIterator[bytes]:
     """Pull tokens from the engine on a worker thread, one at a time, and encode them as SSE events.
 
-    When the client goes away Starlette cancels this generator; the token being generated finishes,
-    then the engine's iterator is closed (shielded from the cancellation) so its lock is released.
+    When the client goes away Starlette cancels this generator, and :class:`EventStream` cancels the
+    deadline; the token or prompt batch being computed finishes, then the engine's iterator is closed
+    (shielded from the cancellation) so its lock is released.
     """
     done = object()
     try:
@@ -128,6 +186,9 @@ async def _events(
                 metrics.succeeded(item)
                 yield encoder.finish(item)
     except RequestError as exc:
+        if deadline.cancelled:  # nobody reads the error: the client closed its connection
+            logger.info("request stopped: the client closed its connection")
+            return
         metrics.failed(exc, status=200)
         yield encoder.error(exc)
     except Exception:
@@ -235,7 +296,12 @@ class StreamingApp:
         try:
             check_content_type(request.headers.get("content-type"))
             raw = await request.body()
-            answer = await anyio.to_thread.run_sync(self._answer_routed, route, raw)
+            deadline = _deadline(request, self.runtime, self.timeout_s).cancellable()
+            answer = await cancelled_on_disconnect(
+                request.receive,
+                deadline,
+                lambda: anyio.to_thread.run_sync(self._answer_routed, route, raw, deadline),
+            )
         except ClientDisconnect:
             return Response(status_code=400)
         except RequestError as exc:
@@ -246,9 +312,9 @@ class StreamingApp:
             return error_response(ServerError("the request failed; see the function's logs"))
         return JSONResponse(answer)
 
-    def _answer_routed(self, route: str, raw: bytes) -> dict[str, Any]:
+    def _answer_routed(self, route: str, raw: bytes, deadline: Deadline) -> dict[str, Any]:
         body = require_object(decode_json(raw, max_bytes=self.max_body_bytes))
-        return self.runtime.routes.answer(route, body)
+        return self.runtime.routes.answer(route, body, deadline=deadline)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse(self._models().model_dump(mode="json"))
@@ -287,14 +353,18 @@ class StreamingApp:
     async def _serve(self, parsed: AnyRequest, request: Request, metrics: CompletionMetrics) -> Response:
         """The answer to a parsed request: its JSON, its stream, or the error that came before either."""
         serving = self.runtime.serving
+        deadline = _deadline(request, self.runtime, self.timeout_s).cancellable()
         try:
             metrics.model = serving.model_name
             metrics.features = request_features(inference_request(parsed))
-            deadline = _deadline(request, self.runtime, self.timeout_s)
             if not parsed.stream:
-                answer, generation = await anyio.to_thread.run_sync(
-                    lambda: serving.complete(parsed, deadline=deadline)
+                answer, generation = await cancelled_on_disconnect(
+                    request.receive,
+                    deadline,
+                    lambda: anyio.to_thread.run_sync(lambda: serving.complete(parsed, deadline=deadline)),
                 )
+                if deadline.cancelled:
+                    return _gone()
                 metrics.succeeded(generation)
                 return JSONResponse(answer)
             # Preparing (tokenizing, checking limits) happens here, so a request error is still a 4xx.
@@ -302,6 +372,8 @@ class StreamingApp:
                 lambda: serving.open_stream(parsed, deadline=deadline)
             )
         except RequestError as exc:
+            if deadline.cancelled:
+                return _gone()
             logger.warning("request rejected", extra={"error_type": type(exc).__name__, "param": exc.param})
             metrics.failed(exc)
             return error_response(exc)
@@ -310,11 +382,7 @@ class StreamingApp:
             error = ServerError("generation failed; see the function's logs")
             metrics.failed(error)
             return error_response(error)
-        return StreamingResponse(
-            _events(items, encoder, metrics),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return EventStream(_events(items, encoder, metrics, deadline), deadline=deadline)
 
     async def _parse(self, request: Request, required: Required) -> AnyRequest:
         check_content_type(request.headers.get("content-type"))

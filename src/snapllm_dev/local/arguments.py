@@ -52,7 +52,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     invoke.set_defaults(implementation="snapllm_dev.local.cli")
 
-    serve = verbs.add_parser("serve", help="serve the OpenAI-compatible routes on 127.0.0.1 (no Docker)")
+    serve = verbs.add_parser(
+        "serve",
+        help="serve the OpenAI-compatible routes on 127.0.0.1 (no Docker)",
+        epilog="Keys (ApiAuth=KEY): $SNAPLLM_API_KEY (one key), --api-keys-file, or --api-key; any of them "
+        "set and no key found stops the start (exit 2).",
+    )
     # $PORT is read when the command runs (snapllm_dev.local.serve_cli), so a bad value fails `serve` alone.
     serve.add_argument("--port", type=port, help="port (default: $PORT or 3000)")
     serve.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
@@ -99,13 +104,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=[],
         type=api_key,
         metavar="KEY",
-        help="require 'Authorization: Bearer KEY' as ApiAuth=KEY does (repeatable; any text without spaces)",
+        help="require 'Authorization: Bearer KEY' as ApiAuth=KEY does (repeatable; any text without spaces). "
+        "A command line is visible to every local user (ps): prefer $SNAPLLM_API_KEY or --api-keys-file",
     )
     serve.add_argument(
         "--api-keys-file",
         type=readable_file,
         metavar="FILE",
-        help="like --api-key, for each line of FILE (blank lines and lines starting with # skipped)",
+        help="like --api-key, for each line of FILE (blank lines and lines starting with # skipped); a FILE "
+        "with no key stops the start",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        type=origin,
+        metavar="ORIGIN",
+        help="let browser apps at ORIGIN call the API, as the template's CorsAllowedOrigins does "
+        "(repeatable; e.g. http://localhost:5173)",
     )
     serve.set_defaults(implementation="snapllm_dev.local.serve_cli")
 
@@ -121,6 +137,16 @@ def api_key(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9\-._~+/]{1,256}=*", text):
         raise argparse.ArgumentTypeError(
             "takes letters, digits and -._~+/ (a bearer token), at most 256 characters"
+        )
+    return text
+
+
+def origin(text: str) -> str:
+    """A browser origin, ``scheme://host[:port]`` with no path (or ``*``), as ``CorsAllowedOrigins`` lists
+    them."""
+    if text != "*" and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?", text):
+        raise argparse.ArgumentTypeError(
+            f"takes an origin such as https://app.example.com (no path), got {text!r}"
         )
     return text
 

@@ -13,7 +13,8 @@ One local gateway plays both front doors of a deployment:
   ``"stream": true`` to the web-adapter function's ASGI app, which runs under uvicorn in its own process
   (:mod:`snapllm_dev.local.lwa`).
 
-On AWS the two are different URLs: the HTTP API buffers, only the Function URL streams.
+With ``--cors-origin`` both play the template's CORS configurations (:mod:`snapllm_dev.local.cors`). On AWS
+the two are different URLs: the HTTP API buffers, only the Function URL streams.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from snapllm.protocol.edge import check_body_size, check_headers, decode_json
 from snapllm.router.events import http_api_event
 from snapllm.streaming.app import HOOK_PATHS, error_response
 from snapllm_dev.local.context import LocalContext
+from snapllm_dev.local.cors import is_preflight
 from snapllm_dev.local.stack import LocalStack
 
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
@@ -60,8 +62,15 @@ class LocalGateway:
         self._authorizer = KeyAuthorizer(stack.api_keys) if stack.api_keys is not None else None
         # One Lambda environment answers one request at a time; the resolver keeps per-request state.
         self._lock = threading.Lock()
+        self._cors = stack.cors
         stream = stack.stream if streaming else None
-        self._http = httpx.AsyncClient(base_url=stream.url, timeout=httpx.Timeout(None)) if stream else None
+        self._http = (
+            httpx.AsyncClient(
+                base_url=stream.url, transport=stream.async_transport(), timeout=httpx.Timeout(None)
+            )
+            if stream
+            else None
+        )
         self.app = Starlette()  # lifespan only: every HTTP request goes to endpoint()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -111,7 +120,9 @@ class LocalGateway:
             query=request.url.query,
             source_ip=request.client.host if request.client else "127.0.0.1",
         )
-        if self._authorizer is not None:
+        # With CORS the template's OPTIONS route has no authorizer: a preflight carries no key.
+        unauthenticated = request.method == "OPTIONS" and self._cors.options_unauthenticated
+        if self._authorizer is not None and not unauthenticated:
             authorization = event["headers"].get("authorization")  # repeated headers comma-joined
             if not authorization:
                 status, content = NO_IDENTITY
@@ -119,7 +130,11 @@ class LocalGateway:
             verdict = await anyio.to_thread.run_sync(self._authorizer.handle, {"headers": event["headers"]})
             event["requestContext"]["authorizer"] = {"lambda": verdict["context"]}
         result = await anyio.to_thread.run_sync(self.invoke_router, event)
-        return _http_response(result)
+        response = _http_response(result)
+        if self._cors.http_api is not None:
+            preflight = is_preflight(request.method, request.headers)
+            self._cors.http_api.apply(request.headers, response.headers, preflight=preflight)
+        return response
 
     async def _forward(self, request: Request, body: bytes) -> Response:
         assert self._http is not None
@@ -132,6 +147,8 @@ class LocalGateway:
         upstream = self._http.build_request("POST", request.url.path, content=body, headers=headers)
         response = await self._http.send(upstream, stream=True)
         passed = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if self._cors.function_url is not None:
+            self._cors.function_url.apply(request.headers, passed, preflight=False)
         return StreamingResponse(
             response.aiter_raw(),
             status_code=response.status_code,

@@ -8,22 +8,28 @@ On AWS, LWA (the layer, via ``AWS_LAMBDA_EXEC_WRAPPER``) runs the function's ``r
 uvicorn with ``app:app`` from the code folder; LWA waits for the readiness check, calls the SnapStart
 hook paths around the snapshot, then proxies each invoke to the app over HTTP. Locally the app runs the
 same way in its own process (module init included), without a snapshot between the hooks.
+
+On AWS only LWA, inside the function's microVM, reaches the app's port. Locally the app listens on a unix
+socket in a folder only its owner may enter (``process.transport()`` reaches it), not on a TCP port: the
+readiness check and the SnapStart hooks, which the app answers without a key, are no one else's to call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import httpx
 
 from snapllm.errors import SnapllmError
 from snapllm_dev.local.processes import stop_process
-from snapllm_dev.local.s3 import free_port
 from snapllm_dev.sam import Function
 
 READINESS_CHECK_PATH = "AWS_LWA_READINESS_CHECK_PATH"
@@ -36,11 +42,14 @@ class LocalServeError(SnapllmError):
 
 
 class WebAdapterProcess:
-    """A web-adapter function's ASGI app on a loopback port, after LWA's readiness check and hooks."""
+    """A web-adapter function's ASGI app on a unix socket, after LWA's readiness check and hooks."""
 
-    def __init__(self, process: subprocess.Popen[bytes], url: str, function: Function) -> None:
+    #: The URL requests name; they reach the app through :meth:`transport`, whatever its host.
+    url = "http://web-adapter.local"
+
+    def __init__(self, process: subprocess.Popen[bytes], socket_path: Path, function: Function) -> None:
         self.process = process
-        self.url = url
+        self.socket_path = socket_path
         self.function = function
 
     @classmethod
@@ -48,21 +57,21 @@ class WebAdapterProcess:
         cls, function: Function, environment: Mapping[str, str], *, timeout_s: float = 120.0
     ) -> WebAdapterProcess:
         """Start ``function``'s app with ``environment`` (its variables, complete) and run LWA's lifecycle."""
-        port = free_port()
+        # mkdtemp's folder is its owner's alone (0700); uvicorn makes the socket itself writable by all.
+        socket_path = Path(tempfile.mkdtemp(prefix="snapllm-lwa-")) / "app.sock"
         env = {
             **os.environ,
             **environment,
-            "PORT": str(port),
             "AWS_LAMBDA_FUNCTION_NAME": function.name,
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mb),
         }
         env.pop("AWS_LAMBDA_EXEC_WRAPPER", None)  # /opt/bootstrap is LWA's, which exists only on Lambda
         command = [
-            sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", "uvicorn", "--uds", str(socket_path),
             "--no-access-log", "--log-level", "warning", "--app-dir", str(function.code_dir), "app:app",
         ]  # fmt: skip
         process = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno())
-        started = cls(process, f"http://127.0.0.1:{port}", function)
+        started = cls(process, socket_path, function)
         try:
             started._lifecycle(env, timeout_s)
         except BaseException:
@@ -70,12 +79,20 @@ class WebAdapterProcess:
             raise
         return started
 
+    def transport(self) -> httpx.HTTPTransport:
+        """A transport to the app's socket, for an :class:`httpx.Client`."""
+        return httpx.HTTPTransport(uds=str(self.socket_path))
+
+    def async_transport(self) -> httpx.AsyncHTTPTransport:
+        """A transport to the app's socket, for an :class:`httpx.AsyncClient`."""
+        return httpx.AsyncHTTPTransport(uds=str(self.socket_path))
+
     def _lifecycle(self, env: Mapping[str, str], timeout_s: float) -> None:
         # What LWA does on AWS: wait for the readiness check, then (SnapStart) the before-checkpoint hook,
         # the snapshot, the restore and the after-restore hook. Locally the process is not forked between.
         name = self.function.name
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(base_url=self.url, timeout=timeout_s) as client:
+        with httpx.Client(base_url=self.url, transport=self.transport(), timeout=timeout_s) as client:
             while True:
                 if self.process.poll() is not None:
                     raise LocalServeError(f"{name} exited during init (code {self.process.returncode})")
@@ -96,3 +113,4 @@ class WebAdapterProcess:
 
     def stop(self) -> None:
         stop_process(self.process)
+        shutil.rmtree(self.socket_path.parent, ignore_errors=True)

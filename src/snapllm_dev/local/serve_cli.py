@@ -3,7 +3,8 @@
 
 snapllm local serve --port 3000
 # then: OpenAI(base_url="http://127.0.0.1:3000/v1", api_key="local")
-snapllm local serve --api-key sk-local-1    # ApiAuth=KEY: only api_key="sk-local-1" gets in
+SNAPLLM_API_KEY=sk-local-1 snapllm local serve    # ApiAuth=KEY: only api_key="sk-local-1" gets in
+snapllm local serve --cors-origin http://localhost:5173    # CORS as CorsAllowedOrigins plays it
 snapllm local invoke RouterFunction -e events/router/chat.json
 """
 
@@ -24,6 +25,7 @@ from snapllm.protocol.edge import decode_json
 from snapllm_dev import sam
 from snapllm_dev.argtypes import port_number
 from snapllm_dev.local.arguments import api_key
+from snapllm_dev.local.cors import CORS_PARAMETER
 from snapllm_dev.local.durable import with_mcp_servers
 from snapllm_dev.local.gateway import LocalGateway, listen, serve
 from snapllm_dev.local.lifecycle import LocalFunctionError
@@ -32,6 +34,8 @@ from snapllm_dev.sam import Function, Template
 
 #: The port ``snapllm local serve`` listens on when neither ``--port`` nor ``$PORT`` says.
 DEFAULT_PORT = 3000
+#: A key to serve with, kept off the command line (which every local user sees in ``ps``).
+API_KEY_VARIABLE = "SNAPLLM_API_KEY"
 
 
 def listening_port(given: int | None, environ: Mapping[str, str] = os.environ) -> int:
@@ -47,18 +51,35 @@ def listening_port(given: int | None, environ: Mapping[str, str] = os.environ) -
         raise ConfigurationError(f"PORT {exc}") from None
 
 
-def served_keys(given: list[str], keys_file: Path | None) -> list[str]:
-    """The keys of ``--api-key`` and ``--api-keys-file`` (ConfigurationError naming a bad line)."""
+def served_keys(
+    given: list[str], keys_file: Path | None, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """The keys of ``--api-key``, ``$SNAPLLM_API_KEY`` and ``--api-keys-file``. A ConfigurationError names a
+    bad line, a blank variable or a file with no key: keys asked for and none found never means "no check"."""
     keys = list(given)
+    if API_KEY_VARIABLE in environ:
+        value = environ[API_KEY_VARIABLE].strip()
+        if not value:
+            raise ConfigurationError(f"{API_KEY_VARIABLE} is set but blank: set a key, or unset it")
+        try:
+            keys.append(api_key(value))
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigurationError(f"{API_KEY_VARIABLE} {exc}") from None
     if keys_file is not None:
+        found = []
         for number, line in enumerate(keys_file.read_text(encoding="utf-8").splitlines(), 1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             try:
-                keys.append(api_key(line))
+                found.append(api_key(line))
             except argparse.ArgumentTypeError as exc:
                 raise ConfigurationError(f"--api-keys-file {keys_file} line {number}: {exc}") from None
+        if not found:
+            raise ConfigurationError(
+                f"--api-keys-file {keys_file} holds no key (only blank lines or comments)"
+            )
+        keys.extend(found)
     return keys
 
 
@@ -68,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     resources = contextlib.ExitStack()
     try:
         keys = served_keys(args.api_key, args.api_keys_file)
+        # The functions' processes get the keys' hashes, never the key in their environment.
+        os.environ.pop(API_KEY_VARIABLE, None)
         keys_file = None
         if keys:
             # The keys' records (salted hashes), for the router's authorizer and the streaming app's process.
@@ -79,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
             sock = listen(port)
         except OSError as exc:
             raise ConfigurationError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
-        template = sam.load(args.template)
+        origins = {CORS_PARAMETER: ",".join(args.cors_origin)} if args.cors_origin else {}
+        template = sam.load(args.template, overrides=origins)
         stack = LocalStack.start(
             template,
             model_path=args.model,

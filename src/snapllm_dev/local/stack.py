@@ -31,6 +31,7 @@ from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, InferenceClient
 from snapllm.router.app import RouterApp
 from snapllm.router.settings import RouterSettings
+from snapllm_dev.local.cors import CorsPolicies
 from snapllm_dev.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm_dev.local.environment import function_environment
 from snapllm_dev.local.inference import LocalInferenceClient
@@ -75,6 +76,8 @@ class LocalStack(Closing):
     agent: LocalAgent | None
     #: ApiAuth=KEY: the keys the gateway's authorizer checks (the streaming app checks the same file).
     api_keys: ApiKeyVerifier | None = None
+    #: The CORS of the template's HTTP API and Function URL (none unless it is loaded with origins).
+    cors: CorsPolicies = field(default_factory=CorsPolicies)
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     @classmethod
@@ -153,7 +156,16 @@ class LocalStack(Closing):
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
         return cls(
-            router, router_function, stream, model, model_fn, environment, agent, api_keys, resources=owned
+            router,
+            router_function,
+            stream,
+            model,
+            model_fn,
+            environment,
+            agent,
+            api_keys,
+            cors=CorsPolicies.of(template),
+            resources=owned,
         )
 
     @staticmethod
