@@ -1,10 +1,16 @@
-"""``snapllm local serve --api-key`` plays ApiAuth=KEY on the whole local path: the HTTP API's authorizer (in
+"""``snapllm local serve`` with a key plays ApiAuth=KEY on the whole local path: the HTTP API's authorizer (in
 the gateway) before the router, and the streaming app's own check. The official ``openai`` client and
-LangChain's ``ChatOpenAI`` get in with ``base_url`` and ``api_key`` alone; a wrong key gets OpenAI's 401."""
+LangChain's ``ChatOpenAI`` get in with ``base_url`` and ``api_key`` alone; a wrong key gets OpenAI's 401.
+
+The server here takes its key from ``$SNAPLLM_API_KEY`` (``--api-key`` is what the hostile-input table's
+server takes) and serves CORS for one origin with ``--cors-origin``, as ``CorsAllowedOrigins`` does."""
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -12,17 +18,22 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from tests.support.paths import TEMPLATE
+from tests.support.procfs import command_line, descendants, listening_tcp_ports
 from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
 
 KEY = "sk-local-test-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "Say hello in three words."}]
+APP = "http://localhost:5173"
 
 
 @pytest.fixture(scope="module")
 def keyed() -> Iterator[ServeProcess]:
-    with ServeProcess.start(template=TEMPLATE, env=SERVE_ENV, api_key=KEY) as running:
+    args = ["--cors-origin", APP]
+    with ServeProcess.start(
+        template=TEMPLATE, env=SERVE_ENV, api_key=KEY, api_key_variable=True, args=args
+    ) as running:
         yield running
 
 
@@ -74,3 +85,59 @@ def test_langchain_chat_openai_with_the_key_invokes_and_streams(keyed):
     wrong = ChatOpenAI(model=MODEL, base_url=keyed.base_url, api_key="sk-wrong", max_tokens=4, max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.invoke("Say hi.")
+
+
+def test_the_key_from_the_environment_is_on_no_command_line_and_in_no_function(keyed):
+    children = descendants(keyed.process.pid)
+    assert children
+    for pid in {keyed.process.pid, *children}:
+        assert not any(KEY in arg for arg in command_line(pid))  # what `ps` shows every local user
+    for pid in children:
+        assert KEY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()  # only its hash reaches them
+
+
+def test_the_streaming_apps_port_is_a_socket_only_its_owner_reaches(keyed):
+    # The app answers LWA's readiness check (/health) and the SnapStart hooks without a key, as only LWA
+    # reaches it on AWS: locally it listens on no TCP port, on a unix socket in a folder of its owner's.
+    (stream,) = [pid for pid in descendants(keyed.process.pid) if "app:app" in command_line(pid)]
+    arguments = command_line(stream)
+    assert "--port" not in arguments and listening_tcp_ports(stream) == set()
+    folder = Path(arguments[arguments.index("--uds") + 1]).parent
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and folder.stat().st_uid == os.getuid()
+    # The gateway's is the only TCP port the stack answers on (local S3 aside, which holds no key check).
+    assert keyed.port in listening_tcp_ports(keyed.process.pid)
+
+
+def test_cors_preflight_and_answers_carry_the_templates_headers(keyed):
+    preflight = httpx.options(
+        f"{keyed.base_url}/chat/completions",
+        headers={
+            "origin": APP,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization,content-type,x-stainless-os",
+        },
+        timeout=30,
+    )
+    # No key: the template's OPTIONS route has no authorizer, and the router answers the preflight.
+    assert preflight.status_code == 204, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == APP
+    assert preflight.headers["access-control-allow-methods"] == "GET,POST,OPTIONS"
+    allowed = preflight.headers["access-control-allow-headers"].split(",")
+    assert {"authorization", "content-type", "x-stainless-os"} <= set(allowed)
+    assert preflight.headers["access-control-max-age"] == "600"
+    keyed_headers = {"origin": APP, "authorization": f"Bearer {KEY}"}
+    listed = httpx.get(f"{keyed.base_url}/models", headers=keyed_headers, timeout=30)
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == APP
+    assert listed.headers["access-control-expose-headers"] == "x-request-id,retry-after"
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "stream": True}
+    with httpx.stream(
+        "POST", f"{keyed.base_url}/chat/completions", json=body, headers=keyed_headers, timeout=120
+    ) as streamed:
+        assert streamed.status_code == 200 and "data: [DONE]" in streamed.read().decode()
+    assert streamed.headers["access-control-allow-origin"] == APP
+    assert streamed.headers["access-control-expose-headers"] == "x-request-id,retry-after"
+    # Another origin gets no CORS header at all, and a preflight is no way in without a key.
+    other = httpx.get(f"{keyed.base_url}/models", headers={**keyed_headers, "origin": "https://evil.example"})
+    assert other.status_code == 200 and not any(name.startswith("access-control-") for name in other.headers)
+    bare_options = httpx.options(f"{keyed.base_url}/models", timeout=30)
+    assert bare_options.status_code == 401

@@ -73,6 +73,14 @@ CASES = [
     case("serve-api-key-empty", *SERVE, "--api-key", "", names="--api-key"),
     case("serve-api-keys-file-missing", *SERVE, "--api-keys-file", "{missing}", names="--api-keys-file"),
     case("serve-api-keys-file-bad-line", *SERVE, "--api-keys-file", "{not_json}", names="--api-keys-file"),
+    # Keys asked for and none found: the start stops (it used to serve with no check at all).
+    case("serve-api-keys-file-empty", *SERVE, "--api-keys-file", "{empty}", names="{empty}"),
+    case("serve-api-keys-file-only-comments", *SERVE, "--api-keys-file", "{comments}", names="{comments}"),
+    case(
+        "serve-api-keys-file-blank-lines", *SERVE, "--api-keys-file", "{blank_lines}", names="{blank_lines}"
+    ),
+    case("serve-SNAPLLM_API_KEY-blank", *SERVE, names="SNAPLLM_API_KEY", env={"SNAPLLM_API_KEY": " "}),
+    case("serve-cors-origin-a-path", *SERVE, "--cors-origin", "https://a.example/x", names="--cors-origin"),
     case("serve-route-not-a-url", *SERVE, "--route", "gpt=localhost:8000", names="--route"),
     case("serve-route-no-name", *SERVE, "--route", "=http://127.0.0.1:1/v1", names="--route"),
     case("serve-fallback-empty", *SERVE, "--fallback", "a=", names="--fallback"),
@@ -316,6 +324,8 @@ class Outcome:
 def _files(root: Path) -> dict[str, str]:
     (root / "empty").write_text("")
     (root / "not-json.json").write_text("this is not JSON { nor TOML\n")
+    (root / "comments.txt").write_text("# keys\n\n# none yet\n")
+    (root / "blank-lines.txt").write_text("\n   \n\t\n")
     (root / "not-yaml.yaml").write_text("Resources: [unclosed\n  - {\n")
     (root / "array.json").write_text(json.dumps([{"prompt": "Hi"}]))
     (root / "object.json").write_text(json.dumps({"lifecycle": {}}))
@@ -329,6 +339,8 @@ def _files(root: Path) -> dict[str, str]:
         "missing_dir": str(root / "missing-dir"),
         "empty": str(root / "empty"),
         "not_json": str(root / "not-json.json"),
+        "comments": str(root / "comments.txt"),
+        "blank_lines": str(root / "blank-lines.txt"),
         "not_yaml": str(root / "not-yaml.yaml"),
         "json_array": str(root / "array.json"),
         "json_object": str(root / "object.json"),

@@ -22,6 +22,7 @@ import pytest
 
 from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, local_store
 from snapllm.authorizer import KeyAuthorizer
+from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient
 from snapllm.protocol.model_routes import (
     CHAT_INPUT_TOKENS,
@@ -35,6 +36,7 @@ from snapllm.protocol.model_routes import (
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
+from snapllm.streaming.app import create_app
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
 from tests.support.hostile_schemas import HOSTILE
@@ -952,6 +954,21 @@ def test_a_hostile_authorization_header_gets_a_401_before_any_work(key_entry_poi
     assert KEY not in error["message"]  # a refusal never repeats what was sent
     if status == 401:
         assert headers.get("www-authenticate") == "Bearer"
+
+
+@pytest.mark.parametrize("text", ["", "# keys\n\n", "\n  \n"], ids=["empty", "comments", "blank-lines"])
+def test_a_keys_file_with_no_key_stops_the_streaming_app_and_the_authorizer(
+    runtime, tmp_path, monkeypatch, text
+):
+    # Keys asked for and none found fails closed: the function does not start, rather than check nothing.
+    # (`snapllm local serve --api-keys-file` with such a file: the command-line table.)
+    path = tmp_path / "api-keys.jsonl"
+    path.write_text(text)
+    monkeypatch.setenv("SNAPLLM_API_KEYS_FILE", str(path))
+    with pytest.raises(ConfigurationError, match=str(path)):
+        create_app(runtime)
+    with pytest.raises(ConfigurationError, match=str(path)):
+        KeyAuthorizer.from_env()
 
 
 def test_the_streaming_app_answers_a_cors_preflight_without_a_key_and_nothing_else(runtime):

@@ -14,25 +14,10 @@ import httpx
 import pytest
 
 from tests.support.paths import TEMPLATE
+from tests.support.procfs import descendants
 from tests.support.serve import SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def alive(pid: int) -> bool:

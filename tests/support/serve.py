@@ -103,8 +103,10 @@ class ServeProcess:
         stderr: Any = None,
         args: Sequence[str] = (),
         api_key: str | None = None,
+        api_key_variable: bool = False,
     ) -> ServeProcess:
-        """``api_key``: serve with ``--api-key`` (ApiAuth=KEY); the readiness probe sends it too."""
+        """``api_key``: serve with ``--api-key`` (ApiAuth=KEY), or with ``$SNAPLLM_API_KEY`` when
+        ``api_key_variable``; the readiness probe sends it too."""
         port = free_port()
         command = [
             sys.executable,
@@ -117,10 +119,11 @@ class ServeProcess:
             "-t",
             str(template),
             *args,
-            *(["--api-key", api_key] if api_key else []),
+            *(["--api-key", api_key] if api_key and not api_key_variable else []),
         ]
+        env = {**(env or {}), **({"SNAPLLM_API_KEY": api_key} if api_key and api_key_variable else {})}
         probe = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=stdout, stderr=stderr)
+        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=stdout, stderr=stderr)
         server = cls(process, port)
         deadline = time.monotonic() + timeout_s
         while True:

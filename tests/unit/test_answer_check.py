@@ -7,7 +7,6 @@ import pytest
 
 from snapllm.errors import SchemaValidationFailedError, error_from_body
 from snapllm.protocol.answer_check import PATTERN_TIMEOUT_S, answer_violations, check_answer
-from snapllm.protocol.json_grammar import unenforced
 from snapllm.protocol.structured import check_schema
 
 TAGS = {
@@ -51,28 +50,6 @@ def test_what_the_grammar_cannot_hold_is_validated_on_the_answer(schema, valid, 
     assert answer_violations(schema, valid) == []
     violations = answer_violations(schema, invalid)
     assert violations and any(named in v for v in violations), violations
-
-
-def test_unenforced_lists_each_validated_constraint_with_its_place():
-    schema = {
-        "type": "object",
-        "properties": {
-            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-            "code": {"type": "string", "pattern": "^(?=A)[A-Z]{3}$"},
-            "url": {"type": "string", "format": "uri", "maxLength": 2083},
-            "n": {"type": "integer", "multipleOf": 7, "minimum": 0, "maximum": 10**6},
-            "x": {"type": "number", "exclusiveMinimum": 0.5},
-        },
-        "not": {"required": ["code"]},
-    }
-    assert unenforced(schema, param="response_format") == [
-        "not (at the root)",
-        "uniqueItems (at properties.tags)",
-        "pattern '^(?=A)[A-Z]{3}$' (a lookaround, which a grammar cannot express) (at properties.code)",
-        "maxLength beside format 'uri' (at properties.url)",
-        "multipleOf 7 (at properties.n)",
-    ]
-    assert unenforced({"type": "integer", "minimum": 0, "maximum": 130}, param="p") == []
 
 
 def test_a_failed_answer_is_a_422_naming_what_failed_and_what_was_validated():

@@ -11,18 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError
+from snapllm.protocol.compiled_schema import MAX_SCHEMA_CHARS, schema_size
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     InferenceRequest,
     JSONSchemaResponseFormat,
     prompt_chars,
 )
-from snapllm.protocol.structured import schema_size
 
-# A grammar grows with its schema and every tool adds a branch to it; llama.cpp checks each candidate
-# token against the grammar, so both are bounded before anything is invoked.
+# A constraint grows with its schema and every tool adds a branch to it, so both are bounded before
+# anything is invoked (compile_schema also refuses a schema over MAX_SCHEMA_CHARS before compiling it).
 MAX_TOOLS = 32
-MAX_SCHEMA_CHARS = 16_000
+__all__ = ["MAX_SCHEMA_CHARS", "MAX_TOOLS", "Limits"]
 
 
 @dataclass(frozen=True)

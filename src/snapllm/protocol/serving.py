@@ -39,9 +39,9 @@ from snapllm.errors import (
 )
 from snapllm.protocol.answer_check import check_answer
 from snapllm.protocol.chat import ChatRenderer, RenderedChat
+from snapllm.protocol.compiled_schema import compile_schema
 from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
 from snapllm.protocol.families import ModelFamily, detect_family
-from snapllm.protocol.json_grammar import unenforced
 from snapllm.protocol.lark_grammar import marker_tokens
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
@@ -310,7 +310,7 @@ class OpenAIServing:
             tool_parameters=tuple((f.name, f.parameters) for f in functions),
             thinking=thinking,
             answer_schema=schema,
-            validated=tuple(unenforced(schema, param="response_format")) if schema is not None else (),
+            validated=compile_schema(schema, param="response_format").validated if schema is not None else (),
         )
 
     def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:

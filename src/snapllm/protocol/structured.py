@@ -1,19 +1,15 @@
-"""Structured output: which JSON schemas a grammar can enforce, and the shape of a tool call.
+"""Structured output: a schema's checks at the request's edge, and the shape of a tool call.
 
 This module is pure (no llama.cpp), so the router refuses a schema it cannot serve before invoking
 anything, with the same message as the inference function::
 
     check_schema({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
-                 param="response_format")
-    # UnsupportedParameterError: response_format: the schema uses minimum (at properties.n) ...
+                 param="response_format")   # the CompiledSchema; a 400 only when it cannot be served
 
-A checked schema becomes a llama.cpp grammar (:func:`snapllm.protocol.json_grammar.schema_grammar`, which
-:func:`check_schema` runs too, so what it refuses for cost or shape is refused here as well), so
-generation can only produce text of the schema's shape. What a grammar cannot keep (``uniqueItems``,
-``not``, a lookaround in a ``pattern``: :data:`~snapllm.protocol.json_grammar.VALIDATED_KEYWORDS`) is
-validated on the complete answer instead (:mod:`snapllm.protocol.answer_check`), which fails the request
-when it does not hold. A keyword JSON Schema does not define, a format no grammar is written for, and a
-schema that is not valid JSON Schema are refused.
+A schema is compiled once (:func:`snapllm.protocol.compiled_schema.compile_schema`, cached): llguidance
+enforces what it can while generating, and the rest (``uniqueItems``, ``not``, a lookaround in a
+``pattern``...) is validated on the finished answer in the draft the schema declares. A keyword JSON Schema
+does not define is an annotation; a format without a grammar is a plain string, validated afterwards.
 
 Tool calls are generated as JSON in one format whatever the model (see :func:`tool_call_schema`)::
 
@@ -24,20 +20,15 @@ Tool calls are generated as JSON in one format whatever the model (see :func:`to
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-import regex
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from snapllm.errors import SnapllmError, ToolCallCutShortError
+from snapllm.protocol.compiled_schema import CompiledSchema, compile_schema
 
-from snapllm.errors import ToolCallCutShortError, UnsupportedParameterError
-from snapllm.protocol.answer_check import modern_schema, schema_validator
-from snapllm.protocol.json_grammar import ANNOTATION_KEYWORDS, FORMATS, VALIDATED_KEYWORDS, schema_grammar
-
-# Keywords the grammar converter enforces.
+# What the agent keeps when it narrows a tool's schema for a small model (snapllm.agent.schemas): the
+# keywords a constraint holds while generating, the formats spelled out, and the annotations.
 ENFORCED_KEYWORDS = frozenset(
     {
         "type",
@@ -67,162 +58,38 @@ ENFORCED_KEYWORDS = frozenset(
         "multipleOf",
     }
 )
-# Formats the converter turns into grammar rules; any other format would go unchecked.
-ENFORCED_FORMATS = frozenset(FORMATS)
-JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
+ENFORCED_FORMATS = frozenset(
+    {"date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"}
+)
+ANNOTATION_KEYWORDS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "strict",
+        "discriminator",
+        "nullable",
+    }
+)
 # Keywords whose value is a map of name -> schema, a list of schemas, or one schema.
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("items", "additionalProperties")
-# Validated keywords that hold schemas (one, or a map of them): walked too, so every pattern in them is
-# checked before it meets an answer.
-_VALIDATED_SCHEMAS = ("not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems")
-_VALIDATED_SCHEMAS += ("unevaluatedProperties", "additionalItems")
-_VALIDATED_MAPS = ("patternProperties", "dependentSchemas")
-_NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-# Counts the grammar spells out one by one (a string of minLength 10**9 would be a grammar of 10**9 rules):
-# bounded so a small request cannot make a huge grammar.
-MAX_REPEAT = 4096
-_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
-_PATTERN_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 # More parallel calls than this would only let a small model repeat itself.
 MAX_PARALLEL_TOOL_CALLS = 4
 
 
-def _is_regex(pattern: str) -> bool:
-    # Checked here, not only when the grammar is built: a target that is not a Lambda function (an
-    # always-on server) would otherwise meet the broken pattern first and answer 500. The answer's check
-    # matches with the regex module (ECMA's named groups and lookbehinds), so it compiles it here.
-    try:
-        regex.compile(pattern)
-    except (regex.error, RecursionError, OverflowError, ValueError):
-        return False
-    return True
-
-
-def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Every (keyword, where) the grammar cannot enforce, depth first."""
-    if isinstance(schema, bool):
-        if schema is False:
-            yield "a false schema", path or "the root"
-        return
-    if not isinstance(schema, Mapping):
-        yield "a schema that is not an object", path or "the root"
-        return
-    where = path or "the root"
-    for keyword, value in schema.items():
-        if keyword in ANNOTATION_KEYWORDS:
-            continue
-        if keyword in VALIDATED_KEYWORDS:
-            if keyword in _VALIDATED_SCHEMAS and not isinstance(value, bool):
-                yield from _walk(value, f"{path}.{keyword}".lstrip("."))
-            elif keyword in _VALIDATED_MAPS and isinstance(value, Mapping):
-                for name, sub in value.items():
-                    if keyword == "patternProperties" and not _is_regex(name):
-                        yield (
-                            f"a patternProperties name that is not a regular expression ({name[:40]!r})",
-                            where,
-                        )
-                    yield from _walk(sub, f"{path}.{keyword}.{name}".lstrip("."))
-            continue
-        if keyword not in ENFORCED_KEYWORDS:
-            yield keyword, where
-            continue
-        if keyword == "$ref" and not (isinstance(value, str) and (value == "#" or value.startswith("#/"))):
-            yield "a $ref outside the schema", where
-        elif keyword == "format" and (not isinstance(value, str) or value not in ENFORCED_FORMATS):
-            yield f"format {value!r}", where
-        elif keyword == "required" and not (
-            isinstance(value, list) and all(isinstance(name, str) for name in value)
-        ):
-            yield "required that is not a list of names", where
-        elif keyword == "enum" and not isinstance(value, list):
-            yield "enum that is not a list", where
-        elif keyword == "type":
-            types = value if isinstance(value, list) else [value]
-            if not types or any(not isinstance(t, str) or t not in JSON_TYPES for t in types):
-                yield f"type {value!r}", where
-        elif keyword == "pattern" and not isinstance(value, str):
-            yield "a pattern that is not a string", where
-        elif keyword == "pattern" and not _is_regex(value):
-            yield f"a pattern that is not a regular expression ({value[:40]!r})", where
-        elif keyword == "pattern" and any(
-            int(n) > MAX_REPEAT for match in _PATTERN_COUNT.findall(value) for n in match if n
-        ):
-            yield f"a pattern repeat over {MAX_REPEAT}", where
-        elif keyword in _NUMBER_BOUNDS and not (
-            isinstance(value, int | float) and not isinstance(value, bool)
-        ):
-            yield f"{keyword} {value!r} (a number)", where
-        elif keyword == "multipleOf" and not (
-            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        ):
-            yield f"multipleOf {value!r} (a number above 0)", where
-        elif keyword in _COUNTS and (
-            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REPEAT
-        ):
-            yield f"{keyword} {value!r} (0 to {MAX_REPEAT})", where
-        elif keyword in _SCHEMA_MAPS:
-            if not isinstance(value, Mapping):
-                yield f"{keyword} that is not an object", where
-                continue
-            for name, sub in value.items():
-                yield from _walk(sub, f"{path}.{keyword}.{name}".lstrip("."))
-        elif keyword in _SCHEMA_LISTS:
-            if not isinstance(value, list) or not value:
-                yield f"{keyword} that is not a non-empty list", where
-                continue
-            for index, sub in enumerate(value):
-                yield from _walk(sub, f"{path}.{keyword}[{index}]".lstrip("."))
-        elif keyword in _SCHEMA_VALUES and not isinstance(value, bool):
-            if keyword == "items" and isinstance(value, list):
-                for index, sub in enumerate(value):
-                    yield from _walk(sub, f"{path}.items[{index}]".lstrip("."))
-            else:
-                yield from _walk(value, f"{path}.{keyword}".lstrip("."))
-        elif keyword == "items" and value is False:
-            yield "items: false", where
-
-
-def check_schema(schema: Any, *, param: str) -> None:
-    """Refuse a JSON schema that cannot be served, naming every construct that is why: a keyword JSON Schema
-    does not define, a format without a grammar, a schema that is not valid JSON Schema, one whose grammar
-    would cost too much. Keywords a grammar cannot hold are accepted: the answer is validated on them."""
-    if not isinstance(schema, Mapping):
-        raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
-    problems = list(dict.fromkeys(f"{keyword} (at {where})" for keyword, where in _walk(schema, "")))
-    if problems:
-        shown = ", ".join(problems[:8]) + (f" and {len(problems) - 8} more" if len(problems) > 8 else "")
-        raise UnsupportedParameterError(
-            f"{param}: the schema uses {shown}, which cannot be served; supported are type, properties, "
-            "required, additionalProperties, items, prefixItems, minItems, maxItems, enum, const, anyOf, "
-            "oneOf, allOf, local $ref/$defs (recursive ones too), minLength, maxLength, pattern, minimum, "
-            "maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, the formats "
-            f"{', '.join(sorted(ENFORCED_FORMATS))}, and (validated on the answer, not generated) the "
-            "other keywords of JSON Schema 2020-12 (uniqueItems, not, if/then/else, dependentRequired...)",
-            param=param,
-        )
-    try:
-        Draft202012Validator.check_schema(modern_schema(schema))
-    except SchemaError as exc:
-        place = ".".join(str(p) for p in exc.path) or "the root"
-        raise UnsupportedParameterError(
-            f"{param}: the schema is not valid JSON Schema: {exc.message[:200]} (at {place})", param=param
-        ) from None
-    # What remains is what only building the grammar shows (a $ref to nothing or to itself, a pattern
-    # too costly to enforce, a grammar too large...): it is built here, by the same code as the engine's.
-    try:
-        schema_grammar(schema, param=param)
-    except (TypeError, ValueError, KeyError, RecursionError) as exc:
-        # A keyword's value of a shape the checks above do not foresee: still the caller's schema.
-        raise UnsupportedParameterError(
-            f"{param}: the schema could not be read ({type(exc).__name__}: {exc})", param=param
-        ) from None
-
-
-def schema_size(schema: Any) -> int:
-    """A schema's size as compact JSON, in characters: what the deployment's limit counts."""
-    return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+def check_schema(schema: Any, *, param: str) -> CompiledSchema:
+    """``schema`` compiled (:func:`~snapllm.protocol.compiled_schema.compile_schema`), or the 400 that
+    refuses it: not valid JSON Schema in its draft, over the size limit, or over llguidance's limits."""
+    return compile_schema(schema, param=param)
 
 
 # --- Tool calls -------------------------------------------------------------------------------------------
@@ -366,8 +233,12 @@ def arguments_valid(arguments: str, parameters: Mapping[str, Any] | None) -> boo
         value = json.loads(arguments)
     except ValueError:
         return False
-    # The answer check's validator: patterns matched under a time limit, multipleOf on decimals.
-    return schema_validator(arguments_schema(parameters)).is_valid(value)
+    # The answer check's validator (compiled when the request was read: a cache hit).
+    try:
+        compiled = compile_schema(arguments_schema(parameters), param="tools")
+    except SnapllmError:
+        return False
+    return not compiled.value_violations(value)
 
 
 def parse_tool_calls(

@@ -149,6 +149,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     grammar.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     grammar.set_defaults(implementation="snapllm_dev.bench.grammar")
 
+    schemas = kinds.add_parser(
+        "schemas", help="JSON schemas served, valid instances accepted, invalid stopped (JSONSchemaBench)"
+    )
+    schemas.add_argument("dir", type=Path, help="a folder of JSONSchemaBench cases (<Dataset>---<id>.json)")
+    schemas.add_argument("--dataset", action="append", help="only this dataset (repeatable)")
+    schemas.add_argument(
+        "--byte-masks", action="store_true", help="time masks over a byte vocabulary (no tokenizer fetched)"
+    )
+    schemas.add_argument("--no-mask", action="store_true", help="do not time masks")
+    schemas.add_argument("-v", "--verbose", action="store_true", help="list refusals and misses")
+    schemas.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    schemas.set_defaults(implementation="snapllm_dev.bench.schemas")
+
     embeddings = kinds.add_parser(
         "embeddings", help="/v1/embeddings inputs/s for a batch of short texts, against llama-server"
     )

@@ -1,0 +1,321 @@
+"""A request's schema compiled once by llguidance: what is served, what the constraint takes, what is
+validated on the finished answer (in the draft the schema declares), and the cache that makes it one
+compile. The constraint is driven byte by byte through llguidance's matcher, as the decode loop drives it
+token by token."""
+
+import json
+
+import pytest
+
+from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
+from snapllm.protocol import compiled_schema
+from snapllm.protocol.compiled_schema import (
+    CACHE_SIZE,
+    COMPILATIONS,
+    MAX_INDENT,
+    MAX_SCHEMA_CHARS,
+    clear_cache,
+    compile_schema,
+)
+from snapllm_dev.bench.schemas import SPACINGS, Constraint, byte_tokenizer
+
+TOKENIZER = byte_tokenizer()
+
+
+def takes(schema, text: str) -> bool:
+    """Whether the constraint of ``schema`` lets ``text`` be generated, exactly as written."""
+    constraint = Constraint(compile_schema(schema, param="response_format"), TOKENIZER)
+    matcher = constraint._matcher()
+    return matcher.consume_tokens(list(text.encode())) and matcher.is_accepting()
+
+
+# --- What is served -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {"a": {"type": "string"}},
+        },
+        {"self": {"vendor": "com.acme", "name": "event", "format": "jsonschema"}, "type": "object"},
+        {
+            "id": "http://example.test/s#",
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "string",
+        },
+        {"type": "string", "example": "x", "readonly": True, "_format": "uri", "_uniqueItems": True},
+    ],
+)
+def test_keywords_json_schema_does_not_define_are_annotations(schema):
+    compiled = compile_schema(schema, param="response_format")
+    assert compiled.validated == ()
+    assert takes(schema, '"x"' if schema["type"] == "string" else "{}")
+
+
+@pytest.mark.parametrize("name", ["int32", "int64", "path", "url", "idn-email"])
+def test_a_format_without_a_grammar_is_a_plain_string_validated_afterwards(name):
+    compiled = compile_schema({"type": "string", "format": name}, param="response_format")
+    assert compiled.validated == (f"format {name!r} (at the root)",)
+    assert takes({"type": "string", "format": name}, '"anything"')
+
+
+def test_a_format_jsonschema_checks_is_caught_on_the_answer():
+    compiled = compile_schema({"type": "string", "format": "idn-email"}, param="response_format")
+    assert compiled.violations('"someone@example.test"') == []
+    assert compiled.violations('"no at sign"')
+
+
+@pytest.mark.parametrize("keyword", ["maxLength", "maxItems"])
+def test_counts_over_4096_are_served(keyword):
+    schema = {"type": "string" if keyword == "maxLength" else "array", keyword: 100_000}
+    compile_schema(schema, param="response_format")
+    assert takes(
+        schema, '"' + "a" * 5000 + '"' if keyword == "maxLength" else "[" + ",".join(["1"] * 5000) + "]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ({"type": "integer", "minimum": "0"}, "not valid JSON Schema: '0' is not of type 'number'"),
+        ({"type": "thing"}, "not valid JSON Schema"),
+        ({"type": "array", "minItems": -1}, "-1 is less than the minimum of 0"),
+        ({"not": {"type": "string", "pattern": "(("}}, "'((' is not a 'regex'"),
+        ({"patternProperties": {"((": {}}}, "'((' is not a 'regex'"),
+        ({"$ref": "#/$defs/Missing"}, "/$defs/Missing"),
+        ({"$ref": "https://example.test/s.json"}, "https://example.test/s.json"),
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "Unsatisfiable schema"),
+    ],
+)
+def test_what_cannot_be_served_is_a_400_naming_why(schema, named):
+    with pytest.raises(UnsupportedParameterError) as caught:
+        compile_schema(schema, param="response_format")
+    assert named in caught.value.message and caught.value.param == "response_format"
+
+
+def test_a_schema_over_the_size_limit_is_refused_before_any_compile():
+    clear_cache()
+    before = COMPILATIONS.count
+    big = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string"} for i in range(MAX_SCHEMA_CHARS // 10)},
+    }
+    with pytest.raises(InvalidRequestError, match="characters as compact JSON"):
+        compile_schema(big, param="tools.0.function.parameters")
+    assert COMPILATIONS.count == before
+
+
+# --- Whitespace ---------------------------------------------------------------------------------------------
+
+PLACE = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "array"}}}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"city":"Paris","days":[1,2]}',
+        '{"city": "Paris", "days": [1, 2]}',
+        json.dumps({"city": "Paris", "days": [1, 2]}, indent=2),
+        json.dumps({"city": "Paris", "days": [1, 2]}, indent="\t"),
+    ],
+)
+def test_json_may_be_compact_spaced_or_indented(text):
+    assert takes(PLACE, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"city":  "Paris"}',
+        '{"city":"Paris",\n' + " " * (MAX_INDENT + 1) + '"days":[]}',
+        '{"city":"Paris"}\n\n',
+        ' {"city":"Paris"}',
+    ],
+)
+def test_whitespace_between_tokens_is_bounded(text):
+    assert not takes(PLACE, text)
+
+
+def test_a_requests_own_compiler_options_are_replaced():
+    schema = {**PLACE, "x-guidance": {"whitespace_flexible": True, "whitespace_pattern": " *"}}
+    compiled = compile_schema(schema, param="response_format")
+    assert '"x-guidance": {"whitespace_pattern"' in compiled.lark()
+    assert not takes(schema, '{"city":' + " " * 40 + '"Paris"}')
+
+
+# --- Validated on the answer, one keyword at a time ---------------------------------------------------------
+
+# (schema, an answer the constraint may let through, whose validation must fail)
+VALIDATED = {
+    "uniqueItems": ({"type": "array", "uniqueItems": True}, '["a","a"]'),
+    "contains": ({"type": "array", "contains": {"const": 1}}, "[2]"),
+    "minContains": ({"type": "array", "contains": {"const": 1}, "minContains": 2}, "[1,2]"),
+    "maxContains": ({"type": "array", "contains": {"const": 1}, "maxContains": 1}, "[1,1]"),
+    "unevaluatedItems": ({"prefixItems": [{"type": "integer"}], "unevaluatedItems": False}, "[1,2]"),
+    "additionalItems": ({"type": "array", "items": [{"type": "integer"}], "additionalItems": False}, "[1,2]"),
+    "minProperties": ({"type": "object", "minProperties": 2}, '{"a":1}'),
+    "maxProperties": ({"type": "object", "maxProperties": 1}, '{"a":1,"b":2}'),
+    "patternProperties": (
+        {"type": "object", "patternProperties": {"^n_": {"type": "integer"}}},
+        '{"n_a":"x"}',
+    ),
+    "propertyNames": ({"type": "object", "propertyNames": {"maxLength": 2}}, '{"abc":1}'),
+    "unevaluatedProperties": (
+        {"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False},
+        '{"a":1,"b":2}',
+    ),
+    "dependentRequired": ({"type": "object", "dependentRequired": {"a": ["b"]}}, '{"a":1}'),
+    "dependentSchemas": (
+        {"type": "object", "dependentSchemas": {"a": {"required": ["b"]}}},
+        '{"a":1}',
+    ),
+    "dependencies": ({"type": "object", "dependencies": {"a": ["b"]}}, '{"a":1}'),
+    "not": ({"type": "integer", "not": {"const": 3}}, "3"),
+    "if/then/else": (
+        {
+            "type": "object",
+            "if": {"required": ["a"]},
+            "then": {"required": ["b"]},
+            "else": {"required": ["c"]},
+        },
+        '{"a":1}',
+    ),
+    "oneOf": ({"oneOf": [{"type": "integer"}, {"minimum": 0}]}, "3"),
+    "pattern (lookaround)": ({"type": "string", "pattern": "^(?=.*\\d)[a-z0-9]+$"}, '"abc"'),
+    "pattern (backreference)": ({"type": "string", "pattern": "^(a|b)\\1$"}, '"ab"'),
+    "format": ({"type": "string", "format": "idn-email"}, '"nobody"'),
+    "multipleOf": ({"type": "number", "multipleOf": 0.01}, "0.075"),
+    "const": ({"const": {"a": [1, 2]}}, '{"a":[2,1]}'),
+}
+
+
+@pytest.mark.parametrize("keyword", list(VALIDATED))
+def test_every_validated_keyword_catches_an_invalid_answer(keyword):
+    schema, invalid = VALIDATED[keyword]
+    compiled = compile_schema(schema, param="response_format")
+    assert compiled.violations(invalid), f"{keyword}: {invalid} passed"
+    with pytest.raises(SchemaValidationFailedError) as caught:
+        compiled.check_answer(invalid, param="response_format")
+    assert caught.value.status_code == 422 and invalid[:20] in caught.value.message
+
+
+def test_what_llguidance_does_not_enforce_is_listed_with_its_place():
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "code": {"type": "string", "pattern": "^(?=A)[A-Z]{3}$"},
+            "size": {"type": "string", "format": "int32"},
+        },
+        "not": {"required": ["code"]},
+    }
+    validated = compile_schema(schema, param="response_format").validated
+    assert set(validated) == {
+        "pattern '^(?=A)[A-Z]{3}$'",
+        "uniqueItems (at properties.tags)",
+        "not (at the root)",
+        "format 'int32' (at properties.size)",
+    }
+    with pytest.raises(SchemaValidationFailedError, match=r"not enforced by the grammar: .*uniqueItems"):
+        compile_schema(schema, param="response_format").check_answer('{"tags":["a","a"]}', param="p")
+
+
+# --- The five defects ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good", "bad"), [("^[a^b]+$", '"a^b"', '"a^c"'), ("^[^@^x]+$", '"abc"', '"a^"')]
+)
+def test_a_caret_inside_a_character_class_is_served_and_enforced(pattern, good, bad):
+    schema = {"type": "string", "pattern": pattern}
+    compiled = compile_schema(schema, param="response_format")
+    assert compiled.validated == ()
+    assert takes(schema, good) and not takes(schema, bad)
+
+
+def test_dependencies_and_additional_items_are_validated_without_a_declared_draft():
+    dependencies = compile_schema({"type": "object", "dependencies": {"a": ["b"]}}, param="p")
+    assert dependencies.violations('{"a":1}') and not dependencies.violations('{"a":1,"b":2}')
+    tuples = {"type": "array", "items": [{"type": "integer"}], "additionalItems": False}
+    assert compile_schema(tuples, param="p").violations("[1,2]")
+    assert takes(tuples, "[1]") and not takes(tuples, "[1,2]")
+
+
+def test_pattern_properties_beside_no_additional_properties_are_generated():
+    schema = {
+        "type": "object",
+        "patternProperties": {"^x_": {"type": "integer"}},
+        "additionalProperties": False,
+        "minProperties": 1,
+    }
+    compiled = compile_schema(schema, param="response_format")
+    assert takes(schema, '{"x_a":1}') and not takes(schema, '{"y":1}')
+    assert compiled.violations('{"x_a":1}') == [] and compiled.violations("{}")
+
+
+def test_the_declared_draft_judges_the_answer_and_shapes_the_constraint():
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "number",
+        "maximum": 5,
+        "exclusiveMaximum": True,
+    }
+    compiled = compile_schema(draft4, param="p")
+    assert compiled.violations("5") and not compiled.violations("4.5")
+    assert takes(draft4, "4.5") and not takes(draft4, "5")
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "dependencies": {"a": {"required": ["b"]}},
+    }
+    assert compile_schema(draft7, param="p").violations('{"a":1}')
+    # 2020-12 reads a draft-04 schema's boolean as the wrong type: the declared draft is what counts.
+    with pytest.raises(UnsupportedParameterError, match="not valid JSON Schema"):
+        compile_schema({k: v for k, v in draft4.items() if k != "$schema"}, param="p")
+
+
+def test_a_pattern_and_lengths_hold_together():
+    # pydantic: constr(min_length=3, max_length=8, pattern=r"^[A-Z0-9]+$")
+    schema = {"type": "string", "minLength": 3, "maxLength": 8, "pattern": "^[A-Z0-9]+$"}
+    assert compile_schema(schema, param="response_format").validated == ()
+    assert not takes(schema, '"M"') and takes(schema, '"M4X"') and not takes(schema, '"ABCDEFGHI"')
+
+
+# --- One compile -------------------------------------------------------------------------------------------
+
+
+def test_a_schema_is_compiled_once_and_the_cache_is_bounded():
+    clear_cache()
+    before = COMPILATIONS.count
+    first = compile_schema(PLACE, param="response_format")
+    assert compile_schema(json.loads(json.dumps(PLACE)), param="tools.0.function.parameters") is first
+    assert COMPILATIONS.count == before + 1
+    # Property order is part of what is generated: another order is another schema.
+    reordered = {"type": "object", "properties": dict(reversed(PLACE["properties"].items()))}
+    assert compile_schema(reordered, param="p") is not first
+    for n in range(CACHE_SIZE):
+        compile_schema({"const": n}, param="p")
+    assert len(compiled_schema._CACHE) == CACHE_SIZE
+    compile_schema(PLACE, param="p")
+    assert COMPILATIONS.count == before + 2 + CACHE_SIZE + 1
+
+
+def test_a_refusal_is_remembered_and_names_each_requests_parameter():
+    clear_cache()
+    for param in ("response_format", "tools.3.function.parameters"):
+        with pytest.raises(UnsupportedParameterError) as caught:
+            compile_schema({"$ref": "#/$defs/Missing"}, param=param)
+        assert caught.value.param == param and caught.value.message.startswith(param)
+
+
+def test_the_bench_spacings_are_what_json_dumps_writes():
+    value = {"a": [1, {"b": None}], "c": {}}
+    assert json.dumps(value, separators=(SPACINGS["compact"].item, SPACINGS["compact"].key)) == json.dumps(
+        value, separators=(",", ":")
+    )
+    assert Constraint(compile_schema({"type": "object"}, param="p"), TOKENIZER).accepts(
+        value, SPACINGS["indent=2"]
+    )
