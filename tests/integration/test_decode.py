@@ -326,6 +326,7 @@ def test_a_grammar_llguidance_refuses_is_a_value_error_and_the_engine_serves_on(
     prompt = _chat(engine, "Name a colour.")
     refused = "start: colour"  # a rule that is never defined
     assert engine.accepts_grammar(GRAMMARS["json-object"]) and not engine.accepts_grammar(refused)
+    assert not engine.accepts_grammar('root ::= "red"')  # GBNF: llama.cpp's grammars are not the engine's
     with pytest.raises(ValueError, match="does not compile"):
         engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8, grammar=refused))
     answer = engine.generate(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8))

@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import llama_cpp.llama_cpp as low_level
 import llguidance
-import llguidance.gbnf_to_lark
 import llguidance.numpy
 import numpy as np
 from llama_cpp import Llama
@@ -69,14 +68,6 @@ def vocabulary_tokenizer(llama: Llama) -> llguidance.LLTokenizer:
         return lltokenizer_from_vocab(vocab, n_vocab=int(llama.n_vocab()), eos_token=ends or None)
 
 
-def _llguidance_grammar(grammar: str) -> str:
-    """``grammar`` as llguidance reads it: a GBNF grammar (``root ::= ...``) is converted to Lark."""
-    stripped = grammar.lstrip()
-    if stripped.startswith("{") or llguidance.gbnf_to_lark.is_lark_syntax(grammar):
-        return grammar
-    return llguidance.grammar_from("gbnf", grammar)
-
-
 def _compiled(tokenizer: llguidance.LLTokenizer, grammar: str) -> llguidance.LLMatcher:
     """``grammar``'s matcher, compiled on the compile thread (its stack :data:`COMPILE_STACK_BYTES`)."""
     return _compiler().submit(llguidance.LLMatcher, tokenizer, grammar, limits=LIMITS, log_level=0).result()
@@ -107,11 +98,7 @@ class Constraint:
     """One request's matcher: which tokens the grammar allows next, and the tokens it has taken."""
 
     def __init__(self, tokenizer: llguidance.LLTokenizer, grammar: str) -> None:
-        try:
-            text = _llguidance_grammar(grammar)
-        except llguidance.gbnf_to_lark.GbnfToLarkError as exc:
-            raise ValueError(f"the grammar does not parse: {exc}") from exc
-        self._matcher = _compiled(tokenizer, text)
+        self._matcher = _compiled(tokenizer, grammar)
         if self._matcher.is_error():
             raise ValueError(f"the grammar does not compile: {self._matcher.get_error()}")
         self._bitmask = llguidance.numpy.allocate_token_bitmask(1, tokenizer.vocab_size)
