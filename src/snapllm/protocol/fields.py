@@ -182,7 +182,8 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         ),
         "chat_template_kwargs": _served(
             'extra chat template variables, as llama-server and vLLM take them ({"enable_thinking": false}); '
-            "the variables the request itself sets cannot be replaced"
+            "the variables the request itself sets and the template language's own names (self, range, "
+            "namespace...) cannot be replaced"
         ),
         "verbosity": _ignored("a hint for reasoning models; length is set by max_tokens here"),
         "audio": _refused("the models served here take and produce text only"),

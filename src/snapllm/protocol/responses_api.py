@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
+from snapllm.protocol.edge import check_json_value
 from snapllm.protocol.fields import Endpoint
 from snapllm.protocol.requests import (
     MAX_SEED,
@@ -348,6 +349,9 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
     @classmethod
     def _servable(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            # The edge's checks first (this runs before RequestBody's): a refusal below quotes an item's type,
+            # which must be text a response can carry.
+            check_json_value(data)
             data = _without_reasoning_items(data)
             _refuse_unservable(data)
         return data
