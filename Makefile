@@ -93,7 +93,8 @@ deploy-rehearsal: build
 	$(PY) -W ignore scripts/deploy_rehearsal.py $(BUILD_DIR)
 
 # Builds for arm64, then loads the aarch64 layer in an arm64 Debian userland under qemu-user (Neoverse N1)
-# and checks that the tokens it generates match the host's.
+# and checks that the tokens it generates match the host's, free and constrained by a JSON schema (the snapllm
+# layer's llguidance aarch64 wheel).
 test-arm64: setup
 	$(MAKE) build ARCH=arm64
 	scripts/test-arm64.sh .aws-sam/build

@@ -2,6 +2,7 @@
 
 python scripts/arm64_compare.py host ARM_JSON HOST_JSON LAYER_DIR   # the arm64 layer against the host
 python scripts/arm64_compare.py repack REPACKED_JSON PLAIN_JSON      # repacked kernels against plain ones
+python scripts/arm64_compare.py constrained ARM_JSON HOST_JSON SNAPLLM_LAYER_DIR   # a constrained answer
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ def against_host(arm: dict, host: dict, layer: str) -> tuple[list[str], str]:
     return problems, f"{len(arm['tokens'])} tokens under emulation match the host: {arm['text']!r}"
 
 
+def constrained(arm: dict, host: dict, layer: str) -> tuple[list[str], str]:
+    problems = []
+    if arm["machine"] != "aarch64":
+        problems.append(f"ran on {arm['machine']}, not aarch64")
+    if not arm["llguidance"].startswith(layer):
+        problems.append(f"llguidance came from {arm['llguidance']}, not the built snapllm layer")
+    if not arm["text"].startswith("{"):
+        problems.append(f"the constrained answer {arm['text']!r} is not a JSON object")
+    if arm["tokens"] != host["tokens"]:
+        problems.append(f"arm64 tokens {arm['tokens']} differ from the host's {host['tokens']}")
+    return problems, f"the constrained answer under emulation matches the host's: {arm['text']!r}"
+
+
 def with_and_without_repacking(repacked: dict, plain: dict) -> tuple[list[str], str]:
     gaps = [abs(a[1] - b[1]) for a, b in zip(repacked["top"], plain["top"], strict=True)]
     problems = []
@@ -44,7 +58,12 @@ def with_and_without_repacking(repacked: dict, plain: dict) -> tuple[list[str], 
 def main(argv: list[str]) -> int:
     kind, first, second, *rest = argv
     runs = json.loads(first), json.loads(second)
-    problems, success = against_host(*runs, *rest) if kind == "host" else with_and_without_repacking(*runs)
+    if kind == "host":
+        problems, success = against_host(*runs, *rest)
+    elif kind == "constrained":
+        problems, success = constrained(*runs, *rest)
+    else:
+        problems, success = with_and_without_repacking(*runs)
     for problem in problems:
         print(f"test-arm64: FAILED ({kind}): {problem}")
     if problems:

@@ -4,7 +4,9 @@ Runs unchanged under qemu-aarch64 (the built arm64 layer on PYTHONPATH) and nati
 the two outputs can be compared token for token. ``--no-repack`` turns off llama.cpp's repacking of the
 weights for the CPU's kernels (``use_extra_bufts``, which ``Llama()`` has no argument for), so the repacked
 and the plain kernels can be compared on one machine; ``top`` is the prompt's most likely next tokens with
-their logits, to state how far the two kernels' numbers are apart.
+their logits, to state how far the two kernels' numbers are apart. ``--constrained`` generates through the
+engine's own decoder (the snapllm layer on PYTHONPATH too) under a JSON schema's llguidance grammar, so
+llguidance's aarch64 wheel builds its token masks over the model's vocabulary.
 
 Example:
     python scripts/arm64_smoke.py --model SmolLM2-135M-Instruct.Q4_1.gguf --tokens 8
@@ -24,7 +26,10 @@ def main() -> int:
     parser.add_argument("--prompt", default="The capital of France is")
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--no-repack", action="store_true", help="keep the weights in the file's layout")
+    parser.add_argument("--constrained", action="store_true", help="under a JSON schema, by the engine")
     args = parser.parse_args()
+    if args.constrained:
+        return constrained(args)
 
     started = time.perf_counter()
     import llama_cpp
@@ -63,6 +68,54 @@ def main() -> int:
                 "repack": not args.no_repack,
                 "tokens": tokens,
                 "top": [[token, round(float(logits[token]), 4)] for token in top],
+                "text": llm.detokenize(tokens).decode(errors="replace"),
+                "import_s": round(imported - started, 2),
+                "load_s": round(loaded - imported, 2),
+                "generate_s": round(done - loaded, 2),
+            }
+        )
+    )
+    return 0
+
+
+#: The schema of the constrained run: the answer can only be this object, whatever the model prefers.
+SCHEMA = {
+    "type": "object",
+    "properties": {"capital": {"type": "string", "maxLength": 12}},
+    "required": ["capital"],
+    "additionalProperties": False,
+}
+
+
+def constrained(args: argparse.Namespace) -> int:
+    """Greedy tokens under SCHEMA from snapllm's decoder (llguidance's matcher), as one JSON line."""
+    started = time.perf_counter()
+    import llama_cpp
+    import llguidance
+
+    from snapllm.engine.decode import Decoder
+    from snapllm.engine.types import Sampling
+
+    imported = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=256, n_batch=32, n_threads=2, verbose=False)
+    decoder = Decoder(llm)  # builds llguidance's tokenizer over the vocabulary
+    loaded = time.perf_counter()
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(SCHEMA)
+    prompt = llm.tokenize(b"The capital of France, as JSON:")
+    tokens: list[int] = []
+    for sampled in decoder.tokens(prompt, Sampling(0.0, 1.0, seed=1), grammar=grammar, limit=args.tokens):
+        if sampled.end_of_generation:
+            break
+        tokens.append(sampled.token)
+    done = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "machine": platform.machine(),
+                "llama_cpp": llama_cpp.__file__,
+                "llguidance": llguidance.__file__,
+                "tokens": tokens,
+                "masks": decoder.grammar_fallbacks,
                 "text": llm.detokenize(tokens).decode(errors="replace"),
                 "import_s": round(imported - started, 2),
                 "load_s": round(loaded - imported, 2),

@@ -4,6 +4,8 @@
 # greedy-generates tokens from the default model, which must match the host's own llama_cpp token for token.
 # Then the repacked kernels: a Q4_0 model in SmolLM2-135M's shape (random weights, `snapllm test-models`),
 # whose weights llama.cpp repacks for NEON/dotprod, must answer the same tokens with repacking as without.
+# Last, one constrained request through the engine's decoder from .aws-sam/build/SnapllmLayerArm64 (llguidance's
+# aarch64 wheel builds the token masks) must answer the host's tokens.
 #
 #   usage: scripts/test-arm64.sh [BUILD_DIR]      (make test-arm64; needs make build first)
 set -euo pipefail
@@ -27,6 +29,13 @@ arm_smoke() {
     qemu-aarch64-static "$rootfs/usr/bin/python3.13" scripts/arm64_smoke.py --model "$1" --tokens "$tokens" "${@:2}"
 }
 
+# The same with both layers on PYTHONPATH, constrained by a JSON schema: arm_constrained MODEL
+arm_constrained() {
+  env -i PATH=/usr/bin:/bin HOME="$HOME" PYTHONPATH="$layer:$snapllm_layer" PYTHONDONTWRITEBYTECODE=1 \
+    QEMU_LD_PREFIX="$rootfs" QEMU_CPU=neoverse-n1 \
+    qemu-aarch64-static "$rootfs/usr/bin/python3.13" scripts/arm64_smoke.py --model "$1" --tokens 16 --constrained
+}
+
 echo "test-arm64: generating $tokens tokens under qemu-aarch64 -cpu neoverse-n1 (slow)" >&2
 arm=$(arm_smoke "$model")
 host=$(.venv/bin/python scripts/arm64_smoke.py --model "$model" --tokens "$tokens")
@@ -41,4 +50,14 @@ plain=$(arm_smoke "$q4_0" --no-repack)
 echo "arm64, repacked: $repacked"
 echo "arm64, plain:    $plain"
 .venv/bin/python scripts/arm64_compare.py repack "$repacked" "$plain"
+snapllm_layer=$(cd "$build/SnapllmLayerArm64/python" 2>/dev/null && pwd) || {
+  echo "test-arm64: no $build/SnapllmLayerArm64/python: run 'make build' first" >&2
+  exit 1
+}
+echo "test-arm64: a constrained request (JSON schema, llguidance) under emulation" >&2
+arm=$(arm_constrained "$model")
+host=$(.venv/bin/python scripts/arm64_smoke.py --model "$model" --tokens 16 --constrained)
+echo "arm64, constrained: $arm"
+echo "host, constrained:  $host"
+.venv/bin/python scripts/arm64_compare.py constrained "$arm" "$host" "$snapllm_layer"
 echo "test-arm64: took $(($(date +%s) - started)) s" >&2

@@ -86,6 +86,11 @@ def test_snapllm_layer_builds_for_arm64_the_way_sam_runs_it(tmp_path):
     # pydantic-core is the compiled part: it must have come as an aarch64 wheel.
     assert {elf.machine for elf in layer.elves} == {"aarch64"}
     assert any(tag.distribution.startswith("pydantic_core") for tag in layer.wheel_tags)
+    # So is llguidance, the constraint engine: its aarch64 wheel, built for a glibc no newer than Amazon
+    # Linux 2023's 2.34.
+    (guidance,) = [tag for tag in layer.wheel_tags if tag.distribution.startswith("llguidance")]
+    glibc = re.fullmatch(r"manylinux_2_(\d+)_aarch64", guidance.platform)
+    assert glibc and int(glibc.group(1)) <= 34, guidance
     for rule in (check_elf, check_wheels, check_sizes, check_weights):
         assert rule(target) == [], rule.__name__
 
