@@ -248,6 +248,28 @@ CASES = [
         )
         for stream in (False, True)
     ),
+    # A lone surrogate escaped twice: ASCII in the body, text no tokenizer reads once the arguments are
+    # decoded (tests/integration/test_hostile_text.py tries every field; these go through every entry point).
+    *(
+        Case(f"sent-back-arguments-escaped-surrogate{suffix}", sent_back(json.dumps({"a": "\ud800"}), stream))
+        for suffix, stream in (("", False), ("-streamed", True))
+    ),
+    Case(
+        "count-sent-back-arguments-escaped-surrogate",
+        sent_back(json.dumps({"a": "\udfff"}), False),
+        path=CHAT_INPUT_TOKENS,
+    ),
+    Case(
+        "responses-sent-back-arguments-escaped-surrogate",
+        response_with(
+            input=[
+                {"role": "user", "content": "Say hi."},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": "\\ud800"}'},
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            ],
+        ),
+        path=RESPONSES,
+    ),
     Case("streamed-wrong-type", chat_with(stream=True, max_tokens="10")),
     Case("streamed-surrogate", chat_with(stream=True, user="\ud800")),
     # Structured output and tools: what cannot be served (a format without a grammar) is refused.
