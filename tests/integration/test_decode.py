@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -384,3 +385,24 @@ def test_deeply_nested_rules_compile_without_overflowing_the_stack(model_path):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert int(run.stdout.split()[-1]) >= 1  # tokens of "a"s may start
+
+
+def test_a_grammar_is_checked_while_another_request_generates(engine):
+    # The serving layer checks a request's grammar as it prepares it; a stream holding the engine (its
+    # consumer reads slowly, on the same event loop perhaps) must not hold that check up.
+    prompt = _chat(engine, "Count to ten.")
+    stream = engine.stream(EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=8))
+    first = next(stream)  # the stream holds the engine's lock from here
+    checked: list[bool] = []
+    thread = threading.Thread(target=lambda: checked.append(engine.accepts_grammar(GRAMMARS["lark"])))
+    thread.start()
+    thread.join(timeout=20)
+    waited = thread.is_alive()
+    stream.close()
+    thread.join()
+    assert isinstance(first, TokenDelta) and not waited and checked == [True]
+    # The compiled matcher is taken by the request with that grammar.
+    answer = engine.generate(
+        EngineRequest(prompt, Sampling(0.0, 1.0, seed=1), max_tokens=12, grammar=GRAMMARS["lark"])
+    )
+    assert answer.text.startswith("The answer is ")

@@ -347,12 +347,12 @@ class Engine(LoadedModel):
 
     def accepts_grammar(self, grammar: str) -> bool:
         """Whether llguidance compiles ``grammar`` within its bounds (the next request with it reuses the
-        compiled matcher)."""
-        with self._lock:  # the decoder's compiled grammar is the running request's to take
-            try:
-                self._decoder.constraint(grammar)
-            except ValueError:
-                return False
+        compiled matcher). Not under the engine's lock: a request being prepared never waits for one that is
+        generating (the matcher is compared by its grammar when taken, so a race costs a compile only)."""
+        try:
+            self._decoder.constraint(grammar)
+        except ValueError:
+            return False
         return True
 
     # --- Generation -----------------------------------------------------------------------------------------
