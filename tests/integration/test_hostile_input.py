@@ -321,12 +321,15 @@ CASES = [
         if refusal is not None
     ),
     Case(
-        "tool-schema-nullable-pattern-repeat",
+        "tool-schema-unsatisfiable",
         chat_with(
             tools=[
                 {
                     "type": "function",
-                    "function": {"name": "f", "parameters": {"type": "string", "pattern": "^(a?){4096}$"}},
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "required": ["x"], "additionalProperties": False},
+                    },
                 }
             ]
         ),

@@ -1,14 +1,13 @@
 """Hostile JSON schemas, one per class of cost a schema can cause, each with what must happen to it.
 
-``HOSTILE[name] = (schema, refusal)``: ``refusal`` is None when the schema must be served (a grammar built
-within its bound), else words the 400's message must contain (naming the construct). A served schema may
-hold constraints a grammar cannot (``uniqueItems``, a lookaround): its answer is validated on them, within
-the same bound (:func:`snapllm.protocol.json_grammar.unenforced` lists them).
+``HOSTILE[name] = (schema, refusal)``: ``refusal`` is None when the schema must be served (compiled within
+its bound, each token's mask within its bound), else words the 400's message must contain (naming why).
+A served schema may hold constraints llguidance does not enforce (``uniqueItems``, a lookaround, a
+``multipleOf`` too costly to track): its answer is validated on them, within the same bound
+(:attr:`snapllm.protocol.compiled_schema.CompiledSchema.validated` lists them).
 """
 
 from __future__ import annotations
-
-from snapllm.protocol.json_grammar import MAX_CHOICES
 
 
 def dag(depth: int) -> dict:
@@ -75,23 +74,16 @@ WIDE = {
     "required": [f"p{i}" for i in range(400)],
     "additionalProperties": False,
 }
-# Each hostile class: served (a grammar llama.cpp accepts) or refused with words naming the construct.
+# Each hostile class: served (compiled by llguidance within its limits) or refused with words naming why.
 HOSTILE = {
     "dag-defs": (dag(60), None),
-    "pattern-(a?){4096}": (
-        {"type": "string", "pattern": "^(a?){4096}$"},
-        "a repeat of a part that can match nothing",
-    ),
-    "pattern-((a?){64}){64}": ({"type": "string", "pattern": "((a?){64}){64}"}, "can match nothing"),
-    "pattern-(((a?){16}){16}){16}": (
-        {"type": "string", "pattern": "^(((a?){16}){16}){16}$"},
-        "can match nothing",
-    ),
-    "pattern-((ab){64}){64}": (
-        {"type": "string", "pattern": "^((ab){64}){64}$"},
-        "expand to 8192 characters",
-    ),
-    "pattern-(a*)*": ({"type": "string", "pattern": "^(a*)*$"}, "can match nothing"),
+    # Patterns compile to one lexer automaton, whatever their repeats: served, each token's mask bounded by
+    # llguidance's lexer fuel.
+    "pattern-(a?){4096}": ({"type": "string", "pattern": "^(a?){4096}$"}, None),
+    "pattern-((a?){64}){64}": ({"type": "string", "pattern": "((a?){64}){64}"}, None),
+    "pattern-(((a?){16}){16}){16}": ({"type": "string", "pattern": "^(((a?){16}){16}){16}$"}, None),
+    "pattern-((ab){64}){64}": ({"type": "string", "pattern": "^((ab){64}){64}$"}, None),
+    "pattern-(a*)*": ({"type": "string", "pattern": "^(a*)*$"}, None),
     # Validated on the answer, not generated: the regex module matches them under a time limit, so one that
     # backtracks exponentially on a string that fails it costs that limit, not minutes.
     "pattern-lookahead": ({"type": "string", "pattern": "^(?=a)a$"}, None),
@@ -101,27 +93,31 @@ HOSTILE = {
     "all-types": (ALL_TYPES, None),
     "400-properties-maxLength-4096": (WIDE, None),
     "arrays-of-arrays": (_nested_arrays(20), None),
-    "choice-dag": (choice_dag(30), f"at most {MAX_CHOICES}"),
-    "empty-enum": ({"type": "object", "properties": {"e": {"enum": []}}}, "an empty enum (at properties.e)"),
+    "choice-dag": (choice_dag(30), None),
+    "empty-enum": ({"type": "object", "properties": {"e": {"enum": []}}}, None),
+    "empty-enum-required": (
+        {"type": "object", "properties": {"e": {"enum": []}}, "required": ["e"]},
+        "Unsatisfiable schema",
+    ),
     "required-but-forbidden": (
         {"type": "object", "properties": {}, "required": ["x"], "additionalProperties": False},
-        "required 'x'",
+        "required property 'x' is unsatisfiable",
     ),
-    # Recursion through an array or an object is a tree (one rule reaching itself after a "[" or "{");
-    # recursion that reaches itself before any character would never end, and is refused.
+    # Recursion through an array or an object is a tree; recursion that reaches itself before any
+    # character would never end: refused when no value can be generated.
     "recursive-ref": ({"$defs": {"n": {"items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"}, None),
     "recursive-tree": (TREE, None),
     "recursive-cycle-of-40": (mutual_recursion(40), None),
     "recursive-self-root": ({"type": "array", "items": {"$ref": "#"}, "maxItems": 3}, None),
     "recursive-left": (
         {"$defs": {"n": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "$ref": "#/$defs/n"},
-        "before any object or array opens",
+        None,
     ),
     "recursive-left-allOf": (
         {"$defs": {"n": {"allOf": [{"$ref": "#/$defs/n"}]}}, "$ref": "#/$defs/n"},
-        "refers back to itself",
+        "no JSON value can be generated",
     ),
-    # Digit ranges grow with the number of digits (16 at most), never with the width of the range.
+    # Bounds are spelled out digit by digit: beyond 10**15 they are validated instead.
     "integer-range-16-digits": ({"type": "integer", "minimum": -(10**15) + 7, "maximum": 10**15 - 3}, None),
     "integer-range-beyond-16-digits": ({"type": "integer", "minimum": -(10**40), "maximum": 10**40}, None),
     "number-range-open-exclusive": (
@@ -129,11 +125,12 @@ HOSTILE = {
         None,
     ),
     "number-minimum-1e300": ({"type": "number", "minimum": 1e300}, None),
+    # A remainder is tracked digit by digit: a step over 1,000 (or with more than 12 decimals) is validated.
     "multipleOf-97": ({"type": "integer", "multipleOf": 97}, None),
     "multipleOf-1000003": ({"type": "integer", "multipleOf": 1000003, "minimum": 0}, None),
     "multipleOf-1e-300": ({"type": "number", "multipleOf": 1e-300}, None),
-    "multipleOf-0": ({"type": "integer", "multipleOf": 0}, "multipleOf 0"),
-    "minimum-over-maximum": ({"type": "integer", "minimum": 5, "maximum": 4}, "minimum over maximum"),
+    "multipleOf-0": ({"type": "integer", "multipleOf": 0}, "0 is less than or equal to the minimum of 0"),
+    "minimum-over-maximum": ({"type": "integer", "minimum": 5, "maximum": 4}, "minimum (5) is greater than"),
     "every-format": (
         {
             "type": "object",
@@ -151,6 +148,7 @@ HOSTILE = {
         },
         None,
     ),
-    "format-iri": ({"type": "string", "format": "iri"}, "format 'iri'"),
-    "unknown-keyword": ({"type": "string", "x-check": True}, "x-check"),
+    "format-iri": ({"type": "string", "format": "iri"}, None),
+    "unknown-keyword": ({"type": "string", "x-check": True}, None),
+    "external-ref": ({"$ref": "https://example.test/schema.json"}, "https://example.test/schema.json"),
 }

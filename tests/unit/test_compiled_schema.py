@@ -4,9 +4,14 @@ compile. The constraint is driven byte by byte through llguidance's matcher, as 
 token by token."""
 
 import json
+import random
+import time
 
+import llguidance
+import numpy as np
 import pytest
 
+from snapllm.engine.constraint import LIMITS
 from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
 from snapllm.protocol import compiled_schema
 from snapllm.protocol.compiled_schema import (
@@ -14,10 +19,15 @@ from snapllm.protocol.compiled_schema import (
     COMPILATIONS,
     MAX_INDENT,
     MAX_SCHEMA_CHARS,
+    PARSER_LIMITS,
+    byte_tokenizer,
     clear_cache,
     compile_schema,
+    parser_limits,
 )
-from snapllm_dev.bench.schemas import SPACINGS, Constraint, byte_tokenizer
+from snapllm_dev.bench.schemas import SPACINGS, Constraint
+from snapllm_dev.testmodels.families import QWEN3_TOKENIZER
+from tests.support.hostile_schemas import HOSTILE
 
 TOKENIZER = byte_tokenizer()
 
@@ -319,3 +329,64 @@ def test_the_bench_spacings_are_what_json_dumps_writes():
     assert Constraint(compile_schema({"type": "object"}, param="p"), TOKENIZER).accepts(
         value, SPACINGS["indent=2"]
     )
+
+
+# --- Bounded cost: the hostile-schema table ----------------------------------------------------------------
+
+#: What compiling one hostile schema may take here (a busy 2-core machine; 1 s is the refusal budget).
+COMPILE_BOUND_S = 3.0
+#: What one token's mask may take over a 151k-token vocabulary (llguidance's step fuel bounds its work).
+MASK_BOUND_S = 0.25
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    """llguidance's view of a real vocabulary: Qwen3's 151,669 tokens (the test models' tokenizer)."""
+    return llguidance.LLTokenizer(str(QWEN3_TOKENIZER.tokenizer_json))
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_schema_compiles_and_masks_within_its_bound_or_is_refused_naming_why(name, vocabulary):
+    schema, refusal = HOSTILE[name]
+    clear_cache()
+    started = time.perf_counter()
+    if refusal is not None:
+        with pytest.raises(UnsupportedParameterError) as caught:
+            compile_schema(schema, param="response_format")
+        assert refusal in caught.value.message
+        assert time.perf_counter() - started < COMPILE_BOUND_S
+        return
+    compiled = compile_schema(schema, param="response_format")
+    assert time.perf_counter() - started < COMPILE_BOUND_S
+    matcher = llguidance.LLMatcher(vocabulary, compiled.grammar, limits=parser_limits(), log_level=0)
+    rng = random.Random(0)
+    for _ in range(32):  # a random walk through what the constraint allows
+        if matcher.is_stopped():
+            break
+        started = time.perf_counter()
+        mask = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        assert time.perf_counter() - started < MASK_BOUND_S, name
+        assert not matcher.is_error(), matcher.get_error()
+        allowed = [int(t) for t in np.flatnonzero(mask[: vocabulary.vocab_size]) if t != vocabulary.eos_token]
+        if not allowed:
+            break
+        assert matcher.consume_token(rng.choice(allowed))
+
+
+def test_thousands_of_nested_refs_compile_on_a_stack_that_holds_them(monkeypatch):
+    """3,000 nested ``$ref``s overflow a usual thread stack inside llguidance (the process died)."""
+    monkeypatch.setattr(compiled_schema, "MAX_SCHEMA_CHARS", 10**6)
+    depth = 3000
+    defs = {f"d{i}": {"type": "array", "items": {"$ref": f"#/$defs/d{i + 1}"}} for i in range(depth)}
+    schema = {"$ref": "#/$defs/d0", "$defs": {**defs, f"d{depth}": {"type": "null"}}}
+    try:
+        compiled = compile_schema(schema, param="response_format")
+    except UnsupportedParameterError as refused:  # over the compile budget on a slow machine: named
+        assert "to compile" in refused.message
+    else:
+        assert compiled.violations("[[[1]]]")
+
+
+def test_the_compile_runs_under_the_engines_limits():
+    for name, value in PARSER_LIMITS.items():
+        assert getattr(LIMITS, name) == value, name

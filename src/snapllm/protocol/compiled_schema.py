@@ -27,19 +27,22 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import islice
 from threading import Lock
-from typing import Any
+from typing import Any, ClassVar
 
 import llguidance
 import regex
 from jsonschema import Draft3Validator, Draft4Validator, Draft202012Validator, validators
-from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema_specifications import REGISTRY as METASCHEMAS
 
 from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
 
@@ -54,16 +57,22 @@ WHITESPACE = rf"[ \t]?|\r?\n[ \t]{{0,{MAX_INDENT}}}"
 #: ``x-guidance`` is replaced). ``lenient``: a keyword llguidance does not implement leaves the constraint
 #: wider, and the answer is validated on it.
 OPTIONS: dict[str, Any] = {"whitespace_pattern": WHITESPACE, "lenient": True, "coerce_one_of": True}
-#: llguidance's limits on one constraint, the same when the schema is compiled here as when the decode
-#: loop builds its matcher: lexer fuel bounds the compile (~50k/ms) and each token's mask (~14k/ms), the
-#: Earley items each step, the lexer's states its memory (1-2 kB each), the grammar's size its symbols.
+#: llguidance's limits on one constraint: those the engine's matcher runs under
+#: (:data:`snapllm.engine.constraint.LIMITS`, which this pure module cannot import: it loads llama.cpp), so
+#: a schema compiled here also compiles there. Lexer fuel bounds the compile (~50k/ms) and each token's
+#: mask (~14k/ms), the Earley items each step, the lexer's states its memory (1-2 kB each), the grammar's
+#: size its symbols.
 PARSER_LIMITS: dict[str, int] = {
+    "max_items_in_row": 2_000,
     "initial_lexer_fuel": 1_000_000,
-    "step_lexer_fuel": 200_000,
-    "step_max_items": 50_000,
-    "max_lexer_states": 50_000,
+    "step_lexer_fuel": 50_000,
+    "step_max_items": 10_000,
+    "max_lexer_states": 20_000,
     "max_grammar_size": 200_000,
 }
+#: The stack a schema compiles on: llguidance walks nested rules recursively, and 3,000 nested ``$ref``s
+#: overflow a thread's usual 8 MiB (the process dies); 256 MiB holds far more than the size limit allows.
+COMPILE_STACK_BYTES = 256 * 1024 * 1024
 #: A compile that takes longer is refused (and remembered, so a repeat costs nothing).
 COMPILE_BUDGET_S = 1.0
 #: Compiled schemas kept: a conversation's requests repeat the same tools and response_format.
@@ -89,7 +98,7 @@ COMPILATIONS = Compilations()
 
 def parser_limits() -> llguidance.LLParserLimits:
     """:data:`PARSER_LIMITS` as llguidance takes them."""
-    return llguidance.LLParserLimits(**PARSER_LIMITS)
+    return llguidance.LLParserLimits(**PARSER_LIMITS, verbose_errors=False)
 
 
 def schema_size(schema: Any) -> int:
@@ -146,6 +155,49 @@ def _validator_class(draft: Any) -> Any:
     return _VALIDATORS[draft]
 
 
+def _flat(node: Any) -> Any:
+    """A 2020-12 vocabulary's metaschema with ``$dynamicRef: "#meta"`` as a plain ``$ref`` to the root."""
+    if isinstance(node, list):
+        return [_flat(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    if node.get("$dynamicRef") == "#meta":
+        return {"$ref": "#"}
+    return {
+        k: _flat(v) for k, v in node.items() if k not in ("$id", "$schema", "$dynamicAnchor", "$vocabulary")
+    }
+
+
+def _flat_2020_12() -> Any:
+    """The 2020-12 metaschema as one schema without dynamic references: the same checks, at a fraction
+    of the cost (``jsonschema`` resolves ``$dynamicRef`` at every level; 250 ms for a 60-``$defs`` schema,
+    under 10 here)."""
+    root = METASCHEMAS.contents("https://json-schema.org/draft/2020-12/schema")
+    properties: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
+    for part in root["allOf"]:
+        vocabulary = METASCHEMAS.contents(f"https://json-schema.org/draft/2020-12/{part['$ref']}")
+        properties.update(_flat(vocabulary.get("properties", {})))
+        defs.update(_flat(vocabulary.get("$defs", {})))
+    properties.update(_flat(root.get("properties", {})))
+    return {"type": ["object", "boolean"], "properties": properties, "$defs": defs}
+
+
+_METASCHEMA_2020_12 = Draft202012Validator(
+    _flat_2020_12(), format_checker=Draft202012Validator.FORMAT_CHECKER
+)
+
+
+def _check_schema(draft: Any, schema: Any) -> None:
+    """Raise ``SchemaError`` when ``schema`` is not valid in ``draft``."""
+    if draft is not Draft202012Validator:
+        draft.check_schema(schema)
+        return
+    error = best_match(_METASCHEMA_2020_12.iter_errors(schema))
+    if error is not None:
+        raise SchemaError.create_from(error)
+
+
 # Where a schema holds schemas: maps of them, lists of them, one of them.
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -194,8 +246,56 @@ def _modern(schema: Any, *, draft4: bool) -> Any:
                 out[exclusive] = out.pop(bound)
             else:
                 del out[exclusive]
+    for keyword in _NUMBER_BOUNDS:
+        if keyword in out and not _moderate(out[keyword]):
+            del out[keyword]
+    if "multipleOf" in out and not _cheap_step(out["multipleOf"]):
+        del out["multipleOf"]
     out.pop("x-guidance", None)  # the project's options, never the request's
     return out
+
+
+_NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+#: A bound llguidance spells out digit by digit: beyond this size it is left to validation.
+MAX_BOUND = 10**15
+#: A ``multipleOf`` llguidance enforces: its digits (``0.07`` is 7, ``97`` is 97) are the states of the
+#: remainder it tracks, so a larger step is left to validation (1000003 took 37 s to compile).
+MAX_STEP_DIGITS = 1000
+
+
+def _moderate(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= MAX_BOUND
+
+
+def _cheap_step(value: Any) -> bool:
+    if not _moderate(value) or value <= 0:
+        return False
+    try:
+        step = Decimal(repr(value)).normalize().as_tuple()
+    except InvalidOperation:
+        return False
+    # Its decimals too: 1e-300 would be tracked over 300 of them.
+    return int("".join(map(str, step.digits))) <= MAX_STEP_DIGITS and -12 <= int(step.exponent) <= 12
+
+
+def _dropped_numbers(schema: Any, enforced: Any, path: str = "") -> Iterator[str]:
+    """Each number keyword of ``schema`` that :func:`_modern` left out of ``enforced``, with its place."""
+    if not isinstance(schema, Mapping) or not isinstance(enforced, Mapping):
+        return
+    for keyword in (*_NUMBER_BOUNDS, "multipleOf"):
+        value = schema.get(keyword)
+        if keyword in schema and keyword not in enforced and not isinstance(value, bool):
+            yield f"{keyword} {value!r} (at {path or 'the root'})"
+    for where, sub in _subschemas(schema):
+        yield from _dropped_numbers(sub, _follow(enforced, where), f"{path}.{where}".lstrip("."))
+
+
+def _follow(schema: Mapping[str, Any], where: str) -> Any:
+    """The subschema of ``schema`` at ``where`` (one step, as :func:`_subschemas` names it)."""
+    for step, sub in _subschemas(schema):
+        if step == where:
+            return sub
+    return None
 
 
 def _without_patterns(schema: Any, broken: set[str]) -> Any:
@@ -286,9 +386,12 @@ class CompiledSchema:
 
     def value_violations(self, value: Any) -> list[str]:
         """:meth:`violations` of a value already parsed."""
-        errors = sorted(
-            islice(self.validator.iter_errors(value), 64), key=lambda e: [str(p) for p in e.absolute_path]
-        )
+        try:
+            errors = sorted(
+                islice(self.validator.iter_errors(value), 64), key=lambda e: [str(p) for p in e.absolute_path]
+            )
+        except RecursionError:
+            return ["the answer nests too deeply to be validated"]
         return [f"{_place(error)} {error.message[:200]}" for error in islice(errors, MAX_VIOLATIONS)]
 
     def check_answer(self, text: str, *, param: str) -> None:
@@ -331,9 +434,43 @@ def _check_patterns(schema: Any) -> set[str]:
     return broken
 
 
+class _Bytes:
+    """A vocabulary of the 256 bytes and an end token: a constraint checked one byte at a time."""
+
+    eos_token_id = 256
+    bos_token_id = None
+    tokens: ClassVar[list[bytes]] = [bytes([i]) for i in range(256)] + [b"<eos>"]
+    special_token_ids: ClassVar[list[int]] = [256]
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        return list(text.encode() if isinstance(text, str) else text)
+
+
+_BYTE_TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+
+
+def byte_tokenizer() -> llguidance.LLTokenizer:
+    """An llguidance tokenizer whose tokens are single bytes (and an end token, 256)."""
+    return _BYTE_TOKENIZER
+
+
 def _llguidance(enforced: Mapping[str, Any]) -> tuple[bool, list[str]]:
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(dict(enforced), overrides=OPTIONS)
-    return llguidance.LLMatcher.validate_grammar_with_warnings(grammar, None, limits=parser_limits())
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(dict(enforced), overrides=OPTIONS)
+    except ValueError as exc:  # a number JSON cannot carry to llguidance (an integer beyond 64 bits)
+        return True, [str(exc)]
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+        grammar, None, limits=parser_limits()
+    )
+    if failed:
+        return failed, messages
+    # What only a matcher shows (a reference that loops before any character): its first mask, over bytes.
+    matcher = llguidance.LLMatcher(_BYTE_TOKENIZER, grammar, limits=parser_limits(), log_level=0)
+    if not matcher.is_error():
+        matcher.compute_bitmask()
+    if matcher.is_error():
+        return True, [f"no JSON value can be generated: {matcher.get_error()}"]
+    return failed, messages
 
 
 def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
@@ -343,14 +480,14 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
     cls = _validator_class(draft)
     judged = _validation_schema(schema)
     try:
-        cls.check_schema(judged)
+        _check_schema(draft, judged)
     except SchemaError as exc:
         place = ".".join(str(p) for p in exc.path) or "the root"
         raise _Refused(f"the schema is not valid JSON Schema: {exc.message[:200]} (at {place})") from None
     except (RecursionError, ValueError, TypeError) as exc:
         raise _Refused(f"the schema could not be read ({type(exc).__name__})") from None
     enforced = _modern(schema, draft4=draft in (Draft3Validator, Draft4Validator))
-    validated: list[str] = []
+    validated: list[str] = list(_dropped_numbers(schema, enforced))
     failed, messages = _llguidance(enforced)
     if failed and "regex" in messages[0]:
         broken = _check_patterns(enforced)
@@ -423,6 +560,33 @@ def _renamed(schema: Any) -> Any:
     return out
 
 
+def _compile_or_refuse(schema: Mapping[str, Any]) -> CompiledSchema | str:
+    try:
+        return _compile(schema)
+    except _Refused as exc:
+        return str(exc)
+    except RecursionError:
+        return "the schema is nested too deeply"
+
+
+_COMPILER: list[ThreadPoolExecutor] = []
+_COMPILER_LOCK = Lock()
+
+
+def _compiler() -> ThreadPoolExecutor:
+    """The thread schemas compile on, started on first use with a :data:`COMPILE_STACK_BYTES` stack."""
+    with _COMPILER_LOCK:
+        if not _COMPILER:
+            previous = threading.stack_size(COMPILE_STACK_BYTES)
+            try:
+                pool = ThreadPoolExecutor(1, thread_name_prefix="schema-compile")
+                pool.submit(int).result()  # the thread starts now, with that stack
+            finally:
+                threading.stack_size(previous)
+            _COMPILER.append(pool)
+        return _COMPILER[0]
+
+
 _CACHE: OrderedDict[str, CompiledSchema | str] = OrderedDict()
 _CACHE_LOCK = Lock()
 
@@ -447,12 +611,7 @@ def compile_schema(schema: Any, *, param: str) -> CompiledSchema:
         if found is not None:
             _CACHE.move_to_end(key)
     if found is None:
-        try:
-            found = _compile(schema)
-        except _Refused as exc:
-            found = str(exc)
-        except RecursionError:
-            found = "the schema is nested too deeply"
+        found = _compiler().submit(_compile_or_refuse, schema).result()
         with _CACHE_LOCK:
             _CACHE[key] = found
             while len(_CACHE) > CACHE_SIZE:

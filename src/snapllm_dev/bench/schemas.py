@@ -30,31 +30,20 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import llguidance
 
 from snapllm.errors import SnapllmError
-from snapllm.protocol.compiled_schema import CompiledSchema, clear_cache, compile_schema, parser_limits
+from snapllm.protocol.compiled_schema import (
+    CompiledSchema,
+    byte_tokenizer,
+    clear_cache,
+    compile_schema,
+    parser_limits,
+)
 from snapllm_dev.bench.stats import Percentiles
 from snapllm_dev.testmodels.families import QWEN3_TOKENIZER
-
-
-class _Bytes:
-    """A vocabulary of the 256 bytes and an end token: the constraint checked one byte at a time."""
-
-    eos_token_id = 256
-    bos_token_id = None
-    tokens: ClassVar[list[bytes]] = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    special_token_ids: ClassVar[list[int]] = [256]
-
-    def __call__(self, text: str | bytes) -> list[int]:
-        return list(text.encode() if isinstance(text, str) else text)
-
-
-def byte_tokenizer() -> llguidance.LLTokenizer:
-    """An llguidance tokenizer whose tokens are single bytes."""
-    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
 
 
 @dataclass(frozen=True)
@@ -236,8 +225,12 @@ def check_case(
     for test in case.get("tests", []):
         value = test["data"]
         violations = compiled.value_violations(value)
-        accepted = {name: constraint.accepts(value, spacing) for name, spacing in SPACINGS.items()}
         description = str(test.get("description", ""))[:80]
+        if not test["valid"] and violations:
+            result.invalid += 1
+            result.invalid_stopped += 1  # validation stops it, whatever the constraint lets through
+            continue
+        accepted = {name: constraint.accepts(value, spacing) for name, spacing in SPACINGS.items()}
         if test["valid"]:
             for spacing, ok in accepted.items():
                 result.valid += 1
