@@ -16,6 +16,8 @@ MCP_HELP = (
 )
 #: The longest invoke timeout: Lambda's limit (15 minutes).
 MAX_TIMEOUT_S = 900.0
+#: ``snapllm local serve --start-timeout``: seconds, above 0, at most an hour.
+start_timeout = number(0, 3600, above_minimum=True)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -122,6 +124,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="ORIGIN",
         help="let browser apps at ORIGIN call the API, as the template's CorsAllowedOrigins does "
         "(repeatable; e.g. http://localhost:5173)",
+    )
+    serve.add_argument(
+        "--start-timeout",
+        type=start_timeout,
+        metavar="SECONDS",
+        help="longest each phase of the streaming function's start may take (its init, warm-up, restore; "
+        "default: $SNAPLLM_LOCAL_START_TIMEOUT_S, else 120 s + 30 s per 100 MB of model)",
     )
     serve.set_defaults(implementation="snapllm_dev.local.serve_cli")
 

@@ -33,12 +33,33 @@ from snapllm_dev.local.processes import stop_process
 from snapllm_dev.sam import Function
 
 READINESS_CHECK_PATH = "AWS_LWA_READINESS_CHECK_PATH"
+#: Each phase of a web-adapter function's local start may take this long, and this much more per 100 MB of
+#: model (:func:`default_start_timeout_s`); ``--start-timeout`` or this variable sets the limit instead.
+START_TIMEOUT_BASE_S = 120.0
+START_TIMEOUT_PER_100_MB_S = 30.0
+START_TIMEOUT_VARIABLE = "SNAPLLM_LOCAL_START_TIMEOUT_S"
 BEFORE_CHECKPOINT_PATH = "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH"
 AFTER_RESTORE_PATH = "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH"
 
 
 class LocalServeError(SnapllmError):
     """A part of the local stack did not start."""
+
+
+def default_start_timeout_s(model_bytes: int) -> float:
+    """How long each phase of a web-adapter function's start may take (its init, the warm-up of its
+    before-checkpoint hook, its after-restore hook) for a model of ``model_bytes``: the warm-up grows with
+    the model (about 20 s for a 1 B model on an idle 2-core machine, several times that on a busy one)."""
+    return START_TIMEOUT_BASE_S + START_TIMEOUT_PER_100_MB_S * model_bytes / 100e6
+
+
+def too_slow(name: str, phase: str, timeout_s: float) -> str:
+    """The one line that says a phase of ``name``'s start overran its limit, and how to raise it."""
+    return (
+        f"{name}'s {phase} did not finish within {round(timeout_s, 1):g} s; raise the limit (by default "
+        f"{START_TIMEOUT_BASE_S:g} s + {START_TIMEOUT_PER_100_MB_S:g} s per 100 MB of model) with "
+        f"--start-timeout SECONDS or {START_TIMEOUT_VARIABLE}"
+    )
 
 
 class WebAdapterProcess:
@@ -90,6 +111,7 @@ class WebAdapterProcess:
     def _lifecycle(self, env: Mapping[str, str], timeout_s: float) -> None:
         # What LWA does on AWS: wait for the readiness check, then (SnapStart) the before-checkpoint hook,
         # the snapshot, the restore and the after-restore hook. Locally the process is not forked between.
+        # Each phase has ``timeout_s``; one that overruns it, or a process that dies in it, is one line.
         name = self.function.name
         deadline = time.monotonic() + timeout_s
         with httpx.Client(base_url=self.url, transport=self.transport(), timeout=timeout_s) as client:
@@ -100,16 +122,27 @@ class WebAdapterProcess:
                     if client.get(env.get(READINESS_CHECK_PATH) or "/").status_code == 200:
                         break
                 if time.monotonic() > deadline:
-                    raise LocalServeError(f"{name} was not ready within {timeout_s:g} s")
+                    raise LocalServeError(too_slow(name, "init (loading the model)", timeout_s))
                 time.sleep(0.1)
             if not self.function.snapstart:
                 return
-            for path in (env.get(BEFORE_CHECKPOINT_PATH), env.get(AFTER_RESTORE_PATH)):
+            hooks = (
+                ("before-checkpoint hook (the warm-up)", env.get(BEFORE_CHECKPOINT_PATH)),
+                ("after-restore hook", env.get(AFTER_RESTORE_PATH)),
+            )
+            for phase, path in hooks:
                 if not path:
                     continue
-                response = client.post(path)
+                try:
+                    response = client.post(path)
+                except httpx.TimeoutException:
+                    raise LocalServeError(too_slow(name, phase, timeout_s)) from None
+                except httpx.TransportError as exc:
+                    code = self.process.poll()
+                    how = f"exited (code {code})" if code is not None else f"broke the connection ({exc})"
+                    raise LocalServeError(f"{name} {how} during its {phase}") from None
                 if response.status_code // 100 != 2:
-                    raise LocalServeError(f"{name} hook {path} answered {response.status_code}")
+                    raise LocalServeError(f"{name}'s {phase} ({path}) answered {response.status_code}")
 
     def stop(self) -> None:
         stop_process(self.process)

@@ -24,11 +24,12 @@ from snapllm.errors import ConfigurationError, RequestError, SnapllmError
 from snapllm.protocol.edge import decode_json
 from snapllm_dev import sam
 from snapllm_dev.argtypes import port_number
-from snapllm_dev.local.arguments import api_key
+from snapllm_dev.local.arguments import api_key, start_timeout
 from snapllm_dev.local.cors import CORS_PARAMETER
 from snapllm_dev.local.durable import with_mcp_servers
 from snapllm_dev.local.gateway import LocalGateway, listen, serve
 from snapllm_dev.local.lifecycle import LocalFunctionError
+from snapllm_dev.local.lwa import START_TIMEOUT_VARIABLE
 from snapllm_dev.local.stack import EmbeddingModel, LocalStack
 from snapllm_dev.sam import Function, Template
 
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             agent_overrides=with_mcp_servers({}, args.mcp),
             embedding=_embedding(args),
             api_keys_file=keys_file,
+            start_timeout_s=start_timeout_s(args.start_timeout),
         )
     except (SnapllmError, OSError, ValueError) as exc:
         if sock is not None:
@@ -125,6 +127,20 @@ def run(args: argparse.Namespace) -> int:
     with resources, sock, stack, contextlib.suppress(KeyboardInterrupt, SystemExit):
         serve(stack, sock)
     return 0
+
+
+def start_timeout_s(given: float | None, environ: Mapping[str, str] = os.environ) -> float | None:
+    """``--start-timeout``, else ``$SNAPLLM_LOCAL_START_TIMEOUT_S`` (blank: unset), else None (the limit then
+    follows the model's size); a bad value raises a ConfigurationError."""
+    if given is not None:
+        return given
+    text = environ.get(START_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        return start_timeout(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigurationError(f"{START_TIMEOUT_VARIABLE} {exc}") from None
 
 
 def _embedding(args: argparse.Namespace) -> EmbeddingModel | None:

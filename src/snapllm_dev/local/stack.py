@@ -37,7 +37,7 @@ from snapllm_dev.local.environment import function_environment
 from snapllm_dev.local.inference import LocalInferenceClient
 from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE, Kind, model_function, of_kind, one_of_kind
 from snapllm_dev.local.lifecycle import RestoredEnvironment
-from snapllm_dev.local.lwa import WebAdapterProcess
+from snapllm_dev.local.lwa import WebAdapterProcess, default_start_timeout_s
 from snapllm_dev.local.processes import Closing
 from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm_dev.packaged_models import default_model_path
@@ -93,6 +93,7 @@ class LocalStack(Closing):
         agent_overrides: Mapping[str, str] | None = None,
         embedding: EmbeddingModel | None = None,
         api_keys_file: Path | None = None,
+        start_timeout_s: float | None = None,
     ) -> LocalStack:
         """Start every part (a part that fails stops the ones started before it) for ``router_function``, the
         HTTP API function to serve (default: the template's first); ConfigurationError if there is none or
@@ -102,7 +103,9 @@ class LocalStack(Closing):
         beside the model function's; ``fallbacks`` is the router's fallback order over all of them;
         ``agent_overrides`` are variables of the agent function (``SNAPLLM_AGENT_MCP_SERVERS``...);
         ``api_keys_file`` (records, :class:`~snapllm.api_keys.FileKeyStore`) plays ``ApiAuth=KEY``: without
-        it nothing is checked, as no SigV4 is locally; ``embedding`` adds an embedding model's route."""
+        it nothing is checked, as no SigV4 is locally; ``embedding`` adds an embedding model's route;
+        ``start_timeout_s`` bounds each phase of the web-adapter function's start (default: by the model's
+        size, :func:`~snapllm_dev.local.lwa.default_start_timeout_s`)."""
         api_keys = (
             ApiKeyVerifier(FileKeyStore.read(api_keys_file), realm=LOCAL_REALM) if api_keys_file else None
         )
@@ -151,7 +154,7 @@ class LocalStack(Closing):
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
                 keys = {"SNAPLLM_API_KEYS_FILE": str(api_keys_file or "")}
-                stream = cls._web_adapter(deployment, web_adapter[0], {**named, **keys})
+                stream = cls._web_adapter(deployment, web_adapter[0], {**named, **keys}, start_timeout_s)
                 resources.callback(stream.stop)
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
@@ -234,7 +237,10 @@ class LocalStack(Closing):
 
     @staticmethod
     def _web_adapter(
-        deployment: LocalDeployment, function: Function, named: Mapping[str, str]
+        deployment: LocalDeployment,
+        function: Function,
+        named: Mapping[str, str],
+        timeout_s: float | None = None,
     ) -> WebAdapterProcess:
         env = function_environment(
             function,
@@ -246,7 +252,9 @@ class LocalStack(Closing):
                 **named,
             },
         )
-        return WebAdapterProcess.start(function, env)
+        if timeout_s is None:
+            timeout_s = default_start_timeout_s(deployment.model_path.stat().st_size)
+        return WebAdapterProcess.start(function, env, timeout_s=timeout_s)
 
     def close(self) -> None:
         self.resources.close()
