@@ -50,6 +50,12 @@ def inference_overrides() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def serve_overrides() -> dict[str, str]:
+    # The local stack's functions evaluate prompts in batches of 128 too, and take the long prompt.
+    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048", "SNAPLLM_MAX_PROMPT_CHARS": "32000"}
+
+
+@pytest.fixture(scope="module")
 def stream_url(runtime):
     with stream_server(runtime, max_body_bytes=65536) as url:
         yield url
@@ -80,9 +86,9 @@ def _batch_ends(engine: Any, count: int) -> list[float]:
     return ends
 
 
-def _first_token_s(url: str, since: float) -> float:
-    """Seconds from ``since`` until a short streamed chat's first token arrives."""
-    with httpx.Client(timeout=180) as client, client.stream("POST", url + CHAT, json=SHORT_CHAT) as response:
+def _first_token_s(url: str, since: float, body: dict[str, Any] = SHORT_CHAT) -> float:
+    """Seconds from ``since`` until the first token of a streamed chat (by default a short one) arrives."""
+    with httpx.Client(timeout=180) as client, client.stream("POST", url + CHAT, json=body) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
             if not line.startswith("data: {"):
@@ -90,7 +96,7 @@ def _first_token_s(url: str, since: float) -> float:
             delta = json.loads(line.removeprefix("data: "))["choices"][0]["delta"]
             if delta.get("content"):
                 return time.monotonic() - since
-    raise AssertionError("the short chat streamed no token")
+    raise AssertionError("the chat streamed no token")
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
@@ -124,6 +130,24 @@ def test_a_client_that_leaves_during_its_prompt_frees_the_model_within_a_batch(r
     assert freed_s < 2.5 * batch_s + 0.3, (freed_s, batch_s)
     assert first_token_s < 2.5 * batch_s + 2 * ttft + 0.5, (first_token_s, batch_s, ttft)
     assert left < prompt
+
+
+def test_local_serve_passes_a_client_leaving_on_to_the_streaming_function(server):
+    """``snapllm local serve`` forwards a stream to the streaming function: a client that leaves it closes
+    that connection too, and the function stops as above."""
+    long_chat = {**LONG_CHAT, "stream": True}
+    whole_s = _first_token_s(server.url, time.monotonic(), long_chat)
+    sock = _post(server.url, long_chat)
+    time.sleep(whole_s / 4)
+    sock.close()
+    closed = time.monotonic()
+    first_token_s = _first_token_s(server.url, closed)
+    print(
+        f"\nthrough local serve: the long prompt's first token after {whole_s:.2f} s; with its client gone "
+        f"after {whole_s / 4:.2f} s, the next request's first token came {first_token_s:.2f} s later"
+    )
+    # The rest of the long prompt would have taken three quarters of its time.
+    assert first_token_s < whole_s / 2, (first_token_s, whole_s)
 
 
 def test_a_prompt_stops_before_a_deadline_its_next_batch_would_pass(runtime):

@@ -57,8 +57,9 @@ class RouterVariables(Settings):
     max_tokens: int = Field(512, ge=1)
     """Largest `max_tokens` a request may ask for."""
     invoke_timeout_s: float = Field(27.0, gt=0, lt=API_GATEWAY_LIMIT_S)
-    """Longest an inference invoke may take, in seconds; below API Gateway's 30 s, so the router answers
-    with a 504 of its own."""
+    """Longest an inference invoke may take, in seconds, counted from the request's arrival; below API
+    Gateway's 30 s, so the router answers with a 504 of its own. The model stops its work by then, a
+    prompt's evaluation included."""
     invoke_max_attempts: int = Field(3, ge=1)
     """Attempts per inference invoke (throttled invokes are retried)."""
     log_prompts: bool = False
