@@ -12,7 +12,8 @@ grammar costs (1.0: nothing). Tokens per answer is the median length of the cons
 ``--peer llama-server`` starts llama.cpp's ``llama-server`` (compiled from the llama.cpp that llama-cpp-python
 vendors, same CPU flags) on the same model file with the same threads, sends it the same requests on
 ``/v1/chat/completions``, and shows its own constrained/free ratio, and our constrained rate against its.
-``--eager`` adds a side with the grammar applied to every token at every step (llama-cpp-python's way).
+``--eager`` adds a side with the grammar's full mask computed at every step (llguidance's matcher over the
+whole vocabulary, as llama-cpp-python applies its grammars) instead of only when the pick breaks it.
 """
 
 from __future__ import annotations
