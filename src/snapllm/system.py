@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -36,6 +37,14 @@ def available_cpus(cpu_max: Path = _CGROUP_CPU_MAX) -> int:
         cpus = os.cpu_count() or 1
     quota = _cgroup_quota_cpus(cpu_max)
     return min(cpus, quota) if quota else cpus
+
+
+def function_memory_mb(env: Mapping[str, str] = os.environ) -> int | None:
+    """The Lambda function's memory setting, in MB (None outside Lambda)."""
+    try:
+        return int(env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"])
+    except (KeyError, ValueError):
+        return None
 
 
 def rss_bytes() -> int:

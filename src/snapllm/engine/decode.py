@@ -47,6 +47,7 @@ import numpy as np
 from llama_cpp import Llama
 
 from snapllm.engine.constraint import Constraint, vocabulary_tokenizer
+from snapllm.engine.prefixes import SavedState
 from snapllm.engine.types import Sampling, SpanBudget
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
@@ -384,6 +385,45 @@ class Decoder:
             return len(self.cached)
         alike = _BATCHED if length >= self._min_batch else _UNBATCHED
         return next((i for i, how in enumerate(self._computed) if how != alike), len(self._computed))
+    # --- Saved states (snapllm.engine.prefixes) ------------------------------------------------------------
+
+    def keepable(self) -> int:
+        """How many leading cached positions a later prompt could reuse: the first run computed one way
+        (a prompt's batches), up to the first generated position."""
+        computed = self._computed
+        if not computed or computed[0] == _GENERATED:
+            return 0
+        return next((i for i, how in enumerate(computed) if how != computed[0]), len(computed))
+
+    def save(self, length: int) -> SavedState:
+        """The KV state of the first ``length`` cached positions (the cache keeps only those afterwards)."""
+        self._truncate(length)
+        size = low_level.llama_state_seq_get_size(self._ctx, 0)
+        data = (ctypes.c_uint8 * size)()
+        written = low_level.llama_state_seq_get_data(self._ctx, data, size, 0)
+        if written != size:
+            raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
+        return SavedState(list(self.cached), list(self._computed), data)
+
+    def restore(self, state: SavedState) -> None:
+        """Make the cache hold ``state`` (and nothing else), as when its tokens were evaluated."""
+        self.reset()
+        if not low_level.llama_state_seq_set_data(self._ctx, state.data, state.size, 0):
+            self.reset()
+            raise RuntimeError("llama.cpp refused a saved sequence state")
+        self.cached = list(state.tokens)
+        self._computed = list(state.computed)
+
+    def reused_from(self, state: SavedState, prompt: Sequence[int]) -> int:
+        """How many of ``prompt``'s tokens :meth:`reused` would give after :meth:`restore` of ``state``."""
+        live = self.cached, self._computed
+        # The same rule as the live sequence's: reused() only reads them.
+        self.cached, self._computed = state.tokens, state.computed
+        try:
+            return self.reused(prompt)
+        finally:
+            self.cached, self._computed = live
+
 
     def evaluate(self, tokens: Sequence[int], check: PromptCheck | None = None) -> None:
         """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` at most (the logits of the

@@ -47,6 +47,7 @@ from snapllm.engine import gguf
 from snapllm.engine.settings import LoaderSettings, ModelSource
 from snapllm.errors import (
     ChecksumMismatchError,
+    ConfigurationError,
     ModelAccessDeniedError,
     ModelChangedError,
     ModelDownloadError,
@@ -195,6 +196,18 @@ class S3ModelLoader:
         """
         settings = settings or LoaderSettings()
         return cls(boto3.client("s3", config=cls.client_config(settings)), settings)
+
+    def read_object(self, bucket: str, key: str, *, max_bytes: int) -> bytes:
+        """A small object's bytes (a deploy's declared prompt prefixes); one larger than ``max_bytes``,
+        missing or unreadable raises :class:`ConfigurationError`."""
+        try:
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"]
+            data = body.read(max_bytes + 1)
+        except (ClientError, BotoCoreError) as exc:
+            raise ConfigurationError(f"s3://{bucket}/{key} could not be read: {exc}") from exc
+        if len(data) > max_bytes:
+            raise ConfigurationError(f"s3://{bucket}/{key} is larger than {max_bytes} bytes")
+        return data
 
     @property
     def settings(self) -> LoaderSettings:

@@ -25,6 +25,7 @@ from llama_cpp import Llama
 
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
 from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
+from snapllm.engine.prefixes import PrefixCache, PrefixStats
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -42,7 +43,7 @@ from snapllm.errors import (
     InvalidRequestError,
     ModelLoadError,
 )
-from snapllm.system import available_cpus
+from snapllm.system import available_cpus, function_memory_mb
 
 
 class _LogprobRecorder:
@@ -239,6 +240,8 @@ class Engine(LoadedModel):
         self._draft = draft
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
+        #: Saved prompt prefixes: the declared ones (pinned) and recent conversations' (least recently used).
+        self._prefixes = PrefixCache(settings.prefix_cache_bytes(function_memory_mb()))
 
     @classmethod
     def load(
@@ -300,6 +303,15 @@ class Engine(LoadedModel):
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens the KV cache holds (a request that starts with them evaluates only the rest)."""
         return tuple(self._decoder.cached)
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        """The saved prompt prefixes (:mod:`snapllm.engine.prefixes`)."""
+        return self._prefixes
+
+    @property
+    def prefix_stats(self) -> PrefixStats:
+        return self._prefixes.stats
 
     def special_tokens(self) -> tuple[str, str]:
         """The text of the beginning- and end-of-sequence tokens ("" for a model without one)."""
@@ -372,6 +384,7 @@ class Engine(LoadedModel):
         self._check(request)
         with self._running():
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
+            self._load_prefix(request)
             cached = self._cached_prefix(request)
             completion = self._completion(request, progress, grammar_check=grammar_check)
             for _ in completion:
@@ -393,6 +406,7 @@ class Engine(LoadedModel):
     def _stream(self, request: EngineRequest, deadline: Deadline | None) -> Iterator[EngineStreamItem]:
         with self._running():
             progress = _GenerationProgress(deadline, self._logprob_recorder(request))
+            self._load_prefix(request)
             cached = self._cached_prefix(request)
             completion = self._completion(request, progress)
             deltas = iter(completion)
@@ -404,12 +418,27 @@ class Engine(LoadedModel):
                 deltas.close()
         yield _result(request, progress, completion, cached)
 
+    def keep_prefix(self, tokens: list[int]) -> int:
+        """Evaluate ``tokens`` as a prompt's start and keep their state for good (a declared prefix,
+        before the snapshot): a request whose prompt starts with them restores it and evaluates only the
+        rest. Returns the state's bytes (0: nothing kept, a prefix too short for any prompt to reuse)."""
+        with self._running():
+            self._decoder.reset()
+            self._decoder.evaluate(tokens)
+            keep = self._decoder.keepable()
+            if not keep:
+                return 0
+            state = self._decoder.save(keep)
+            self._prefixes.add(state, pinned=True)
+            return state.size
+
     def prime(self, tokens: list[int]) -> None:
         """Leave exactly ``tokens`` evaluated in the KV cache (after a warm-up: the prefix every chat
         starts with, so the first request after a restore reuses it as a warm one would)."""
         with self._running():
             self._decoder.reset()
             self._decoder.evaluate(tokens)
+            self._prefixes.forget_recent()
 
     def _check(self, request: EngineRequest) -> None:
         """Refuse what llama.cpp cannot run: no token to start from, a token or a biased token outside the
@@ -439,7 +468,30 @@ class Engine(LoadedModel):
         request, less the one token it evaluates again); none when the request evaluates afresh."""
         if not request.reuse_cache:
             return 0
-        return self._decoder.reused(list(request.tokens))
+        cached = self._decoder.reused(list(request.tokens))
+        stats = self._prefixes.stats
+        stats.hits += cached > 0
+        stats.misses += cached == 0
+        stats.cached_tokens += cached
+        return cached
+
+    def _load_prefix(self, request: EngineRequest) -> None:
+        """Restore the saved state the prompt reuses most of, when that is more than the live sequence
+        gives; the live sequence's reusable part is saved first whenever the request would overwrite it.
+        The caller holds the lock."""
+        if not request.reuse_cache:
+            return
+        decoder, prefixes = self._decoder, self._prefixes
+        prompt = list(request.tokens)
+        live = decoder.reused(prompt)
+        state, most = prefixes.best(lambda saved: decoder.reused_from(saved, prompt))
+        keep = decoder.keepable()
+        if keep > live and not prefixes.holds(decoder.cached[:keep]):
+            # The request would evaluate over what this conversation may reuse next turn.
+            prefixes.add(decoder.save(keep))
+        if state is not None and most > live:
+            decoder.restore(state)
+            prefixes.stats.restores += 1
 
     def _completion(
         self,

@@ -32,6 +32,7 @@ from snapllm.engine.types import (
     TokenDelta,
 )
 from snapllm.errors import (
+    ConfigurationError,
     ContextLengthExceededError,
     InvalidRequestError,
     RequestError,
@@ -46,6 +47,7 @@ from snapllm.protocol.lark_grammar import marker_tokens
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
 from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState
+from snapllm.protocol.prefixes import common_prefix, sentinel_bodies
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     FinishReason,
@@ -591,6 +593,27 @@ class OpenAIServing:
             for _ in self.stream(request):
                 pass
         self.engine.prime(self.chat_prefix())
+    def prefix_tokens(self, entry: dict[str, Any]) -> list[int]:
+        """A declared prefix's tokens (:mod:`snapllm.protocol.prefixes`): what the prompts of every request
+        that continues ``entry`` with a user turn start with, prepared as a request is."""
+        first, second = (
+            list(self.prepare(inference_request(self.parse(body))).engine_request.tokens)
+            for body in sentinel_bodies(entry, self.model_name)
+        )
+        return common_prefix(first, second)
+
+    def keep_prefixes(self, entries: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        """Evaluate each declared prefix and keep its state: (tokens, bytes) of each. An entry this model
+        cannot serve raises a :class:`ConfigurationError` naming it."""
+        kept = []
+        for index, entry in enumerate(entries):
+            try:
+                tokens = self.prefix_tokens(entry)
+            except RequestError as exc:
+                raise ConfigurationError(f"declared prompt prefix {index} is refused: {exc.message}") from exc
+            kept.append((len(tokens), self.engine.keep_prefix(tokens)))
+        return kept
+
 
     def chat_prefix(self) -> list[int]:
         """The tokens every single-user-message chat begins with, as this model's template formats it."""

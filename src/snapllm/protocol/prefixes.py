@@ -1,0 +1,70 @@
+"""A deploy's declared prompt prefixes (``SNAPLLM_PROMPT_PREFIXES``): chat requests without their last user
+turn, whose rendered tokens the engine evaluates before the snapshot and keeps
+(:mod:`snapllm.engine.prefixes`).
+
+The file is a JSON array; each entry is an OpenAI chat request's ``messages`` (a system prompt, earlier
+turns) and, optionally, its ``tools``, ``tool_choice``, ``reasoning_effort`` and ``chat_template_kwargs``::
+
+    [{"messages": [{"role": "system", "content": "You are..."}], "tools": [...]}]
+
+An entry's prefix is what the model's own template writes for it up to where the next user turn's text
+begins: the entry is rendered twice, each time with a different sentinel user turn appended, and the prefix
+is the tokens both renders share. A request whose prompt starts with them restores the saved state.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from snapllm.errors import ConfigurationError
+
+#: The largest declared-prefixes file read, in bytes.
+MAX_PREFIXES_BYTES = 4 * 1024 * 1024
+#: The most entries one file may declare: each is a KV state in RAM and in the snapshot.
+MAX_PREFIXES = 64
+#: The fields an entry may have: what shapes a chat's rendered start.
+PREFIX_FIELDS = frozenset({"messages", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs"})
+#: The two user turns appended to an entry: the prefix ends where they first differ.
+SENTINELS = ("Hello.", "Goodbye.")
+
+
+def read_prefixes(data: bytes | str, *, source: str) -> list[dict[str, Any]]:
+    """The entries of a declared-prefixes file; a malformed one raises :class:`ConfigurationError`."""
+    try:
+        entries = json.loads(data)
+    except ValueError as exc:
+        raise ConfigurationError(f"{source} is not JSON: {exc}") from exc
+    if not isinstance(entries, list) or len(entries) > MAX_PREFIXES:
+        raise ConfigurationError(f"{source} must be a JSON array of at most {MAX_PREFIXES} chat requests")
+    for index, entry in enumerate(entries):
+        where = f"{source}[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("messages"), list):
+            raise ConfigurationError(f"{where} must be an object with a `messages` array")
+        unknown = sorted(set(entry) - PREFIX_FIELDS)
+        if unknown:
+            raise ConfigurationError(
+                f"{where} has {', '.join(unknown)}: an entry holds only {', '.join(sorted(PREFIX_FIELDS))}"
+            )
+    return entries
+
+
+def sentinel_bodies(entry: dict[str, Any], model: str) -> list[dict[str, Any]]:
+    """The entry as two chat requests, each ending with a different sentinel user turn."""
+    return [
+        {
+            **entry,
+            "model": model,
+            "max_tokens": 1,
+            "messages": [*entry["messages"], {"role": "user", "content": text}],
+        }
+        for text in SENTINELS
+    ]
+
+
+def common_prefix(first: list[int], second: list[int]) -> list[int]:
+    """The tokens both lists start with."""
+    common = 0
+    while common < min(len(first), len(second)) and first[common] == second[common]:
+        common += 1
+    return first[:common]
