@@ -13,6 +13,7 @@ with a :class:`~snapllm.errors.UnsupportedParameterError` (the decode loop frees
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -75,6 +76,17 @@ def _compiled(tokenizer: llguidance.LLTokenizer, grammar: str) -> llguidance.LLM
 
 _COMPILER: list[ThreadPoolExecutor] = []
 _COMPILER_LOCK = threading.Lock()
+
+
+def _forget_compiler() -> None:
+    # A forked process (a restored environment of the local stack) has none of its parent's threads: the
+    # executor it inherited would wait forever for its thread. The child starts its own at first use.
+    global _COMPILER_LOCK
+    _COMPILER.clear()
+    _COMPILER_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_compiler)
 
 
 def _compiler() -> ThreadPoolExecutor:
