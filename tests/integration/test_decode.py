@@ -273,12 +273,13 @@ GRAMMARS = {
     "lark": LLMatcher.grammar_from_lark('start: "The answer is " NUMBER "."\nNUMBER: /[0-9]{1,3}/'),
 }
 QUESTIONS = ("Describe a person and their pets.", "What is six times seven?")
-#: Greedy picks (the argmax, a penalised chain, a banned favourite) and seeded draws (top-k within the
-#: checked candidates, a few, and the whole vocabulary, which the mask covers at every step).
+#: Greedy picks (the argmax, a penalised chain) and seeded draws: top-p (the top-k candidates checked), the
+#: defaults (min-p's candidates checked), top-k 5, and the whole vocabulary with top-p (the mask every step).
 SETTINGS = {
     "greedy": Sampling(0.0, 1.0, seed=1),
     "greedy-penalised": Sampling(0.0, 1.0, seed=1, repeat_penalty=1.3),
     "seed-1": Sampling(0.8, 0.95, seed=1),
+    "seed-4-defaults": Sampling(1.0, 1.0, seed=4),
     "seed-2-top-k-5": Sampling(1.0, 1.0, seed=2, top_k=5),
     "seed-3-whole-vocabulary": Sampling(0.7, 0.9, seed=3, top_k=0),
 }

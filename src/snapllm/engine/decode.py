@@ -13,11 +13,11 @@ typical 1.0, min-p 0.05, repeat penalty 1.0 over 64 tokens), so a seeded answer 
 **The grammar is checked lazily.** A grammar is llguidance's (:mod:`snapllm.engine.constraint`): its matcher
 says whether one token is allowed in microseconds, and computes the mask of every allowed token in tens to
 hundreds. As llama.cpp's own sampler (``common/sampling.cpp``) does, the chain picks first and only the pick
-is checked (at temperature 0); when sampling, the candidates the chain keeps (its top-k, 40 by default) are
-checked. When the grammar refuses one, the full mask is computed, every other token's logit becomes -inf,
-and the chain picks again from the same candidates. Every choice is then made among the same candidates, in
-the same order, as with the mask applied first: at temperature 0 and for a seeded draw alike, the tokens are
-the ones the full check (``grammar_check="eager"``) gives.
+is checked (at temperature 0); when sampling, the candidates the draw chooses among are checked (those min-p
+keeps, or with top-p the top-k). When the grammar refuses one, the full mask is computed, every other token's
+logit becomes -inf, and the chain picks again. Every choice is then made among the same candidates, in the
+same order, as with the mask applied first: at temperature 0 and for a seeded draw alike, the tokens are the
+ones the full check (``grammar_check="eager"``) gives.
 
 **Prompt-lookup drafting** (``draft=PromptLookup()``): when the last tokens generated also occur in the
 prompt, the tokens that followed them there are guessed as the continuation and evaluated in one batch with
@@ -219,7 +219,10 @@ class _Samplers:
         # Only the penalties remember the tokens accepted: accepting into anything else does nothing.
         self.penalised = penalised
         self.biases = LogitBiases(sampling.logit_bias)
+        # The chain in two parts when sampling: the steps that narrow the candidates, then the draw among
+        # them (temperature and the seeded draw), applied one after the other.
         self.chain = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
+        self.draw = None
         # top-k 0 keeps every token, as llama.cpp's top-k does for k <= 0.
         top_k = n_vocab if sampling.top_k <= 0 else min(sampling.top_k, n_vocab)
         if self.greedy:
@@ -230,15 +233,23 @@ class _Samplers:
                 low_level.llama_sampler_init_typical(sampling.typical_p, 1),
                 low_level.llama_sampler_init_top_p(sampling.top_p, 1),
                 low_level.llama_sampler_init_min_p(sampling.min_p, 1),
+            ]
+            self.draw = low_level.llama_sampler_chain_init(low_level.llama_sampler_chain_default_params())
+            for step in (
                 low_level.llama_sampler_init_temp(sampling.temperature),
                 low_level.llama_sampler_init_dist(sampling.seed),
-            ]
+            ):
+                low_level.llama_sampler_chain_add(self.draw, step)
         for step in steps:
             low_level.llama_sampler_chain_add(self.chain, step)
-        # When sampling, the chain chooses among its top-k candidates: when the grammar allows each of them,
-        # they are the top-k of the masked vocabulary too, and the chain's choice is the one the mask gives.
+        # What the grammar checks when sampling, so that the draw is the one the mask gives. With min-p the
+        # only cut after top-k (top-p and typical off: their cuts depend on every candidate top-k kept),
+        # the candidates left are those within a ratio of the best: when the grammar allows each, the mask
+        # would leave the same ones (3 or 4 where the model is sure). Otherwise the top-k candidates: when
+        # the grammar allows each, they are the top-k of the masked vocabulary too.
+        self.relative_cut = not self.greedy and sampling.top_p >= 1.0 and sampling.typical_p >= 1.0
         self.shortlist = None
-        if not self.greedy and top_k <= _CHECKED_CANDIDATES:
+        if not self.greedy and not self.relative_cut and top_k <= _CHECKED_CANDIDATES:
             self.shortlist = low_level.llama_sampler_init_top_k(top_k)
         self.constraint = constraint
 
@@ -251,10 +262,10 @@ class _Samplers:
             self.constraint.accept(token)
 
     def close(self) -> None:
-        for sampler in (self.adjustments, self.chain, self.shortlist):
+        for sampler in (self.adjustments, self.chain, self.draw, self.shortlist):
             if sampler:
                 low_level.llama_sampler_free(sampler)
-        self.adjustments = self.chain = self.shortlist = None
+        self.adjustments = self.chain = self.draw = self.shortlist = None
         self.constraint = None
 
 
@@ -630,14 +641,20 @@ class Decoder:
     def _selected(self) -> int:
         return int(self._candidates["id"][self._array.selected])
 
+    def _choose(self, samplers: _Samplers) -> int:
+        """The chain's choice among the candidates: its narrowing steps, then the draw."""
+        self._apply(samplers.chain)
+        if samplers.draw is not None:
+            self._apply(samplers.draw)
+        return self._selected()
+
     def _pick(self, samplers: _Samplers, logits: np.ndarray, grammar_check: GrammarCheck) -> int:
         constraint = samplers.constraint
         if constraint is None:
             if samplers.argmax:
                 return samplers.biases.argmax(logits)
             self._fill(logits, samplers)
-            self._apply(samplers.chain)
-            return self._selected()
+            return self._choose(samplers)
         if grammar_check == "lazy":
             token = self._lazy_pick(samplers, constraint, logits)
             if token is not None:
@@ -647,13 +664,9 @@ class Decoder:
             # The first highest allowed logit, in a masked copy: llama.cpp's buffer is read again for the
             # log probabilities.
             return samplers.biases.argmax(np.where(constraint.allowed(), logits, np.single(-np.inf)))
-        if grammar_check == "eager" or samplers.shortlist is not None:
-            self._fill(logits, samplers)  # the candidates in id order, as the mask is
-        else:  # a greedy chain only chose: the candidates are as the adjustments left them
-            self._array.selected = -1
+        self._fill(logits, samplers)  # the candidates in id order, as the mask is
         self._candidates["logit"][~constraint.allowed()] = -np.inf
-        self._apply(samplers.chain)
-        return self._selected()
+        return self._choose(samplers)
 
     def _lazy_pick(self, samplers: _Samplers, constraint: Constraint, logits: np.ndarray) -> int | None:
         """The chain's pick when the grammar allows it and every candidate it chose among; None when the
@@ -665,15 +678,20 @@ class Decoder:
             if samplers.greedy:
                 self._apply(samplers.chain)
                 token = self._selected()
-            elif samplers.shortlist is not None:
-                self._apply(samplers.shortlist)
+            else:
+                checked = samplers.chain if samplers.relative_cut else samplers.shortlist
+                if checked is None:  # the chain keeps more candidates than checking each is worth
+                    return None
+                self._apply(checked)
+                if self._array.size > _CHECKED_CANDIDATES:
+                    return None
                 if not constraint.allows_all(self._candidates["id"][: self._array.size].tolist()):
                     self.grammar_rejections += 1
                     return None
-                self._apply(samplers.chain)
+                if checked is samplers.shortlist:
+                    self._apply(samplers.chain)
+                self._apply(samplers.draw)
                 return self._selected()
-            else:  # the chain keeps more candidates than checking them one by one is worth
-                return None
         if constraint.allows(token):
             return token
         self.grammar_rejections += 1
