@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, EmailStr, Field, HttpUrl, create_model
 
-from snapllm.protocol.json_grammar import unenforced
+from snapllm.protocol.compiled_schema import compile_schema
 from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow
@@ -298,16 +298,30 @@ def test_auto_tool_choice_answers_in_text_or_with_a_valid_call(client):
             {
                 "response_format": {
                     "type": "json_schema",
-                    "json_schema": {"name": "n", "schema": {"type": "string", "format": "iri"}},
+                    "json_schema": {"name": "n", "schema": {"$ref": "#/$defs/Missing"}},
                 }
             },
             "response_format",
-            "format 'iri'",
+            "/$defs/Missing",
         ),
         (
-            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"x-check": {}}}}]},
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {
+                                "type": "object",
+                                "required": ["x"],
+                                "additionalProperties": False,
+                            },
+                        },
+                    }
+                ]
+            },
             "tools.0.function.parameters",
-            "x-check",
+            "required property 'x' is unsatisfiable",
         ),
     ],
 )
@@ -530,7 +544,7 @@ def test_every_pydantic_model_is_served_and_every_complete_answer_validates(clie
     except openai.UnprocessableEntityError as failed:
         # An answer that broke a constraint the grammar could not hold is reported, never returned.
         assert failed.body["code"] == "schema_validation_failed", failed.body
-        assert unenforced(schema, param="response_format"), (schema, failed.body)
+        assert compile_schema(schema, param="response_format").validated, (schema, failed.body)
         return
     choice = completion.choices[0]
     # parse() validated the answer with pydantic (parsed is set); jsonschema checks it against the schema.

@@ -4,6 +4,7 @@ compile. The constraint is driven byte by byte through llguidance's matcher, as 
 token by token."""
 
 import json
+import multiprocessing
 import random
 import time
 
@@ -390,3 +391,13 @@ def test_thousands_of_nested_refs_compile_on_a_stack_that_holds_them(monkeypatch
 def test_the_compile_runs_under_the_engines_limits():
     for name, value in PARSER_LIMITS.items():
         assert getattr(LIMITS, name) == value, name
+
+
+def test_a_forked_process_compiles_on_its_own_thread():
+    """The local stack restores a snapshot by forking: the child must not wait on its parent's thread."""
+    compile_schema({"const": "before the fork"}, param="p")  # the compile thread is running
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=compile_schema, args=({"const": "after the fork"},), kwargs={"param": "p"})
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0

@@ -26,6 +26,7 @@ newline and :data:`MAX_INDENT` spaces, so a weak model cannot spend ``max_tokens
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -586,6 +587,16 @@ def _compiler() -> ThreadPoolExecutor:
             _COMPILER.append(pool)
         return _COMPILER[0]
 
+
+def _forget_compiler() -> None:
+    # A process forked from one that compiled (the local stack restores a snapshot by forking) has no
+    # compile thread: it starts its own, rather than wait on one that is not there.
+    global _COMPILER_LOCK
+    _COMPILER.clear()
+    _COMPILER_LOCK = Lock()
+
+
+os.register_at_fork(after_in_child=_forget_compiler)
 
 _CACHE: OrderedDict[str, CompiledSchema | str] = OrderedDict()
 _CACHE_LOCK = Lock()

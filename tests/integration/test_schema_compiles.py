@@ -1,0 +1,68 @@
+"""A request's schema is compiled once on its whole path: the router's validation, the function's, the
+grammar the real model generates under and the check of its finished answer all share one
+:class:`~snapllm.protocol.compiled_schema.CompiledSchema`.
+
+Here the router's validation and the function run in one process over the packaged model (in a deployment
+they are two processes, each compiling once, and each warm environment keeps its cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from snapllm.errors import SchemaValidationFailedError
+from snapllm.protocol import compiled_schema
+from snapllm.protocol.compiled_schema import clear_cache
+from snapllm.protocol.requests import ChatCompletionRequest
+from snapllm.protocol.serving import OpenAIServing
+
+PLACE = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 20},
+        "tags": {"type": "array", "uniqueItems": True},
+    },
+    "required": ["city"],
+    "x-kubernetes-preserve-unknown-fields": True,
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def _body(**fields) -> dict:
+    return {
+        "messages": [{"role": "user", "content": "Which city is the capital of France? Answer in JSON."}],
+        "max_tokens": 24,
+        "temperature": 0.0,
+        **fields,
+    }
+
+
+def _serve(serving: OpenAIServing, body: dict) -> None:
+    """What a request goes through: the router's validation, then the function's, the real model
+    generating under the constraint, and the answer's check."""
+    ChatCompletionRequest.model_validate(json.loads(json.dumps(body)))  # the router's copy of the body
+    request = serving.parse(json.loads(json.dumps(body)))
+    # A 422 is an answer checked too (uniqueItems is validated, not generated).
+    with contextlib.suppress(SchemaValidationFailedError):
+        serving.generate(request)
+
+
+def test_each_schema_of_a_request_is_compiled_once_and_a_repeat_not_at_all(serving):
+    clear_cache()
+    form = {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE}}
+    before = compiled_schema.COMPILATIONS.count
+    _serve(serving, _body(response_format=form))
+    assert compiled_schema.COMPILATIONS.count == before + 1
+    # The response_format and one tool's parameters: two schemas, two compiles (the response_format's from
+    # the cache).
+    _serve(serving, _body(response_format=form, tools=[WEATHER], tool_choice="auto"))
+    assert compiled_schema.COMPILATIONS.count == before + 2
+    _serve(serving, _body(response_format=form, tools=[WEATHER], tool_choice="auto"))
+    assert compiled_schema.COMPILATIONS.count == before + 2
