@@ -4,6 +4,7 @@ prefixes stays within its byte bound."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -13,9 +14,12 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling
 from snapllm.errors import ConfigurationError
+from snapllm.inference.runtime import InferenceRuntime
+from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.prefixes import read_prefixes
 from snapllm.protocol.serving import OpenAIServing
-from tests.support.generation import serving_over
+from snapllm_dev.local.session import LOCAL_MODEL_BUCKET
+from tests.support.generation import TEST_THREADS, serving_over
 
 WEATHER = {
     "type": "object",
@@ -150,3 +154,43 @@ def test_a_malformed_prefixes_file_is_a_configuration_error():
         read_prefixes('[{"messages": [], "model": "x"}]', source="prefixes.json")
     with pytest.raises(ConfigurationError, match="not JSON"):
         read_prefixes("[", source="prefixes.json")
+
+
+def test_the_function_declares_its_prefixes_from_a_key_in_the_model_bucket(deployment):
+    """``SNAPLLM_PROMPT_PREFIXES`` as the template passes it: a key in the model bucket, read at init and
+    evaluated by the before-snapshot warm-up; a restored environment's first request reuses the prefix."""
+    entry = {"messages": [{"role": "system", "content": _system("glaciers")}]}
+    deployment.s3.client().put_object(
+        Bucket=LOCAL_MODEL_BUCKET, Key="prefixes/glaciers.json", Body=json.dumps([entry]).encode()
+    )
+    variables = deployment.environment(
+        SNAPLLM_THREADS=TEST_THREADS,
+        SNAPLLM_PROMPT_PREFIXES="prefixes/glaciers.json",
+        SNAPLLM_WARMUP_TOKENS="1",
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in variables.items():
+            patch.setenv(name, value)
+        runtime = InferenceRuntime.initialize(InferenceSettings.from_env())
+    runtime.before_snapshot()
+    runtime.after_restore()
+    prefix = runtime.serving.prefix_tokens(entry)
+    cache = runtime.serving.engine.prefix_cache
+    assert len(cache.pinned) == 1 and cache.pinned[0].tokens == prefix
+    question = {
+        **entry,
+        "messages": [*entry["messages"], {"role": "user", "content": "How do glaciers move?"}],
+    }
+    answer = runtime.handle({**question, "max_tokens": 4, "temperature": 0.0}, None)
+    assert _cached(answer) >= len(prefix) - 64
+
+
+def test_a_missing_prefixes_file_fails_the_init(deployment):
+    variables = deployment.environment(
+        SNAPLLM_THREADS=TEST_THREADS, SNAPLLM_PROMPT_PREFIXES="/nonexistent/prefixes.json"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in variables.items():
+            patch.setenv(name, value)
+        with pytest.raises(ConfigurationError, match=r"SNAPLLM_PROMPT_PREFIXES: /nonexistent/prefixes\.json"):
+            InferenceRuntime.initialize(InferenceSettings.from_env())

@@ -28,11 +28,12 @@ from snapllm.engine.embedding import EmbeddingEngine
 from snapllm.engine.loader import DownloadStats, S3ModelLoader
 from snapllm.engine.model import Engine
 from snapllm.engine.prefault import PrefaultStats, prefault
-from snapllm.errors import RequestError, ServerError, UnsupportedParameterError
+from snapllm.errors import ConfigurationError, RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes import EMBEDDINGS, RERANK, ModelRoutes, routed_event, split_event
+from snapllm.protocol.prefixes import MAX_PREFIXES_BYTES, read_prefixes
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.rerank import RerankServing
 from snapllm.protocol.serving import OpenAIServing
@@ -44,6 +45,29 @@ logger = logging.getLogger("snapllm.inference")
 EMBEDDING_WARMUP = ("Hello.", "A second, longer text to embed alongside the first one.")
 #: The request a reranker's before-snapshot warm-up scores: a query and two documents, in one batch.
 RERANK_WARMUP = {"query": "Hello?", "documents": list(EMBEDDING_WARMUP)}
+
+
+def read_declared_prefixes(settings: InferenceSettings, loader: S3ModelLoader) -> list[dict[str, Any]]:
+    """The entries of ``SNAPLLM_PROMPT_PREFIXES``: a file (an absolute path), else a key in the model's
+    bucket; a missing or malformed file raises :class:`ConfigurationError` (the init fails, as for a bad
+    variable)."""
+    where = settings.serving.prompt_prefixes
+    assert where is not None
+    if where.startswith("/"):
+        try:
+            with open(where, "rb") as file:
+                data = file.read(MAX_PREFIXES_BYTES + 1)
+        except OSError as exc:
+            raise ConfigurationError(f"SNAPLLM_PROMPT_PREFIXES: {where} could not be read: {exc}") from exc
+        if len(data) > MAX_PREFIXES_BYTES:
+            raise ConfigurationError(
+                f"SNAPLLM_PROMPT_PREFIXES: {where} is larger than {MAX_PREFIXES_BYTES} bytes"
+            )
+        source = where
+    else:
+        data = loader.read_object(settings.model.bucket, where, max_bytes=MAX_PREFIXES_BYTES)
+        source = f"s3://{settings.model.bucket}/{where}"
+    return read_prefixes(data, source=source)
 
 
 class InferenceRuntime:
@@ -89,6 +113,8 @@ class InferenceRuntime:
         self.restores = 0
         self._first_invoke_pending = True
         self.last_prefault: PrefaultStats | None = None
+        #: The deploy's declared prompt prefixes (``SNAPLLM_PROMPT_PREFIXES``), evaluated by the warm-up.
+        self.prefix_entries: list[dict[str, Any]] = []
 
     @property
     def serving(self) -> OpenAIServing:
@@ -109,6 +135,12 @@ class InferenceRuntime:
         with phases.measure("init"):
             settings = settings or InferenceSettings.from_env()
             loader = loader or S3ModelLoader.from_env(settings.loader)
+            # Before the download: a missing or malformed file fails the init at once.
+            prefixes = (
+                read_declared_prefixes(settings, loader)
+                if settings.serving.prompt_prefixes and not settings.engine.embedding_pooling
+                else []
+            )
             with phases.measure("s3_to_memfd"):
                 model = loader.load(settings.model)
             with model, phases.measure("model_load"):
@@ -123,6 +155,7 @@ class InferenceRuntime:
                     model_digest=model.sha256,
                 )
         runtime = cls(engine, settings, download=model.stats)
+        runtime.prefix_entries = prefixes
         logger.info(
             "model ready",
             extra={
@@ -167,7 +200,13 @@ class InferenceRuntime:
             answer = self.handle(dict(body), None)
             if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
                 raise ServerError(f"warm-up request {body} failed: {answer}")
-        self.serving.warm_up(bodies)
+        self.serving.warm_up(bodies, prefixes=self.prefix_entries)
+        if self.prefix_entries:
+            cache = self.serving.engine.prefix_cache
+            logger.info(
+                "prompt prefixes kept",
+                extra={"prefixes": len(cache.pinned), "bytes": cache.pinned_bytes},
+            )
 
     def after_restore(self) -> None:
         """Make this environment distinct from every other one restored from the same snapshot, then fault
