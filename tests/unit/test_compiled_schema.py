@@ -334,7 +334,7 @@ def test_the_bench_spacings_are_what_json_dumps_writes():
 
 # --- Bounded cost: the hostile-schema table ----------------------------------------------------------------
 
-#: What compiling one hostile schema may take here (a busy 2-core machine; 1 s is the refusal budget).
+#: What compiling one hostile schema may take here (a busy 2-core machine; llguidance's fuel bounds it).
 COMPILE_BOUND_S = 3.0
 #: What one token's mask may take over a 151k-token vocabulary (llguidance's step fuel bounds its work).
 MASK_BOUND_S = 0.25
@@ -380,12 +380,8 @@ def test_thousands_of_nested_refs_compile_on_a_stack_that_holds_them(monkeypatch
     depth = 3000
     defs = {f"d{i}": {"type": "array", "items": {"$ref": f"#/$defs/d{i + 1}"}} for i in range(depth)}
     schema = {"$ref": "#/$defs/d0", "$defs": {**defs, f"d{depth}": {"type": "null"}}}
-    try:
-        compiled = compile_schema(schema, param="response_format")
-    except UnsupportedParameterError as refused:  # over the compile budget on a slow machine: named
-        assert "to compile" in refused.message
-    else:
-        assert compiled.violations("[[[1]]]")
+    compiled = compile_schema(schema, param="response_format")
+    assert compiled.violations("[[[1]]]") and not compiled.violations("[[[[]]]]")
 
 
 def test_the_compile_runs_under_the_engines_limits():
