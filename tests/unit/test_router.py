@@ -410,6 +410,31 @@ def test_metrics_are_emf_with_the_model_dimension(fake_lambda, capsys):
     assert by_name["Errors"]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "snapllm"
 
 
+def test_a_prompt_cache_hit_is_counted_with_its_cached_tokens(fake_lambda, capsys):
+    cached = {**COMPLETION, "usage": {**COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 7}}}
+    fake_lambda.replies = [
+        ("ok", cached),
+        (
+            "ok",
+            {**COMPLETION, "usage": {**COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 0}}},
+        ),
+    ]
+    router = make_router(fake_lambda)
+    call(router, "POST", "/v1/chat/completions", CHAT)
+    call(router, "POST", "/v1/chat/completions", CHAT)
+    hit, miss = [blob for blob in _emf(capsys.readouterr().out) if "PromptTokens" in blob]
+    assert (hit["PromptCacheHits"], hit["PromptCacheMisses"], hit["CachedPromptTokens"]) == (
+        [1.0],
+        [0.0],
+        [7.0],
+    )
+    assert (miss["PromptCacheHits"], miss["PromptCacheMisses"], miss["CachedPromptTokens"]) == (
+        [0.0],
+        [1.0],
+        [0.0],
+    )
+
+
 def test_logs_are_json_with_correlation_id_and_no_prompt_by_default(fake_lambda):
     stream = io.StringIO()
     call(make_router(fake_lambda, logs=stream), "POST", "/v1/chat/completions", CHAT)

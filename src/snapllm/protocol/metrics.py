@@ -54,7 +54,8 @@ def add_completion_metrics(
     timings: Mapping[str, Any] | None = None,
     features: Mapping[str, str] | None = None,
 ) -> None:
-    """One request's count and latency, and its tokens and speed when it generated; ``features`` (see
+    """One request's count and latency, and its tokens (those of its prompt's cached prefix too: a cache
+    hit or miss) and speed when it generated; ``features`` (see
     :func:`request_features`) are added as properties.
 
     Each data point is published per model and, as a second dimension set, per service alone: alarms and
@@ -71,6 +72,14 @@ def add_completion_metrics(
         completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
         metrics.add_metric("PromptTokens", MetricUnit.Count, prompt)
         metrics.add_metric("CompletionTokens", MetricUnit.Count, completion)
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+        if details is not None:
+            # The prompt prefix taken from the engine's cache (the live sequence or a saved state): a hit
+            # saved that many tokens' evaluation.
+            cached = details.get("cached_tokens", 0)
+            metrics.add_metric("PromptCacheHits", MetricUnit.Count, int(cached > 0))
+            metrics.add_metric("PromptCacheMisses", MetricUnit.Count, int(cached == 0))
+            metrics.add_metric("CachedPromptTokens", MetricUnit.Count, cached)
     if timings and "time_to_first_token_ms" in timings:
         metrics.add_metric("TimeToFirstToken", MetricUnit.Milliseconds, timings["time_to_first_token_ms"])
         metrics.add_metric("TokensPerSecond", MetricUnit.CountPerSecond, timings["tokens_per_second"])
