@@ -4,7 +4,10 @@ gpt-oss's harmony messages) come back as OpenAI ``tool_calls``, whole and stream
 for the tool; a reasoning model's thinking comes back as ``reasoning_content``.
 
 Each family's test model has random weights and its real tokenizer and template (``snapllm test-models``):
-what comes back is what the grammar forced, read back through the family's parser.
+what comes back is what the grammar forced, read back through the family's parser. Where a test scripts
+the model (``scripted_bias``: a logit_bias on the tokens of the family's real call), the model writes that
+call wherever the grammar lets it, as a trained model of the family would: with the spaces its template
+shows, or without them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import openai
 import pytest
 from llama_cpp import Llama
 
-from tests.support.family_models import family_model
+from snapllm_dev.testmodels.families import FAMILIES
+from tests.support.family_models import family_model, scripted_bias, vocabulary
 from tests.support.serve import SERVE_ENV, ServeProcess
 
 CITY = {
@@ -125,3 +129,103 @@ def test_under_auto_a_call_the_model_opens_comes_back_as_tool_calls(family_serve
             if call.function.name:
                 names[call.index] = call.function.name
     assert names and set(names.values()) == {"get_weather"}
+
+
+# Each family's real call to get_weather for Paris, as its models write it: with the spaces their templates
+# show and without (Qwen3's Hermes call; Llama 3.1-3.3's custom-tool JSON, on the Llama 3.2 model, whose
+# template takes tools; gpt-oss's message on the commentary channel).
+SPACED = {
+    "qwen3": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "llama3.2": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "gpt-oss": '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
+}
+SCRIPTS = {
+    (family, spacing): text if spacing == "spaced" else text.replace(": ", ":").replace(", ", ",")
+    for family, text in SPACED.items()
+    for spacing in ("spaced", "compact")
+}
+SCRIPT_OPENERS = {"qwen3": "<tool_call>", "llama3.2": '{"', "gpt-oss": "<|channel|>"}
+
+
+def _streamed_calls(stream) -> tuple[list[tuple[str, dict]], str | None]:
+    names, arguments, finish = {}, {}, None
+    for chunk in stream:
+        for call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            if call.function.name:
+                names[call.index] = call.function.name
+            arguments[call.index] = arguments.get(call.index, "") + (call.function.arguments or "")
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    return [(names[index], json.loads(arguments[index])) for index in sorted(names)], finish
+
+
+@pytest.mark.parametrize("spacing", ["spaced", "compact"])
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_the_call_the_model_writes_comes_back_with_or_without_spaces(family_server, tool_choice, spacing):
+    family, client, model, _ = family_server
+    script = SCRIPTS[family, spacing]
+    # Under "auto" the call must win over text at the start; under "required" the model ends its turn after
+    # its call, as a trained one does, where the grammar would let a second call follow.
+    favoured = SCRIPT_OPENERS[family] if tool_choice == "auto" else FAMILIES[family].end_of_turn
+    common = {
+        "model": model,
+        "messages": MESSAGES,
+        "tools": TOOLS,
+        "tool_choice": tool_choice,
+        "parallel_tool_calls": tool_choice == "required",
+        "max_tokens": 160,
+        "temperature": 0,
+        "reasoning_effort": "none",
+        "logit_bias": scripted_bias(family_model(family), script, favoured=favoured),
+    }
+    whole = client.chat.completions.create(**common, logprobs=True)
+    choice = whole.choices[0]
+    written = "".join(token.token for token in choice.logprobs.content)
+    # The model wrote its call as scripted: the spacing the grammar used to refuse went through, and the
+    # city it meant came back (forced onto compact JSON, Llama 3.1 named another city).
+    assert ('"city": "Paris"' in written) == (spacing == "spaced"), written
+    assert ('"city":"Paris"' in written) == (spacing == "compact"), written
+    assert choice.finish_reason == "tool_calls", (written, choice)
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
+    assert calls == [("get_weather", {"city": "Paris"})], written
+    assert not choice.message.content
+    streamed, finish = _streamed_calls(client.chat.completions.create(**common, stream=True))
+    assert (streamed, finish) == (calls, "tool_calls")
+
+
+def test_a_second_call_cut_by_max_tokens_comes_back_as_far_as_it_went(family_server):
+    family, client, model, _ = family_server
+    if family != "qwen3":
+        pytest.skip("parallel calls are Qwen3's (Hermes); Llama 3 and gpt-oss make one call a turn")
+    script = SCRIPTS[family, "spaced"]
+    # The opener favoured: after its call the model opens another one, until max_tokens cuts it.
+    bias = scripted_bias(family_model(family), script, favoured=SCRIPT_OPENERS[family])
+    one = len(vocabulary(family_model(family)).tokenize(script.encode(), add_bos=False, special=True))
+    common = {
+        "model": model,
+        "messages": MESSAGES,
+        "tools": TOOLS,
+        "tool_choice": "required",
+        "max_tokens": one + 12,  # the first call whole, the second cut inside its arguments
+        "temperature": 0,
+        "reasoning_effort": "none",
+        "logit_bias": bias,
+    }
+    whole = client.chat.completions.create(**common)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "length"
+    first, second = choice.message.tool_calls
+    assert (first.function.name, json.loads(first.function.arguments)) == ("get_weather", {"city": "Paris"})
+    # The second call as OpenAI returns a truncated one: its name, its arguments as far as they were written.
+    assert second.function.name == "get_weather" and second.id != first.id
+    assert second.function.arguments and '{"city": "Paris"}'.startswith(second.function.arguments)
+    names, arguments, finish = {}, {}, None
+    for chunk in client.chat.completions.create(**common, stream=True):
+        for call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            if call.function.name:
+                names[call.index] = call.function.name
+            arguments[call.index] = arguments.get(call.index, "") + (call.function.arguments or "")
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    assert finish == "length" and names == {0: "get_weather", 1: "get_weather"}
+    assert arguments == {0: first.function.arguments, 1: second.function.arguments}
