@@ -44,13 +44,17 @@ def test_inference_function_meets_snapstart_rules():
     assert spec.handler_file.is_file()
 
 
-def test_the_model_policy_reads_only_the_model_object():
+def test_the_model_policy_reads_only_the_model_object_and_the_declared_prefixes():
     statements = load_template(TEMPLATE)["Resources"]["InferenceFunction"]["Properties"]["Policies"][0][
         "Statement"
     ]
     assert [s["Action"] for s in statements] == ["s3:GetObject"]
-    resource = statements[0]["Resource"]["Fn::Sub"][0]
-    assert resource.endswith("${Bucket}/${ModelKey}")
+    model, prefixes = statements[0]["Resource"]
+    assert model["Fn::Sub"][0].endswith("${Bucket}/${ModelKey}")
+    # And the declared prompt prefixes' file, only where one is declared.
+    condition, declared, otherwise = prefixes["Fn::If"]
+    assert condition == "HasPromptPrefixes" and otherwise == {"Ref": "AWS::NoValue"}
+    assert declared["Fn::Sub"][0].endswith("${Bucket}/${PromptPrefixes}")
 
 
 # --- A first `sam deploy --guided` with the defaults on a new account --------------------------------------
