@@ -43,6 +43,7 @@ from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import BuiltinTools, DocumentChunk, ToolContext, chunk_offset
 from snapllm.errors import (
     ConfigurationError,
+    DeadlineExceededError,
     InferenceFailedError,
     InferenceThrottledError,
     InferenceTimeoutError,
@@ -389,6 +390,21 @@ def test_an_answer_cut_at_the_invoke_deadline_is_a_retried_error_not_a_short_ans
     with pytest.raises(InferenceDeadlineError, match="stopped at its invoke deadline after 2 of 320 tokens"):
         complete(_CutAtTheDeadline(), [{"role": "user", "content": "plan"}], max_tokens=320)
     assert INFERENCE_RETRY(InferenceDeadlineError("cut"), 1).should_retry
+
+
+class _PromptPastTheDeadline:
+    """What the inference client raises when the function's time ran out during the prompt's evaluation."""
+
+    def invoke(self, payload: dict, *, deadline: float | None = None) -> dict:
+        raise DeadlineExceededError(
+            "the prompt could not be evaluated within the time limit (256 of its 900 tokens were evaluated "
+            "in 25.1 s; the next 9.8 s would pass it): there is no answer to return; send a shorter prompt"
+        )
+
+
+def test_a_prompt_cut_at_the_invoke_deadline_is_the_same_retried_error():
+    with pytest.raises(InferenceDeadlineError, match="stopped at its invoke deadline: the prompt could not"):
+        complete(_PromptPastTheDeadline(), [{"role": "user", "content": "plan"}], max_tokens=320)
 
 
 class _Rendered(Exception):

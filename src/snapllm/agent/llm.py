@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapllm.agent.errors import InferenceDeadlineError, InferenceRejectedError, ModelAnswerIncompleteError
-from snapllm.errors import InferenceInvokeError, RequestError
+from snapllm.errors import DeadlineExceededError, InferenceInvokeError, RequestError
 from snapllm.inference.client import InferenceClient
 
 
@@ -133,6 +133,9 @@ def _send(client: InferenceClient, request: dict[str, Any]) -> ChatReply:
         body: dict[str, Any] = client.invoke(request)
     except InferenceInvokeError:
         raise
+    except DeadlineExceededError as exc:
+        # The invoke's time ran out before the prompt was evaluated: as a cut answer, retried.
+        raise InferenceDeadlineError(f"the model stopped at its invoke deadline: {exc.message}") from None
     except RequestError as exc:
         raise InferenceRejectedError(
             f"the model rejected the request ({exc.status_code}): {exc.message}"
