@@ -47,6 +47,8 @@ class MemoryFootprint:
 
     weights_bytes: int
     kv_cache_bytes: int
+    #: The declared prompt prefixes' saved KV states (``SNAPLLM_PROMPT_PREFIXES``), held for good.
+    prefix_states_bytes: int = 0
 
     @classmethod
     def estimate(cls, metadata: Mapping[str, Any], *, weights_bytes: int, n_ctx: int) -> MemoryFootprint:
@@ -54,9 +56,12 @@ class MemoryFootprint:
 
     @property
     def serving_bytes(self) -> int:
-        """The weights (one copy), the KV cache, llama.cpp's compute buffers and the runtime."""
+        """The weights (one copy), the KV cache, the declared prefixes' states, llama.cpp's compute buffers
+        and the runtime."""
         compute = max(COMPUTE_FLOOR_MIB * MiB, int(self.weights_bytes * COMPUTE_SHARE))
-        return self.weights_bytes + self.kv_cache_bytes + compute + RUNTIME_MIB * MiB
+        return (
+            self.weights_bytes + self.kv_cache_bytes + self.prefix_states_bytes + compute + RUNTIME_MIB * MiB
+        )
 
     @property
     def load_peak_bytes(self) -> int:

@@ -626,3 +626,23 @@ def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_p
     assert main([str(roomy), "--no-zip", "--model", model, "--n-ctx", "8192"]) == 0
     longer = int(capsys.readouterr().out.split("the model needs about ")[1].split(" MB")[0])
     assert longer > needed + 100
+
+
+def test_the_declared_prompt_prefixes_states_count_toward_the_memory(tmp_path, capsys):
+    model = str(default_model_path())
+    build = make_build(tmp_path / "build", props=MODEL_PROPS)
+    assert main([str(build), "--no-zip", "--model", model]) == 0
+    plain = int(capsys.readouterr().out.split("the model needs about ")[1].split(" MB")[0])
+    system = "You answer questions about tides. " + "Cite the tide tables for every answer you give. " * 300
+    prefixes = tmp_path / "prefixes.json"
+    prefixes.write_text(json.dumps([{"messages": [{"role": "system", "content": system}]}]))
+    assert main([str(build), "--no-zip", "--model", model, "--prompt-prefixes", str(prefixes)]) == 0
+    out = capsys.readouterr().out
+    declared = int(out.split("the model needs about ")[1].split(" MB")[0])
+    tokens = int(out.split("declared prompt prefixes (")[1].split(" tokens")[0])
+    # SmolLM2's state holds 30 layers x 3 KV heads x 64 x 2 (keys, values) x 2 bytes a token: 22.5 KiB.
+    assert tokens > 2700 and declared - plain == pytest.approx(tokens * 23_040 / 2**20, abs=1)
+    # A file the function would refuse at init is refused here, naming it.
+    prefixes.write_text('{"messages": []}')
+    assert main([str(build), "--no-zip", "--model", model, "--prompt-prefixes", str(prefixes)]) == 2
+    assert "--prompt-prefixes" in capsys.readouterr().err

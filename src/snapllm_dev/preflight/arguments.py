@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=integer(16, 2**20),
         help="the context window the function will give the model (SNAPLLM_N_CTX; default: the engine's)",
     )
+    parser.add_argument(
+        "--prompt-prefixes",
+        type=readable_file,
+        help="the declared prompt prefixes' JSON file (PromptPrefixes): their saved states count toward the "
+        "memory --model needs",
+    )
     parser.add_argument("--model-bytes", type=integer(1, 2**50), help="the model's size, instead of --model")
     parser.add_argument(
         "--s3-mib-per-s",

@@ -17,8 +17,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from snapllm.engine.settings import EngineSettings
+from snapllm.errors import ConfigurationError
+from snapllm.protocol.prefixes import read_prefixes
 from snapllm_dev.preflight.arguments import DESCRIPTION, add_arguments
 from snapllm_dev.preflight.checker import preflight
 from snapllm_dev.preflight.errors import PreflightError
@@ -64,9 +67,19 @@ def _model(args: argparse.Namespace) -> ModelProfile | None:
         return None
     n_ctx = args.n_ctx or EngineSettings.model_fields["n_ctx"].default
     try:
-        return ModelProfile.read(args.model, n_ctx=n_ctx)
+        return ModelProfile.read(args.model, n_ctx=n_ctx, prefixes=_prefixes(args))
     except (OSError, ValueError) as exc:  # llama.cpp refuses a file that is not a GGUF model with ValueError
         raise PreflightError(f"--model: {args.model} cannot be read as a GGUF model: {exc}") from None
+
+
+def _prefixes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The declared prompt prefixes of ``--prompt-prefixes`` (the file PromptPrefixes names, read here)."""
+    if args.prompt_prefixes is None:
+        return []
+    try:
+        return read_prefixes(args.prompt_prefixes.read_bytes(), source=str(args.prompt_prefixes))
+    except (OSError, ConfigurationError) as exc:
+        raise PreflightError(f"--prompt-prefixes: {exc}") from None
 
 
 def _model_init(args: argparse.Namespace) -> ModelInit | None:

@@ -21,7 +21,8 @@ from llama_cpp import Llama
 
 from snapllm.errors import RequestError
 from snapllm.protocol.chat import ChatRenderer
-from snapllm.protocol.families import detect_family
+from snapllm.protocol.families import ModelFamily, detect_family
+from snapllm.protocol.prefixes import common_prefix, sentinel_bodies
 from snapllm.protocol.requests import parse_request
 from snapllm_dev.footprint import MemoryFootprint, MiB, kv_cache_bytes
 
@@ -81,10 +82,15 @@ class ModelProfile:
     refusals: Mapping[str, str] = field(default_factory=dict)
     kv_cache_bytes: int = 0
     n_ctx: int = 2048
+    #: The tokens of each declared prompt prefix, as the model's template renders it.
+    prefix_tokens: tuple[int, ...] = ()
+    #: Their saved KV states' bytes (an f16 KV cache's, position for position).
+    prefix_states_bytes: int = 0
 
     @classmethod
-    def read(cls, path: Path, *, n_ctx: int) -> ModelProfile:
-        """Read the file's metadata and vocabulary (no weights are loaded) and render the probes."""
+    def read(cls, path: Path, *, n_ctx: int, prefixes: list[dict[str, Any]] | None = None) -> ModelProfile:
+        """Read the file's metadata and vocabulary (no weights are loaded), render the probes, and the
+        declared ``prefixes`` (:mod:`snapllm.protocol.prefixes`) to count their states."""
         llama = Llama(model_path=str(path), vocab_only=True, verbose=False)
         metadata = dict(llama.metadata)
         vocab = llama._model
@@ -107,8 +113,15 @@ class ModelProfile:
                 renderer.render(request, family.template_kwargs(request.reasoning_effort))
             except RequestError as exc:
                 refusals[name] = exc.message
+        lengths = tuple(
+            _prefix_length(llama, renderer, family, entry)
+            for entry in (prefixes or [])
+            if renderer is not None
+        )
         return cls(
             path=path,
+            prefix_tokens=lengths,
+            prefix_states_bytes=sum(kv_cache_bytes(metadata, length) for length in lengths),
             size_bytes=path.stat().st_size,
             architecture=architecture,
             family=family.describe(),
@@ -121,9 +134,30 @@ class ModelProfile:
     @property
     def footprint(self) -> MemoryFootprint:
         """The memory the model needs, serving and while it loads."""
-        return MemoryFootprint(weights_bytes=self.size_bytes, kv_cache_bytes=self.kv_cache_bytes)
+        return MemoryFootprint(
+            weights_bytes=self.size_bytes,
+            kv_cache_bytes=self.kv_cache_bytes,
+            prefix_states_bytes=self.prefix_states_bytes,
+        )
 
     @property
     def memory_mb(self) -> int:
         """The memory the function needs: what the loaded model holds, or the load's peak if higher."""
         return -(-self.footprint.needed_bytes // MiB)
+
+
+def _prefix_length(llama: Llama, renderer: ChatRenderer, family: ModelFamily, entry: dict[str, Any]) -> int:
+    """How many tokens a declared prefix renders to: what its renders with two sentinel user turns share
+    (a prefix the template refuses is counted as none: the function's init names it)."""
+    try:
+        first, second = (
+            llama.tokenize(
+                renderer.render(request, family.template_kwargs(request.reasoning_effort)).prompt.encode(),
+                add_bos=False,
+                special=True,
+            )
+            for request in (parse_request(body) for body in sentinel_bodies(entry, "model"))
+        )
+    except RequestError:
+        return 0
+    return len(common_prefix(first, second))

@@ -437,8 +437,13 @@ def check_model_memory(target: Target) -> list[Finding]:
     need, have = model.memory_mb, fn.memory
     parts = (
         f"{mb(model.size_bytes)} weights + {mb(model.kv_cache_bytes)} KV cache for {model.n_ctx} tokens + "
-        "compute buffers and the runtime"
     )
+    if model.prefix_tokens:
+        parts += (
+            f"{mb(model.prefix_states_bytes)} for the states of {len(model.prefix_tokens)} declared prompt "
+            f"prefixes ({sum(model.prefix_tokens)} tokens) + "
+        )
+    parts += "compute buffers and the runtime"
     if model.footprint.load_peak_bytes > model.footprint.serving_bytes:
         parts += "; the load peaks at two copies of the weights, while they are read out of the memfd"
     if need > have:
