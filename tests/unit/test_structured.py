@@ -1,11 +1,12 @@
 """Which schemas the grammar can enforce, the tool-call format and the deployment's structure limits."""
 
 import json
+from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.json_grammar import resolve_pointer
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.structured import (
@@ -64,6 +65,14 @@ def test_schemas_that_cannot_be_served_are_named(schema, named):
     with pytest.raises(UnsupportedParameterError, match="response_format") as caught:
         check_schema(schema, param="response_format")
     assert named in caught.value.message and caught.value.code == "unsupported_parameter"
+
+
+def resolve_pointer(root: Any, ref: str) -> Any:
+    """The part of ``root`` a local ``$ref`` (``#/$defs/a~1b``) names."""
+    node = root
+    for token in ref.removeprefix("#").split("/")[1:]:
+        node = node[unquote(token).replace("~1", "/").replace("~0", "~")]
+    return node
 
 
 def test_tool_call_schema_names_each_function_and_keeps_their_defs():

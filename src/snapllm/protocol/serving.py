@@ -255,12 +255,11 @@ class OpenAIServing:
                 specials=self.marker_tokens,
             )
             if grammar is not None and not self.engine.accepts_grammar(grammar):
-                # snapllm.protocol.json_grammar refuses, by name, every schema it cannot write a grammar for.
+                # compile_schema refuses, by name, every schema llguidance cannot enforce.
                 where = "tools" if tool_calls else "response_format"
                 raise UnsupportedParameterError(
-                    f"{where}: llama.cpp refused the grammar snapllm wrote for this schema, which is a "
-                    "fault in snapllm (llama.cpp logs its reason when SNAPLLM_LLAMA_VERBOSE=true); "
-                    "please report it",
+                    f"{where}: llguidance refused the grammar snapllm wrote for this request, which is a "
+                    "fault in snapllm; please report it",
                     param=where,
                 )
         else:
