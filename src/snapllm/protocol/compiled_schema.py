@@ -42,7 +42,14 @@ from typing import Any, ClassVar
 
 import llguidance
 import regex
-from jsonschema import Draft3Validator, Draft4Validator, Draft202012Validator, validators
+from jsonschema import (
+    Draft3Validator,
+    Draft4Validator,
+    Draft6Validator,
+    Draft7Validator,
+    Draft202012Validator,
+    validators,
+)
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema_specifications import REGISTRY as METASCHEMAS
 
@@ -224,7 +231,12 @@ def _subschemas(schema: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
                     yield f"dependencies.{name}", sub
 
 
-def _modern(schema: Any, *, draft4: bool) -> Any:
+# What stays beside a $ref in the drafts that ignore its siblings.
+_BESIDE_REF = frozenset({"$ref", "definitions", "$defs", "$id", "id", "$schema"})
+_REF_ALONE_DRAFTS = (Draft3Validator, Draft4Validator, Draft6Validator, Draft7Validator)
+
+
+def _modern(schema: Any, *, draft4: bool, ref_alone: bool = False) -> Any:
     """``schema`` as llguidance reads it (2020-12's spelling): a tuple ``items`` (a list) becomes
     ``prefixItems`` with ``additionalItems`` as ``items``; under draft-04 a boolean ``exclusiveMaximum``
     moves ``maximum`` (and the same below). Values (``enum``, ``const``) are left as they are."""
@@ -233,11 +245,17 @@ def _modern(schema: Any, *, draft4: bool) -> Any:
     out = dict(schema)
     for keyword, value in schema.items():
         if keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
-            out[keyword] = {name: _modern(sub, draft4=draft4) for name, sub in value.items()}
+            out[keyword] = {
+                name: _modern(sub, draft4=draft4, ref_alone=ref_alone) for name, sub in value.items()
+            }
         elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
-            out[keyword] = [_modern(sub, draft4=draft4) for sub in value]
+            out[keyword] = [_modern(sub, draft4=draft4, ref_alone=ref_alone) for sub in value]
         elif keyword in _SCHEMA_ONE:
-            out[keyword] = _modern(value, draft4=draft4)
+            out[keyword] = _modern(value, draft4=draft4, ref_alone=ref_alone)
+    if ref_alone and "$ref" in out:
+        # Up to draft-07 a $ref's siblings are ignored (llguidance refuses them in a cycle): only what
+        # the reference and the definitions need stays.
+        return {k: v for k, v in out.items() if k in _BESIDE_REF}
     if isinstance(out.get("items"), list) and "prefixItems" not in out:
         out["prefixItems"] = out.pop("items")
         if "additionalItems" in out:
@@ -253,6 +271,10 @@ def _modern(schema: Any, *, draft4: bool) -> Any:
             del out[keyword]
     if "multipleOf" in out and not _cheap_step(out["multipleOf"]):
         del out["multipleOf"]
+    # llguidance counts properties only where every listed one is required, and otherwise refuses objects
+    # that hold (an optional property beside minProperties: 1): counts are validated instead.
+    out.pop("minProperties", None)
+    out.pop("maxProperties", None)
     out.pop("x-guidance", None)  # the project's options, never the request's
     return out
 
@@ -284,7 +306,7 @@ def _dropped_numbers(schema: Any, enforced: Any, path: str = "") -> Iterator[str
     """Each number keyword of ``schema`` that :func:`_modern` left out of ``enforced``, with its place."""
     if not isinstance(schema, Mapping) or not isinstance(enforced, Mapping):
         return
-    for keyword in (*_NUMBER_BOUNDS, "multipleOf"):
+    for keyword in (*_NUMBER_BOUNDS, "multipleOf", "minProperties", "maxProperties"):
         value = schema.get(keyword)
         if keyword in schema and keyword not in enforced and not isinstance(value, bool):
             yield f"{keyword} {value!r} (at {path or 'the root'})"
@@ -488,7 +510,9 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
         raise _Refused(f"the schema is not valid JSON Schema: {exc.message[:200]} (at {place})") from None
     except (RecursionError, ValueError, TypeError) as exc:
         raise _Refused(f"the schema could not be read ({type(exc).__name__})") from None
-    enforced = _modern(schema, draft4=draft in (Draft3Validator, Draft4Validator))
+    enforced = _modern(
+        schema, draft4=draft in (Draft3Validator, Draft4Validator), ref_alone=draft in _REF_ALONE_DRAFTS
+    )
     validated: list[str] = list(_dropped_numbers(schema, enforced))
     failed, messages = _llguidance(enforced)
     if failed and "regex" in messages[0]:
