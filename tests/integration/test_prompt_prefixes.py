@@ -194,3 +194,17 @@ def test_a_missing_prefixes_file_fails_the_init(deployment):
             patch.setenv(name, value)
         with pytest.raises(ConfigurationError, match=r"SNAPLLM_PROMPT_PREFIXES: /nonexistent/prefixes\.json"):
             InferenceRuntime.initialize(InferenceSettings.from_env())
+
+
+def test_a_seeded_request_between_two_turns_leaves_the_conversation_its_prefix(load):
+    engine, _ = load()
+    greedy = Sampling(temperature=0.0, top_p=1.0, seed=1)
+    first = engine.tokenize("Chapter one. " + "The tide came in over the sand. " * 30, add_bos=True)
+    engine.generate(EngineRequest(tuple(first), greedy, max_tokens=2))
+    # A request that evaluates afresh (a caller's seed) takes the context over...
+    other = engine.tokenize("A different text. " * 40, add_bos=True)
+    engine.generate(EngineRequest(tuple(other), greedy, max_tokens=2, reuse_cache=False))
+    # ...and the conversation's next turn still starts from its saved prefix.
+    follow_up = [*first, *engine.tokenize(" Then the tide went out again." * 12, add_bos=False)]
+    again = engine.generate(EngineRequest(tuple(follow_up), greedy, max_tokens=2))
+    assert again.cached_tokens >= len(first) - 4 and engine.prefix_stats.restores == 1

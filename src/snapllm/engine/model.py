@@ -479,16 +479,17 @@ class Engine(LoadedModel):
         """Restore the saved state the prompt reuses most of, when that is more than the live sequence
         gives; the live sequence's reusable part is saved first whenever the request would overwrite it.
         The caller holds the lock."""
-        if not request.reuse_cache:
-            return
         decoder, prefixes = self._decoder, self._prefixes
         prompt = list(request.tokens)
-        live = decoder.reused(prompt)
-        state, most = prefixes.best(lambda saved: decoder.reused_from(saved, prompt))
+        # A request that evaluates afresh (a seed) reuses nothing, but still evaluates over the live sequence.
+        live = decoder.reused(prompt) if request.reuse_cache else 0
         keep = decoder.keepable()
         if keep > live and not prefixes.holds(decoder.cached[:keep]):
             # The request would evaluate over what this conversation may reuse next turn.
             prefixes.add(decoder.save(keep))
+        if not request.reuse_cache:
+            return
+        state, most = prefixes.best(lambda saved: decoder.reused_from(saved, prompt))
         if state is not None and most > live:
             decoder.restore(state)
             prefixes.stats.restores += 1
