@@ -397,3 +397,10 @@ def test_a_forked_process_compiles_on_its_own_thread():
     child.start()
     child.join(timeout=60)
     assert child.exitcode == 0
+
+
+def test_every_format_jsonschema_checks_is_checked_whatever_the_draft():
+    """A draft-04 schema's ``iri`` (a format of later drafts) was let through: draft-04's checker has none."""
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "string", "format": "iri"}
+    compiled = compile_schema(schema, param="response_format")
+    assert compiled.violations('"not-an-iri"') and not compiled.violations('"https://example.test/ü"')

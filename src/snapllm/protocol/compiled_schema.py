@@ -532,7 +532,9 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
             name = found.group(1).strip()
             places = list(islice(dict.fromkeys(_format_places(schema, name)), 3))
             validated.append(f"format {name!r} (at {', '.join(places)})" if places else f"format {name!r}")
-    validator = cls(judged, format_checker=cls.FORMAT_CHECKER)
+    # Every format jsonschema knows is checked whatever the draft (a draft-04 schema's "iri" too): a
+    # format names one meaning in every draft that has it.
+    validator = cls(judged, format_checker=Draft202012Validator.FORMAT_CHECKER)
     COMPILATIONS.count += 1
     return CompiledSchema(
         schema=schema,
