@@ -55,6 +55,12 @@ _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]
 #: How the decoder computed a cached position: in a prompt's batch of ``min_batch`` tokens or more, in a
 #: smaller batch of a prompt, or while generating.
 _BATCHED, _UNBATCHED, _GENERATED = 0, 1, 2
+#: How many of a batch's rows ggml's repacked weight kernels (Q4_0, Q4_K and IQ4_NL on x86 and Arm)
+#: multiply at once: a batch's rows in whole groups of four go through the group kernel, its last ``rows % 4``
+#: through the one-row kernel, which rounds differently (on Qwen2.5-0.5B Q4_K_M a prompt's logits came out up
+#: to 0.35 apart). Prompt batches start at multiples of it and the cache is reused up to one, so that every
+#: position is computed by the kernel the whole prompt's evaluation would use.
+ROW_GROUP = 4
 #: The most candidates a sampling chain may keep for the grammar to check them one by one: past that, one
 #: mask costs less than the checks.
 _CHECKED_CANDIDATES = 64
@@ -379,23 +385,6 @@ class Decoder:
         self._computed = []
         self._logits_current = False
 
-    def reused(self, prompt: Sequence[int]) -> int:
-        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating
-        (the common prefix, less the last prompt token, which is evaluated again for its logits; with
-        ``min_batch``, of the positions computed as the whole prompt's evaluation would, all but the last
-        ``min_batch`` at most)."""
-        common = min(_common_prefix(self.cached, prompt), self._alike(len(prompt)))
-        if self._min_batch and len(prompt) >= self._min_batch:
-            return max(0, min(common, len(prompt) - self._min_batch))
-        return max(0, common - 1) if common == len(prompt) else common
-
-    def _alike(self, length: int) -> int:
-        """How many leading cached positions were computed as the whole evaluation of a prompt of ``length``
-        tokens computes them: all of them when batch sizes do not matter."""
-        if not self._min_batch:
-            return len(self.cached)
-        alike = _BATCHED if length >= self._min_batch else _UNBATCHED
-        return next((i for i, how in enumerate(self._computed) if how != alike), len(self._computed))
     # --- Saved states (snapllm.engine.prefixes) ------------------------------------------------------------
 
     def keepable(self) -> int:
@@ -435,6 +424,26 @@ class Decoder:
         finally:
             self.cached, self._computed = live
 
+    def reused(self, prompt: Sequence[int]) -> int:
+        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating
+        (the common prefix, less the last prompt token, which is evaluated again for its logits; with
+        ``min_batch``, of the positions computed as the whole prompt's evaluation would, all but the last
+        ``min_batch`` at most)."""
+        common = min(_common_prefix(self.cached, prompt), self._alike(len(prompt)))
+        if self._min_batch and len(prompt) >= self._min_batch:
+            reused = max(0, min(common, len(prompt) - self._min_batch))
+        else:
+            reused = max(0, common - 1) if common == len(prompt) else common
+        return reused - reused % ROW_GROUP
+
+    def _alike(self, length: int) -> int:
+        """How many leading cached positions were computed as the whole evaluation of a prompt of ``length``
+        tokens computes them: all of them when batch sizes do not matter."""
+        if not self._min_batch:
+            # Generated positions were computed one row at a time (the one-row weight kernels).
+            return next((i for i, how in enumerate(self._computed) if how == _GENERATED), len(self._computed))
+        alike = _BATCHED if length >= self._min_batch else _UNBATCHED
+        return next((i for i, how in enumerate(self._computed) if how != alike), len(self._computed))
 
     def evaluate(self, tokens: Sequence[int], check: PromptCheck | None = None) -> None:
         """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` at most (the logits of the
@@ -451,17 +460,21 @@ class Decoder:
 
     def _batches(self, count: int) -> Iterator[tuple[int, int]]:
         """The (start, end) of each batch a prompt's ``count`` tokens are evaluated in."""
+        # Every batch but the last holds whole groups of ROW_GROUP rows, and llama.cpp computes it at once.
+        largest = min(self._n_batch, self._n_ubatch)
+        largest -= largest % ROW_GROUP
         if not self._min_batch or count < self._min_batch:
-            for start in range(0, count, self._n_batch):
-                yield start, min(start + self._n_batch, count)
+            for start in range(0, count, largest):
+                yield start, min(start + largest, count)
             return
-        # Each batch holds half of the physical batch (512 by default) or more, or all the tokens, and
-        # llama.cpp computes it at once.
-        batches = -(-count // min(self._n_batch, self._n_ubatch))
-        size, larger = divmod(count, batches)
+        # Each batch holds about half of the physical batch (512 by default) or more, or all the tokens: the
+        # groups shared out evenly, the more to the first batches, the last rows to the last.
+        batches = -(-count // largest)
+        groups, rest = divmod(count, ROW_GROUP)
+        size, larger = divmod(groups, batches)
         start = 0
         for index in range(batches):
-            end = start + size + (index < larger)
+            end = start + (size + (index < larger)) * ROW_GROUP + (rest if index == batches - 1 else 0)
             yield start, end
             start = end
 

@@ -172,7 +172,8 @@ class EngineSettings(Settings):
     # tokens evaluated one by one (up to 0.71 apart with flash attention off, 0.65 with f16 values), so
     # every cached position is reused. That row-by-row kernel is slow on long prompts: at
     # 1,000 tokens prompts ran at 0.63-0.87 of f16's speed (0.97-0.99 at 512), decoding at the same.
-    # The weights' own kernels may still depend on the batch (Q4_K's do, with flash attention off too).
+    # The weights' own kernels may still depend on the batch (Q4_K's do, with flash attention off too): the
+    # repacked ones' groups of four rows are kept by the decoder's batches (snapllm.engine.decode.ROW_GROUP).
     cache_type_v: ValueCacheType = "f16"
     """The KV cache's type for values with flash attention: `f16` (llama.cpp's default, and its fastest
     kernels) or `bf16` (one attention kernel for any batch, so the prompt cache is reused as without flash
