@@ -39,6 +39,7 @@ from snapllm.errors import (
     UnsupportedParameterError,
 )
 from snapllm.protocol.answer_check import check_answer
+from snapllm.protocol.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
 from snapllm.protocol.chat import ChatRenderer, RenderedChat
 from snapllm.protocol.compiled_schema import compile_schema
 from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
@@ -46,8 +47,8 @@ from snapllm.protocol.families import ModelFamily, detect_family
 from snapllm.protocol.lark_grammar import marker_tokens
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.objects import render_response
-from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState
 from snapllm.protocol.prefixes import common_prefix, sentinel_bodies
+from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     FinishReason,
@@ -150,6 +151,9 @@ class PreparedRequest:
     answer_schema: Any = None
     # What the grammar leaves to the answer check (each with where it is), said in the answer.
     validated: tuple[str, ...] = ()
+    # Whether an answer that is one bare JSON call, without the format's tags, is read as that call
+    # (snapllm.protocol.bare_calls).
+    bare_calls: bool = False
 
     @property
     def seed(self) -> int:
@@ -312,6 +316,9 @@ class OpenAIServing:
             thinking=thinking,
             answer_schema=schema,
             validated=compile_schema(schema, param="response_format").validated if schema is not None else (),
+            bare_calls=bare_calls_allowed(
+                tool_calls=tool_calls, answer_schema=schema, opener=self.tool_format.opener
+            ),
         )
 
     def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
@@ -420,6 +427,9 @@ class OpenAIServing:
                     if calls == "all" or not answer or (not opener and answer[0] in "{["):
                         yield HELD
                         continue
+                    if prepared.bare_calls and may_be_bare_call(answer):
+                        yield HELD
+                        continue
                     if opener:
                         end = self.tool_format.text_end(answer)
                         if end > sent:
@@ -483,6 +493,10 @@ class OpenAIServing:
                     whole = tool_format.parse(call_text, names)
                     if whole is not None and (prepared.tool_calls == "all" or self._valid(prepared, whole)):
                         parsed = list(whole)
+                elif prepared.bare_calls:
+                    bare = bare_call(text, prepared.tool_parameters, arguments_key=tool_format.arguments_key)
+                    if bare is not None:
+                        parsed, prose = [bare], ""
             else:
                 parsed = tool_format.parse_cut(call_text, names) if call_text else None
                 # An answer that must call but was cut before its first token has no call either.
@@ -578,20 +592,6 @@ class OpenAIServing:
             bodies.append(sized)
         return bodies
 
-    def warm_up(self, bodies: list[dict[str, Any]]) -> None:
-        """Generate and stream each body, so compute buffers, the sampler, the chat template and every path
-        are primed; then leave the chat template's common prefix evaluated.
-
-        The KV cache then holds only what every chat without its own system message starts with (for many
-        templates, a default system prompt): the first request after a restore reuses it as a warm one
-        would, and no request inherits a warm-up's own tokens.
-        """
-        for body in bodies:
-            request = inference_request(self.parse(body))
-            self.generate(request)
-            for _ in self.stream(request):
-                pass
-        self.engine.prime(self.chat_prefix())
     def prefix_tokens(self, entry: dict[str, Any]) -> list[int]:
         """A declared prefix's tokens (:mod:`snapllm.protocol.prefixes`): what the prompts of every request
         that continues ``entry`` with a user turn start with, prepared as a request is."""
