@@ -21,6 +21,8 @@ from snapllm_dev.bench.arguments import (
     PREFAULT_CHOICES,
 )
 from snapllm_dev.cli import build_parser
+from snapllm_dev.local.arguments import PACKAGED_MODEL_NAMES
+from snapllm_dev.packaged_models import PACKAGED_MODELS
 
 #: Modules whose import costs tenths of a second to seconds (llama.cpp, AWS SDKs, numpy, pydantic, YAML,
 #: plotting, HTTP servers and clients, MCP): none may load before a subcommand runs.
@@ -105,3 +107,7 @@ def test_the_bench_choices_are_the_benchmarks_own_tables():
     assert sorted(GRAMMAR_CASES) == sorted(grammar.CASES)
     assert sorted(DRAFTS) == sorted(decode.DRAFTS)
     assert tuple(engine.SIDES) == ENGINE_SIDES  # in the order each round runs them
+
+
+def test_local_commands_name_the_packaged_models():
+    assert sorted(PACKAGED_MODEL_NAMES) == sorted(PACKAGED_MODELS)

@@ -8,16 +8,17 @@ import argparse
 import re
 from pathlib import Path
 
-from snapllm.errors import ConfigurationError
 from snapllm_dev.argtypes import gguf_file, named_url, number, pair, port, readable_file
-from snapllm_dev.packaged_models import PACKAGED_MODELS, model_path
 
 MCP_HELP = (
     "durable agent: also take tools from the MCP server at URL (streamable HTTP, no auth), named NAME "
     "(repeatable; more options through --env SNAPLLM_AGENT_MCP_SERVERS=JSON)"
 )
+#: The packaged models' names (:data:`snapllm_dev.packaged_models.PACKAGED_MODELS`, whose module imports
+#: what a usage error should not load; a unit test keeps them equal).
+PACKAGED_MODEL_NAMES = ("gemma3-270m", "qwen2.5-coder-0.5b", "smollm2-135m")
 MODEL_HELP = (
-    f"GGUF file, or a packaged model ({', '.join(sorted(PACKAGED_MODELS))}), to serve (default: smollm2-135m)"
+    f"GGUF file, or a packaged model ({', '.join(PACKAGED_MODEL_NAMES)}), to serve (default: smollm2-135m)"
 )
 #: The longest invoke timeout: Lambda's limit (15 minutes).
 MAX_TIMEOUT_S = 900.0
@@ -25,14 +26,10 @@ MAX_TIMEOUT_S = 900.0
 start_timeout = number(0, 3600, above_minimum=True)
 
 
-def served_model(text: str) -> Path:
-    """A packaged model's name (fetched into the cache on first use), or the path of a GGUF file."""
-    if text not in PACKAGED_MODELS:
-        return gguf_file(text)
-    try:
-        return model_path(text)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def served_model(text: str) -> str:
+    """A packaged model's name (located, or fetched into the cache, when the command runs:
+    :func:`snapllm_dev.packaged_models.model_path`), or the path of a GGUF file."""
+    return text if text in PACKAGED_MODEL_NAMES else str(gguf_file(text))
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -29,6 +29,7 @@ from snapllm_dev.local.lifecycle import InvokeResult, LocalFunctionError
 from snapllm_dev.local.report import megabytes, seconds, table
 from snapllm_dev.local.serve_cli import invoke_http_api
 from snapllm_dev.local.session import LocalDeployment
+from snapllm_dev.packaged_models import model_path
 from snapllm_dev.sam import Function, Template
 
 
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         faults = _fault_specs(args.s3_fault)
         check_strict_variables(dict(args.env))
+        args.model = model_path(args.model) if args.model else None
         template = sam.load(args.template)
         function = template.function(args.function)
         kind = kind_of(template, function)

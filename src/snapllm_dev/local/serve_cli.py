@@ -31,6 +31,7 @@ from snapllm_dev.local.gateway import LocalGateway, listen, serve
 from snapllm_dev.local.lifecycle import LocalFunctionError
 from snapllm_dev.local.lwa import START_TIMEOUT_VARIABLE
 from snapllm_dev.local.stack import EmbeddingModel, LocalStack
+from snapllm_dev.packaged_models import model_path
 from snapllm_dev.sam import Function, Template
 
 #: The port ``snapllm local serve`` listens on when neither ``--port`` nor ``$PORT`` says.
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     sock = None
     resources = contextlib.ExitStack()
     try:
+        args.model = model_path(args.model) if args.model else None
         keys = served_keys(args.api_key, args.api_keys_file)
         # The functions' processes get the keys' hashes, never the key in their environment.
         os.environ.pop(API_KEY_VARIABLE, None)
