@@ -264,3 +264,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _decoding_run(decode, rounds=2)
     decode.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     decode.set_defaults(implementation="snapllm_dev.bench.decode")
+
+    prefixes = kinds.add_parser(
+        "prefixes", help="time to first token with declared and cached prompt prefixes, as ratios"
+    )
+    prefixes.add_argument(
+        "--model", type=model_or_gguf, default="smollm2-135m", help="a packaged model's name or a GGUF file"
+    )
+    prefixes.add_argument(
+        "--rounds", type=integer(1, MAX_REPEATS), default=3, help="measured rounds (after one warm-up)"
+    )
+    prefixes.add_argument(
+        "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
+    )
+    prefixes.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    prefixes.set_defaults(implementation="snapllm_dev.bench.prefixes")
