@@ -267,6 +267,45 @@ def test_pattern_properties_beside_no_additional_properties_are_generated():
     assert compiled.violations('{"x_a":1}') == [] and compiled.violations("{}")
 
 
+def test_a_cycle_through_a_ref_with_sibling_keys_is_served_and_its_answer_validated():
+    # llguidance refuses this cycle ("circular references with sibling keys"): the definition it names is
+    # generated as any JSON value, and the answer is still validated against the whole schema.
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node", "required": ["name"]}},
+                },
+                "required": ["children"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    compiled = compile_schema(schema, param="response_format")
+    assert any("$defs.node" in what and "cycle" in what for what in compiled.validated)
+    good = '{"children":[{"name":"a","children":[]}]}'
+    assert takes(schema, good) and compiled.violations(good) == []
+    assert compiled.violations('{"children":[{"children":[]}]}')  # a child without its name
+    with pytest.raises(SchemaValidationFailedError):
+        compiled.check_answer('{"name":"root"}', param="response_format")
+
+
+def test_overlapping_pattern_properties_are_served_and_their_answer_validated():
+    # llguidance will not combine property-name patterns that overlap: that object takes any property
+    # while generating, and its patterns and additionalProperties are validated on the answer.
+    schema = {
+        "type": "object",
+        "patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    compiled = compile_schema(schema, param="response_format")
+    assert any("patternProperties" in what for what in compiled.validated)
+    assert takes(schema, '{"ab":1}') and compiled.violations('{"ab":1}') == []
+    assert compiled.violations('{"ab":"x"}') and compiled.violations('{"z":1}')
+
+
 def test_the_declared_draft_judges_the_answer_and_shapes_the_constraint():
     draft4 = {
         "$schema": "http://json-schema.org/draft-04/schema#",

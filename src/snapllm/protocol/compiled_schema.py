@@ -39,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 from itertools import islice
 from threading import Lock
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
 import llguidance
 import regex
@@ -483,18 +484,89 @@ def _llguidance(enforced: Mapping[str, Any]) -> tuple[bool, list[str]]:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(dict(enforced), overrides=OPTIONS)
     except ValueError as exc:  # a number JSON cannot carry to llguidance (an integer beyond 64 bits)
         return True, [str(exc)]
-    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
-        grammar, None, limits=parser_limits()
-    )
-    if failed:
-        return failed, messages
-    # What only a matcher shows (a reference that loops before any character): its first mask, over bytes.
+    # One compile, by a matcher over bytes: its error, its warnings (what it leaves unenforced), and its
+    # first mask, which shows what only a matcher shows (a reference that loops before any character).
     matcher = llguidance.LLMatcher(_BYTE_TOKENIZER, grammar, limits=parser_limits(), log_level=0)
-    if not matcher.is_error():
-        matcher.compute_bitmask()
+    if matcher.is_error():
+        return True, [matcher.get_error()]
+    warnings = list(matcher.get_grammar_warnings())
+    matcher.compute_bitmask()
     if matcher.is_error():
         return True, [f"no JSON value can be generated: {matcher.get_error()}"]
-    return failed, messages
+    return False, warnings
+
+
+#: How many parts of one schema may be loosened (:func:`_loosened`) before it is refused.
+MAX_LOOSENINGS = 16
+_CYCLE = re.compile(r"circular references with sibling keys are not supported: \S*?#(\S*)")
+_OVERLAP = re.compile(r"patternProperty regexes /(.*)/ and /(.*)/ are not disjoint")
+
+
+def _loosened(enforced: Mapping[str, Any], message: str) -> tuple[Any, str] | None:
+    """``enforced`` with the part llguidance refuses (``message``) made looser, and what is now left to
+    validation; None when the refusal is not one that loosening cures. A cycle through a ``$ref`` with
+    sibling keys: the definition it names is generated as any JSON value. Overlapping
+    ``patternProperties``: the object that holds them allows any extra property while generating. The
+    answer is validated against the whole schema either way."""
+    if found := _CYCLE.search(message):
+        pointer = found.group(1)
+        if not pointer.strip("/"):
+            return {}, "the whole schema (a cycle through a $ref with sibling keys)"
+        steps = [unquote(s).replace("~1", "/").replace("~0", "~") for s in pointer.strip("/").split("/")]
+        out = _replaced(enforced, steps)
+        if out is None:
+            return None
+        return out, f"{'.'.join(steps)} (a cycle through a $ref with sibling keys)"
+    if found := _OVERLAP.search(message):
+        pair = {found.group(1), found.group(2)}
+        places: list[str] = []
+        out = _without_overlap(enforced, pair, "", places)
+        if not places:
+            return None
+        return out, f"patternProperties (at {', '.join(places[:3])}: overlapping names)"
+    return None
+
+
+def _replaced(node: Any, steps: list[str]) -> Any:
+    """``node`` with the subschema at ``steps`` replaced by ``{}`` (any value); None when not there."""
+    if not steps:
+        return {}
+    if isinstance(node, Mapping) and steps[0] in node:
+        inner = _replaced(node[steps[0]], steps[1:])
+        return None if inner is None else {**node, steps[0]: inner}
+    if isinstance(node, list) and steps[0].isdigit() and int(steps[0]) < len(node):
+        inner = _replaced(node[int(steps[0])], steps[1:])
+        if inner is None:
+            return None
+        return [*node[: int(steps[0])], inner, *node[int(steps[0]) + 1 :]]
+    return None
+
+
+def _without_overlap(schema: Any, pair: set[str], path: str, places: list[str]) -> Any:
+    """``schema`` without the ``patternProperties`` (and ``additionalProperties``) of each object whose
+    pattern names include both of ``pair``; where, in ``places``."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for keyword, value in schema.items():
+        if keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[keyword] = {
+                name: _without_overlap(sub, pair, f"{path}.{keyword}.{name}".lstrip("."), places)
+                for name, sub in value.items()
+            }
+        elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
+            out[keyword] = [
+                _without_overlap(sub, pair, f"{path}.{keyword}[{i}]".lstrip("."), places)
+                for i, sub in enumerate(value)
+            ]
+        elif keyword in _SCHEMA_ONE:
+            out[keyword] = _without_overlap(value, pair, f"{path}.{keyword}".lstrip("."), places)
+    names = schema.get("patternProperties")
+    if isinstance(names, Mapping) and pair <= set(names):
+        del out["patternProperties"]
+        out.pop("additionalProperties", None)
+        places.append(path or "the root")
+    return out
 
 
 def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
@@ -521,6 +593,13 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
             enforced = _without_patterns(enforced, broken)
             validated.extend(f"pattern {p[:40]!r}" for p in sorted(broken))
             failed, messages = _llguidance(enforced)
+    for _ in range(MAX_LOOSENINGS):
+        loosened = _loosened(enforced, messages[0]) if failed else None
+        if loosened is None:
+            break
+        enforced, what = loosened
+        validated.append(what)
+        failed, messages = _llguidance(enforced)
     if failed:
         raise _Refused(f"the schema cannot be enforced: {messages[0].splitlines()[0][:300]}")
     for message in messages:
