@@ -25,7 +25,7 @@ from llama_cpp import Llama
 
 from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
 from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
-from snapllm.engine.prefixes import PrefixCache, PrefixStats
+from snapllm.engine.prefixes import MIN_SAVED_TOKENS, PrefixCache, PrefixStats
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import (
     Completion,
@@ -484,7 +484,7 @@ class Engine(LoadedModel):
         # A request that evaluates afresh (a seed) reuses nothing, but still evaluates over the live sequence.
         live = decoder.reused(prompt) if request.reuse_cache else 0
         keep = decoder.keepable()
-        if keep > live and not prefixes.holds(decoder.cached[:keep]):
+        if keep > max(live, MIN_SAVED_TOKENS - 1) and not prefixes.holds(decoder.cached[:keep]):
             # The request would evaluate over what this conversation may reuse next turn.
             prefixes.add(decoder.save(keep))
         if not request.reuse_cache:

@@ -20,6 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+#: The fewest tokens a recent conversation's state must hold to be saved: a shorter prefix costs little more
+#: to evaluate again than its state's copy (a declared prefix is kept whatever its length).
+MIN_SAVED_TOKENS = 64
+
 
 @dataclass(eq=False)
 class SavedState:
