@@ -51,8 +51,10 @@ def test_valid_instances_are_accepted_in_every_spacing(results):
 def test_real_world_schemas_are_served(results):
     rows = summarize(results, {})
     refused = [(r.name, r.refusal[:120]) for r in results if not r.served]
-    # Floors under what the tier measures (95.3% on its sample; 9 of 12 Washington Post schemas): refused
-    # are schemas over the size limit and cycles llguidance refuses ("circular references with sibling
-    # keys are not supported").
-    assert rows[-1].coverage >= 94.0, refused
-    assert all(row.coverage >= 75.0 for row in rows), refused
+    # Floors under what the tier measures (97.3% on its sample; 12 of 15 Github_ultra schemas, the rest
+    # over the size limit). A cycle llguidance refuses ("circular references with sibling keys") and
+    # overlapping patternProperties are served, looser, and validated: every Washington Post schema.
+    assert rows[-1].coverage >= 97.0, refused
+    assert all(row.coverage >= 80.0 for row in rows), refused
+    washington_post = next(row for row in rows if row.dataset == "WashingtonPost")
+    assert washington_post.coverage == 100.0, refused
