@@ -173,18 +173,22 @@ def test_required_tool_choice_calls_real_tools_with_valid_arguments(client):
 
 
 # Tool parameters that broke the old tool-call grammar: defs that collided once renamed ("a" + "b-c" and
-# "a-b" + "c"), a $ref into the tool's own properties, and a required key properties does not list.
+# "a-b" + "c"), a $ref into the tool's own properties, and a required key properties does not list. The first
+# two close their objects: JSON Schema lets an object hold properties it does not list, which the constraint
+# allows, and SmolLM2 spends max_tokens copying the tools' schemas into such properties.
 TRICKY_TOOLS = {
     "a": {
         "type": "object",
         "properties": {"v": {"$ref": "#/$defs/b-c"}},
         "required": ["v"],
+        "additionalProperties": False,
         "$defs": {"b-c": {"const": 7}},
     },
     "a-b": {
         "type": "object",
         "properties": {"v": {"$ref": "#/$defs/c"}},
         "required": ["v"],
+        "additionalProperties": False,
         "$defs": {"c": {"type": "string", "maxLength": 4}},
     },
     "name": {
