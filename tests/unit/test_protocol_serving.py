@@ -34,6 +34,7 @@ from snapllm.protocol.chat_templates import GEMMA_TURNS
 from snapllm.protocol.requests import Generation, parse_request
 from snapllm.protocol.serving import OpenAIServing, fingerprint
 from snapllm_dev.packaged_models import default_model_path
+from tests.support.byte_tokenizer import ByteVocabulary
 from tests.support.grammar_sampler import GrammarSampler
 
 #: A ChatML template in the style of SmolLM2's (written for this test), with a default system prompt.
@@ -58,6 +59,8 @@ WEATHER = {
 }
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+#: llguidance's matcher over a vocabulary of bytes: what a grammar lets an answer be.
+TEXT = ByteVocabulary()
 
 
 @dataclass
@@ -263,16 +266,21 @@ def test_structured_output_and_tools_become_a_grammar():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     form = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
     answer = serving.prepare(parse_request(_chat(response_format=form)))
-    assert answer.engine_request.grammar and answer.tool_calls is None
+    assert answer.tool_calls is None
+    assert TEXT.allows(answer.engine_request.grammar, '{"a": 1}')
+    assert not TEXT.allows(answer.engine_request.grammar, '{"a": "1"}')
     required = serving.prepare(parse_request(_chat(tools=[WEATHER], tool_choice="required")))
     assert required.tool_calls == "all" and required.tool_names == ("get_weather",)
+    assert TEXT.allows(required.engine_request.grammar, CALL)
+    assert not TEXT.allows(required.engine_request.grammar, "It is sunny in Paris.")
     auto = serving.prepare(parse_request(_chat(tools=[WEATHER])))
-    assert auto.tool_calls == "auto" and auto.engine_request.grammar.startswith(
-        "root ::= call-root | free-text"
-    )
+    assert auto.tool_calls == "auto"
+    assert TEXT.allows(auto.engine_request.grammar, CALL)
+    assert TEXT.allows(auto.engine_request.grammar, "It is sunny in Paris.")
+    assert not TEXT.allows(auto.engine_request.grammar, '{"name": "get_time", "arguments": {}}')
 
 
-def test_a_grammar_llama_cpp_refuses_is_a_named_fault_not_a_crash():
+def test_a_grammar_the_engine_refuses_is_a_named_fault_not_a_crash():
     serving = _serving(ScriptedEngine(grammar_ok=False))
     with pytest.raises(UnsupportedParameterError, match="please report it") as refused:
         serving.prepare(parse_request(_chat(response_format={"type": "json_object"})))
