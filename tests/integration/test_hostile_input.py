@@ -272,13 +272,13 @@ CASES = [
     ),
     Case("streamed-wrong-type", chat_with(stream=True, max_tokens="10")),
     Case("streamed-surrogate", chat_with(stream=True, user="\ud800")),
-    # Structured output and tools: what cannot be served (a format without a grammar) is refused.
+    # Structured output and tools: what cannot be served (a $ref to nothing) is refused.
     Case(
-        "schema-with-an-unknown-format",
+        "schema-with-a-ref-to-nothing",
         chat_with(
             response_format={
                 "type": "json_schema",
-                "json_schema": {"name": "n", "schema": {"type": "string", "format": "iri"}},
+                "json_schema": {"name": "n", "schema": {"$ref": "#/$defs/nothing"}},
             }
         ),
     ),
@@ -456,11 +456,9 @@ CASES = [
     ),
     Case("responses-tool-without-name", response_with(tools=[{"type": "function"}]), path=RESPONSES),
     Case(
-        "responses-schema-with-an-unknown-format",
+        "responses-schema-with-a-ref-to-nothing",
         response_with(
-            text={
-                "format": {"type": "json_schema", "name": "n", "schema": {"type": "string", "format": "iri"}}
-            }
+            text={"format": {"type": "json_schema", "name": "n", "schema": {"$ref": "#/$defs/nothing"}}}
         ),
         path=RESPONSES,
     ),

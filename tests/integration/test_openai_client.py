@@ -246,7 +246,11 @@ CHAT_ERRORS = [
     ({"max_tokens": 0}, openai.BadRequestError, "max_tokens", None),
     ({"logprobs": True, "top_logprobs": 21}, openai.BadRequestError, "top_logprobs", None),
     (
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"x-check": {}}}}]},
+        {
+            "tools": [
+                {"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/$defs/nothing"}}}
+            ]
+        },
         openai.BadRequestError,
         "tools.0.function.parameters",
         "unsupported_parameter",

@@ -175,7 +175,7 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
                     "format": {
                         "type": "json_schema",
                         "name": "n",
-                        "schema": {"type": "string", "format": "iri"},
+                        "schema": {"$ref": "#/$defs/nothing"},
                     }
                 },
             },
@@ -183,7 +183,15 @@ def test_formats_tools_and_logprobs_become_their_chat_forms():
             "text.format",
         ),
         (
-            {"input": "x", "tools": [{**TOOL, "parameters": {"type": "object", "x-check": {}}}]},
+            {
+                "input": "x",
+                "tools": [
+                    {
+                        **TOOL,
+                        "parameters": {"type": "object", "properties": {"a": {"$ref": "#/$defs/nothing"}}},
+                    }
+                ],
+            },
             UnsupportedParameterError,
             "tools.0.parameters",
         ),

@@ -247,7 +247,7 @@ def test_a_request_without_model_goes_to_the_default(fake_lambda):
                 **CHAT,
                 "response_format": {
                     "type": "json_schema",
-                    "json_schema": {"name": "n", "schema": {"type": "string", "format": "iri"}},
+                    "json_schema": {"name": "n", "schema": {"$ref": "#/$defs/nothing"}},
                 },
             },
             400,
