@@ -30,7 +30,6 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 #: (``GGML_FA_TILE_Q``); fewer run a row-by-row kernel that rounds differently.
 FLASH_ATTENTION_TILE_ROWS = 64
 #: The prefix cache's bound where the function's memory is unknown (a local stack, a test), in MiB.
-DEFAULT_PREFIX_CACHE_MB = 256
 
 
 def _file_name(data: dict[str, Any]) -> str:
@@ -192,20 +191,17 @@ class EngineSettings(Settings):
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
 
-    prefix_cache_mb: int | None = Field(
-        None, ge=0, json_schema_extra={"unset": "an eighth of the function's memory (256 outside Lambda)"}
-    )
+    # Off by default: a conversation's saved state can hold its answer's positions, which a later turn then
+    # reuses (a sent-back answer reused 108 positions where the live rule reuses 100), so a temperature-0
+    # answer could depend on the cache's history; the default keeps the live sequence's rule alone.
+    prefix_cache_mb: int = Field(0, ge=0)
     """RAM for the KV states of recent conversations' prompt prefixes, in MiB: a request that starts like
     one of them restores its state rather than evaluating it again (least recently used dropped first;
     0: only the live sequence). The declared prefixes (`SNAPLLM_PROMPT_PREFIXES`) are kept besides."""
 
     def prefix_cache_bytes(self, function_memory_mb: int | None) -> int:
         """The prefix cache's bound in bytes, for a function of ``function_memory_mb`` MB (None: unknown)."""
-        if self.prefix_cache_mb is not None:
-            return self.prefix_cache_mb * MiB
-        if function_memory_mb is None:
-            return DEFAULT_PREFIX_CACHE_MB * MiB
-        return function_memory_mb * MiB // 8
+        return self.prefix_cache_mb * MiB
 
     @property
     def min_prompt_batch(self) -> int:
