@@ -113,7 +113,7 @@ def test_a_required_call_cut_by_max_tokens_is_a_truncated_call_not_text(client):
         messages=QUESTION,
         tools=chat_tools(WEATHER),
         tool_choice="required",
-        max_tokens=14,
+        max_tokens=16,
         temperature=0,
     )
     [call] = longer.choices[0].message.tool_calls
@@ -129,7 +129,7 @@ def test_a_streamed_call_cut_short_arrives_as_tool_call_deltas(client):
         messages=QUESTION,
         tools=chat_tools(WEATHER),
         tool_choice="required",
-        max_tokens=14,
+        max_tokens=16,
         temperature=0,
         stream=True,
     )
@@ -169,7 +169,7 @@ def test_a_responses_call_cut_short_is_an_incomplete_function_call_item(client):
         input=QUESTION[0]["content"],
         tools=[{"type": "function", **WEATHER}],
         tool_choice="required",
-        max_output_tokens=14,
+        max_output_tokens=16,
         temperature=0,
     )
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
@@ -182,7 +182,7 @@ def test_a_responses_call_cut_short_is_an_incomplete_function_call_item(client):
             input=QUESTION[0]["content"],
             tools=[{"type": "function", **WEATHER}],
             tool_choice="required",
-            max_output_tokens=14,
+            max_output_tokens=16,
             temperature=0,
             stream=True,
         )
@@ -252,7 +252,7 @@ def test_langchain_sees_a_cut_call_as_an_invalid_call_not_as_the_answer(server, 
         model=MODEL,
         base_url=server.base_url,
         api_key="local",
-        max_tokens=14,
+        max_tokens=16,
         temperature=0,
         max_retries=0,
         use_responses_api=responses_api,
