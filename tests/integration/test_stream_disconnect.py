@@ -92,5 +92,6 @@ def test_the_held_call_is_long_enough_for_the_check_above(runtime):
     body = {**RESPONSE_CALL, "stream": False, "max_output_tokens": 400}
     answer, generation = serving.complete(serving.parse(body), deadline=None)
     assert generation.completion_tokens >= 100, generation.completion_tokens
-    (call,) = [item for item in answer["output"] if item["type"] == "function_call"]
+    # Parallel calls may follow the first, which is the long one.
+    call, *_ = [item for item in answer["output"] if item["type"] == "function_call"]
     assert len(json.loads(call["arguments"])["text"]) >= 400
