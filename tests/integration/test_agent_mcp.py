@@ -200,10 +200,6 @@ def _gate(answer: bool) -> tuple[list[dict[str, Any]], Any]:
     return reviews, decide
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known failure: under the spaced tool-call grammar SmolLM2's plan no longer calls deploy",
-)
 def test_an_approval_gated_tool_is_not_called_when_rejected(agent, server):
     reviews, decide = _gate(False)
     run = _run(
@@ -228,10 +224,6 @@ def test_an_approval_gated_tool_is_not_called_when_rejected(agent, server):
     assert run.output["status"] == "completed" and run.output["answer"].strip()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known failure: under the spaced tool-call grammar SmolLM2's plan no longer calls deploy",
-)
 def test_an_approval_gated_tool_waits_and_sends_the_approved_arguments(agent, server):
     reviews, decide = _gate(True)
     run = _run(

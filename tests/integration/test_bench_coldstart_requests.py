@@ -37,11 +37,12 @@ def test_the_first_and_the_warm_prompt_evaluate_alike(name: str) -> None:
 
 
 def test_a_run_whose_requests_evaluate_unequal_prompts_is_refused_with_a_message():
-    # The warm prompt set back to one that begins with the first prompt's word: after the restore the first
-    # request evaluates one token more than the warm ones, and the run says so instead of giving a figure.
+    # The warm prompt set back to one that begins with the first prompt's first five words: the warm request
+    # of FIRST then reuses a whole row group of them (the cache is reused in groups of four positions) and
+    # evaluates fewer tokens than the first one, and the run says so instead of giving a figure.
     script = (
         "import sys; from snapllm_dev.bench import coldstart; from snapllm_dev.cli import main; "
-        "coldstart.OTHER['prompt'] = 'Three warm colours of a summer sunset sky are'; "
+        "coldstart.OTHER['prompt'] = 'Three common uses of a summer sunset sky are'; "
         "sys.argv = ['snapllm', 'bench', 'coldstart', '--rounds', '1', '--invokes', '1', '--restores', '1', "
         "'--prefault', 'all']; sys.exit(main())"
     )

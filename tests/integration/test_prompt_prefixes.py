@@ -197,7 +197,7 @@ def test_a_missing_prefixes_file_fails_the_init(deployment):
 
 
 def test_a_seeded_request_between_two_turns_leaves_the_conversation_its_prefix(load):
-    engine, _ = load()
+    engine, _ = load(prefix_cache_mb=64)
     greedy = Sampling(temperature=0.0, top_p=1.0, seed=1)
     first = engine.tokenize("Chapter one. " + "The tide came in over the sand. " * 30, add_bos=True)
     engine.generate(EngineRequest(tuple(first), greedy, max_tokens=2))

@@ -104,18 +104,18 @@ HOSTILE = {
         "required property 'x' is unsatisfiable",
     ),
     # Recursion through an array or an object is a tree; recursion that reaches itself before any
-    # character would never end: refused when no value can be generated.
+    # property or item would never end (its validation neither): refused.
     "recursive-ref": ({"$defs": {"n": {"items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"}, None),
     "recursive-tree": (TREE, None),
     "recursive-cycle-of-40": (mutual_recursion(40), None),
     "recursive-self-root": ({"type": "array", "items": {"$ref": "#"}, "maxItems": 3}, None),
     "recursive-left": (
         {"$defs": {"n": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "$ref": "#/$defs/n"},
-        None,
+        "refers to itself at '#/$defs/n' before any property or item",
     ),
     "recursive-left-allOf": (
         {"$defs": {"n": {"allOf": [{"$ref": "#/$defs/n"}]}}, "$ref": "#/$defs/n"},
-        "no JSON value can be generated",
+        "refers to itself at '#/$defs/n' before any property or item",
     ),
     # Bounds are spelled out digit by digit: beyond 10**15 they are validated instead.
     "integer-range-16-digits": ({"type": "integer", "minimum": -(10**15) + 7, "maximum": 10**15 - 3}, None),

@@ -6,6 +6,7 @@ token by token."""
 import json
 import multiprocessing
 import random
+import re
 import time
 
 import llguidance
@@ -290,6 +291,42 @@ def test_a_cycle_through_a_ref_with_sibling_keys_is_served_and_its_answer_valida
     assert compiled.violations('{"children":[{"children":[]}]}')  # a child without its name
     with pytest.raises(SchemaValidationFailedError):
         compiled.check_answer('{"name":"root"}', param="response_format")
+
+
+@pytest.mark.parametrize(
+    ("schema", "place"),
+    [
+        (
+            {"$defs": {"n": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "$ref": "#/$defs/n"},
+            "#/$defs/n",
+        ),
+        ({"oneOf": [{"type": "null"}, {"not": {"$ref": "#"}}]}, "#"),
+        # Inside a property, through a chain of two definitions.
+        (
+            {
+                "properties": {"a": {"$ref": "#/definitions/x"}},
+                "definitions": {
+                    "x": {"allOf": [{"$ref": "#/definitions/y"}]},
+                    "y": {"if": {"$ref": "#/definitions/x"}},
+                },
+            },
+            "#/definitions/x",
+        ),
+    ],
+    ids=["anyOf", "not-root", "chain-in-a-property"],
+)
+def test_a_schema_that_reaches_itself_before_any_property_or_item_is_refused(schema, place):
+    # Validating such a schema would never end (jsonschema recursed until its limit and a valid null got a
+    # 422): it is refused before anything compiles, naming where.
+    with pytest.raises(UnsupportedParameterError, match=re.escape(f"refers to itself at '{place}'")):
+        compile_schema(schema, param="response_format")
+
+
+def test_recursion_through_a_property_or_an_item_is_served():
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
+    listed = {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref": "#"}}}]}
+    for schema, answer in ((tree, '{"kids":[{"kids":[]}]}'), (listed, '{"next":{"next":null}}')):
+        assert compile_schema(schema, param="response_format").violations(answer) == []
 
 
 def test_overlapping_pattern_properties_are_served_and_their_answer_validated():

@@ -569,6 +569,74 @@ def _without_overlap(schema: Any, pair: set[str], path: str, places: list[str]) 
     return out
 
 
+# The keywords that apply a schema to the same value (not to a property or an item of it).
+_IN_PLACE_LISTS = ("anyOf", "oneOf", "allOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+
+
+def _pointer_steps(ref: str) -> list[str] | None:
+    """The steps of a ``$ref`` to a place in the same schema (``#/$defs/n``); None for any other."""
+    if ref == "#":
+        return []
+    if not ref.startswith("#/"):
+        return None
+    return [unquote(s).replace("~1", "/").replace("~0", "~") for s in ref[2:].split("/")]
+
+
+def _left_recursion(schema: Any) -> str | None:
+    """Where ``schema`` reaches itself through ``$ref`` without a property or an item between (``n`` is
+    ``anyOf: [n, null]``), or None. Its validation would never end: it is refused."""
+    nodes: dict[tuple[str, ...], Any] = {}
+
+    def collect(node: Any, place: tuple[str, ...]) -> None:
+        if isinstance(node, Mapping) and place not in nodes:
+            nodes[place] = node
+            for keyword, value in node.items():
+                if keyword in (*_SCHEMA_MAPS, "dependencies") and isinstance(value, Mapping):
+                    for name, sub in value.items():
+                        collect(sub, (*place, keyword, name))
+                elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
+                    for index, sub in enumerate(value):
+                        collect(sub, (*place, keyword, str(index)))
+                elif keyword in _SCHEMA_ONE:
+                    collect(value, (*place, keyword))
+
+    collect(schema, ())
+
+    def in_place(place: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        node = nodes[place]
+        for keyword in _IN_PLACE_LISTS:
+            if isinstance(node.get(keyword), list):
+                yield from ((*place, keyword, str(i)) for i in range(len(node[keyword])))
+        yield from ((*place, keyword) for keyword in _IN_PLACE_ONE if keyword in node)
+        for keyword in ("dependentSchemas", "dependencies"):
+            if isinstance(node.get(keyword), Mapping):
+                yield from ((*place, keyword, name) for name in node[keyword])
+        ref = node.get("$ref")
+        steps = _pointer_steps(ref) if isinstance(ref, str) else None
+        if steps is not None:
+            yield tuple(steps)
+
+    state: dict[tuple[str, ...], int] = {}  # 1: on the path being walked, 2: done
+    for start in nodes:
+        if start in state:
+            continue
+        stack = [(start, in_place(start))]
+        state[start] = 1
+        while stack:
+            place, following = stack[-1]
+            step = next((s for s in following if s in nodes and state.get(s) != 2), None)
+            if step is None:
+                state[place] = 2
+                stack.pop()
+            elif state.get(step) == 1:
+                return "/".join(("#", *step))
+            else:
+                state[step] = 1
+                stack.append((step, in_place(step)))
+    return None
+
+
 def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
     started = time.perf_counter()
     # The draft the schema declares ($schema) judges the schema and, later, the answer.
@@ -582,6 +650,12 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
         raise _Refused(f"the schema is not valid JSON Schema: {exc.message[:200]} (at {place})") from None
     except (RecursionError, ValueError, TypeError) as exc:
         raise _Refused(f"the schema could not be read ({type(exc).__name__})") from None
+    cycle = _left_recursion(schema)
+    if cycle is not None:
+        raise _Refused(
+            f"the schema refers to itself at {cycle!r} before any property or item (left recursion): no "
+            "answer could be validated against it"
+        )
     enforced = _modern(
         schema, draft4=draft in (Draft3Validator, Draft4Validator), ref_alone=draft in _REF_ALONE_DRAFTS
     )
