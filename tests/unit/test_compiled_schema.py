@@ -3,15 +3,18 @@ validated on the finished answer (in the draft the schema declares), and the cac
 compile. The constraint is driven byte by byte through llguidance's matcher, as the decode loop drives it
 token by token."""
 
+import contextlib
 import json
 import multiprocessing
 import random
 import re
+import socket
 import time
 
 import llguidance
 import numpy as np
 import pytest
+from jsonschema import Draft202012Validator, validators
 
 from snapllm.engine.constraint import LIMITS
 from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
@@ -480,3 +483,50 @@ def test_every_format_jsonschema_checks_is_checked_whatever_the_draft():
     schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "string", "format": "iri"}
     compiled = compile_schema(schema, param="response_format")
     assert compiled.violations('"not-an-iri"') and not compiled.violations('"https://example.test/ü"')
+
+
+def test_a_schema_naming_a_metaschema_by_url_never_makes_the_checker_fetch_it():
+    # jsonschema-rs fetches a metaschema it does not hold: a request's $schema must not make the function
+    # connect anywhere. A real listener stands where the schema points, and sees no connection.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.5)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/schema#"
+        clear_cache()
+        with contextlib.suppress(UnsupportedParameterError):  # llguidance does not read it either
+            compile_schema({"$schema": url, "type": "object"}, param="response_format")
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object", "required": []},
+        {"patternProperties": {"[": {}}},
+        {"type": "integer", "maximum": 10**30},
+    ],
+    ids=["draft-04-empty-required", "unreadable-pattern-name", "huge-bound"],
+)
+def test_the_fast_metaschema_check_refuses_what_jsonschema_refuses(schema):
+    # jsonschema-rs answers first; where it does not hold the draft, leaves formats unchecked or cannot read
+    # the document, jsonschema judges, so the two refuse alike.
+    draft = validators.validator_for(schema, default=Draft202012Validator)
+    try:
+        draft.check_schema(schema)
+        expected_refusal = False
+    except Exception:
+        expected_refusal = True
+    clear_cache()
+    try:
+        compile_schema(schema, param="response_format")
+        refused = False
+    except UnsupportedParameterError:
+        refused = True
+    assert refused is expected_refusal
+
+
+@pytest.mark.parametrize("declared", [["a"], 5, None, {"$ref": "#"}])
+def test_a_schema_whose_schema_keyword_is_not_a_string_is_a_400(declared):
+    # It named no draft, and jsonschema's lookup of it raised (a TypeError, an AttributeError): a 5xx.
+    with pytest.raises(UnsupportedParameterError, match=r"\$schema must be a string"):
+        compile_schema({"$schema": declared, "type": "object"}, param="response_format")

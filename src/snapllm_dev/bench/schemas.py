@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +79,11 @@ class Constraint:
     def __init__(self, compiled: CompiledSchema, tokenizer: llguidance.LLTokenizer) -> None:
         self.grammar = compiled.grammar
         self.tokenizer = tokenizer
-        self.rank = _property_rank(compiled.enforced)
+        self.property_lists = _property_lists(compiled.enforced)
 
     def accepts(self, value: Any, spacing: Spacing) -> bool:
         """Whether the constraint lets ``value`` be generated, whole, written with ``spacing``."""
-        ordered = _ordered(value, self.rank)
+        ordered = _ordered(value, self.property_lists)
         text = json.dumps(
             ordered, ensure_ascii=False, separators=(spacing.item, spacing.key), indent=spacing.indent
         )
@@ -98,31 +100,34 @@ class Constraint:
         return matcher
 
 
-def _property_rank(schema: Any) -> dict[str, int]:
-    """Each property name's place in the first ``properties`` that lists it (anywhere in ``schema``): the
-    order tried first, which is the schema's wherever a name has one place."""
-    rank: dict[str, int] = {}
+def _property_lists(schema: Any) -> list[list[str]]:
+    """The names of every ``properties`` in ``schema``, each list in its schema's order."""
+    lists: list[list[str]] = []
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             listed = node.get("properties")
-            if isinstance(listed, dict):
-                for place, name in enumerate(listed):
-                    rank.setdefault(name, place)
+            if isinstance(listed, dict) and listed:
+                lists.append(list(listed))
             stack.extend(reversed(list(node.values())))
         elif isinstance(node, list):
             stack.extend(reversed(node))
-    return rank
+    return lists
 
 
-def _ordered(value: Any, rank: dict[str, int]) -> Any:
-    """``value`` with every object's keys sorted by ``rank`` (names without one last, as they were)."""
+def _ordered(value: Any, lists: list[list[str]]) -> Any:
+    """``value`` with every object's keys in the order of the ``properties`` that lists most of them (a
+    name may stand at different places in different objects of one schema); names it does not list last,
+    as they were. The order tried first."""
     if isinstance(value, list):
-        return [_ordered(v, rank) for v in value]
+        return [_ordered(v, lists) for v in value]
     if isinstance(value, dict):
+        names = set(value)
+        best = max(lists, key=lambda listed: len(names.intersection(listed)), default=[])
+        rank = {name: place for place, name in enumerate(best)}
         keys = sorted(value, key=lambda k: rank.get(k, len(rank)))
-        return {k: _ordered(value[k], rank) for k in keys}
+        return {k: _ordered(value[k], lists) for k in keys}
     return value
 
 
@@ -135,7 +140,11 @@ def _write(
 ) -> llguidance.LLMatcher | None:
     """``matcher`` after ``value`` (None: the constraint refuses it in every key order tried)."""
     if not isinstance(value, dict | list) or not value:
-        return matcher if _feed(matcher, json.dumps(value, ensure_ascii=False)) else None
+        for spelling in _spellings(value):
+            trial = matcher.deep_copy()
+            if _feed(trial, spelling):
+                return trial
+        return None
     inner = "" if spacing.indent is None else "\n" + " " * spacing.indent * (level + 1)
     close = "" if spacing.indent is None else "\n" + " " * spacing.indent * level
     item = spacing.item if spacing.indent is None else spacing.item.rstrip()
@@ -151,6 +160,18 @@ def _write(
             matcher = written
         return matcher if _feed(matcher, close + "]") else None
     return _members(matcher, value, list(value), spacing, level, first=True, budget=budget)
+
+
+def _spellings(value: Any) -> list[str]:
+    """The ways a model may write a scalar: as ``json.dumps`` does, and a float without an exponent
+    (``0.000001`` for ``1e-06``) or, when whole, as an integer (``6000`` for ``6000.0``), the same value
+    that JSON Schema's ``integer`` and llguidance's number ranges take."""
+    spellings = [json.dumps(value, ensure_ascii=False)]
+    if isinstance(value, float) and math.isfinite(value):
+        if value.is_integer():
+            spellings.append(str(int(value)))
+        spellings.append(format(Decimal(repr(value)), "f"))
+    return list(dict.fromkeys(spellings))
 
 
 def _members(
