@@ -8,7 +8,7 @@ export SAM_CLI_TELEMETRY := 0
 # mkdocs-material prints an end-of-life banner on every build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup tools demo test lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
+.PHONY: setup tools demo test test-fast lint format validate bench clean build preflight checkov test-arm64 serve bench-router \
 	sam-local replay deploy-check deploy-rehearsal docs llama-server
 
 setup: $(VENV)/.installed
@@ -35,6 +35,14 @@ test: setup tools
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
+# Before each commit: the lint, the import contracts and the unit tests (no server, no full lifecycle; the
+# tests marked slow are left to `make test`).
+test-fast: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) -m "not slow" tests/unit
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or unlisted page.
 docs: setup

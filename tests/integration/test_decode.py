@@ -27,7 +27,7 @@ from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling, TokenDelta, TokenLogprob
 from snapllm.errors import UnsupportedParameterError
 from snapllm.protocol.requests import parse_request
-from snapllm.protocol.responses_api import inference_request, parse_invoke
+from snapllm.protocol.responses.responses_api import inference_request, parse_invoke
 from snapllm.protocol.serving import OpenAIServing
 from tests.support.generation import serving_over
 from tests.support.paths import REPO

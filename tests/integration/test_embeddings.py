@@ -20,8 +20,8 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
-from snapllm.protocol.model_routes import EMBEDDINGS, TOKENIZE, routed_event
+from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
+from snapllm.protocol.model_routes.model_routes import EMBEDDINGS, TOKENIZE, routed_event
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import TEMPLATE
 from tests.support.serve import (

@@ -16,9 +16,9 @@ from snapllm.errors import ContextLengthExceededError, InvalidRequestError, Tool
 from snapllm.inference.deadline import CALLER_DEADLINE_KEY, invoke_deadline
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
-from snapllm.protocol.objects import render_response
+from snapllm.protocol.completions.objects import render_response
 from snapllm.protocol.requests import parse_request
-from snapllm.protocol.responses_api import inference_request, parse_invoke
+from snapllm.protocol.responses.responses_api import inference_request, parse_invoke
 from tests.support.generation import LONG_GENERATION, serving_over
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}

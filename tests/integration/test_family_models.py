@@ -12,7 +12,7 @@ import pytest
 
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
-from snapllm.protocol.responses_api import inference_request
+from snapllm.protocol.responses.responses_api import inference_request
 from snapllm_dev.testmodels.arguments import FAMILY_NAMES as CLI_FAMILY_NAMES
 from snapllm_dev.testmodels.arguments import RERANKER_NAMES, SHAPE_NAMES
 from snapllm_dev.testmodels.build import SHAPES

@@ -25,10 +25,10 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from snapllm.errors import InvalidRequestError
-from snapllm.protocol.chat import ChatRenderer
-from snapllm.protocol.families import detect_family
+from snapllm.protocol.completions.chat import ChatRenderer
+from snapllm.protocol.constraints.structured import generic_tool_instructions
+from snapllm.protocol.families.families import detect_family
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
-from snapllm.protocol.structured import generic_tool_instructions
 from snapllm_dev.testmodels.families import FAMILIES, TEMPLATE_ONLY
 from snapllm_dev.testmodels.templates import FamilyTemplate, family_templates
 

@@ -24,7 +24,7 @@ from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, local_store
 from snapllm.authorizer import KeyAuthorizer
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient
-from snapllm.protocol.model_routes import (
+from snapllm.protocol.model_routes.model_routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
     EMBEDDINGS,

@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.errors import InvalidRequestError, RequestError
-from snapllm.protocol.edge import decode_json
-from snapllm.protocol.responses_api import inference_request, responses_fields
+from snapllm.protocol.http.edge import decode_json
+from snapllm.protocol.model_routes.tokens import count_chat_tokens, parse_detokenize, parse_tokenize, tokenize
+from snapllm.protocol.responses.responses_api import inference_request, responses_fields
 from snapllm.protocol.serving import OpenAIServing
-from snapllm.protocol.tokens import count_chat_tokens, parse_detokenize, parse_tokenize, tokenize
 from tests.support.family_models import family_model
 from tests.support.generation import serving_over
 

@@ -23,8 +23,8 @@ import pytest
 
 from snapllm.engine.types import Deadline
 from snapllm.errors import DeadlineExceededError
-from snapllm.protocol.model_routes import RERANK
-from snapllm.protocol.responses_api import inference_request
+from snapllm.protocol.model_routes.model_routes import RERANK
+from snapllm.protocol.responses.responses_api import inference_request
 from snapllm.router.app import RouterApp
 from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings

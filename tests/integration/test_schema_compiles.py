@@ -1,6 +1,6 @@
 """A request's schema is compiled once on its whole path: the router's validation, the function's, the
 grammar the real model generates under and the check of its finished answer all share one
-:class:`~snapllm.protocol.compiled_schema.CompiledSchema`.
+:class:`~snapllm.protocol.constraints.compiled_schema.CompiledSchema`.
 
 Here the router's validation and the function run in one process over the packaged model (in a deployment
 they are two processes, each compiling once, and each warm environment keeps its cache).
@@ -12,8 +12,8 @@ import contextlib
 import json
 
 from snapllm.errors import SchemaValidationFailedError
-from snapllm.protocol import compiled_schema
-from snapllm.protocol.compiled_schema import clear_cache
+from snapllm.protocol.constraints import compiled_schema
+from snapllm.protocol.constraints.compiled_schema import clear_cache
 from snapllm.protocol.requests import ChatCompletionRequest
 from snapllm.protocol.serving import OpenAIServing
 

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from snapllm.protocol.answer_check import answer_violations
-from snapllm.protocol.compiled_schema import compile_schema
+from snapllm.protocol.constraints.answer_check import answer_violations
+from snapllm.protocol.constraints.compiled_schema import compile_schema
 from tests.support.hostile_schemas import HOSTILE
 from tests.support.serve import MODEL
 

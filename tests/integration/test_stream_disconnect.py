@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from snapllm.protocol.responses_api import inference_request
+from snapllm.protocol.responses.responses_api import inference_request
 from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow

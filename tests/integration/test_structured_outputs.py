@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, EmailStr, Field, HttpUrl, create_model
 
-from snapllm.protocol.compiled_schema import compile_schema
+from snapllm.protocol.constraints.compiled_schema import compile_schema
 from tests.support.serve import MODEL
 
 pytestmark = pytest.mark.slow

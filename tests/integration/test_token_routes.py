@@ -8,7 +8,13 @@ import httpx
 import pytest
 
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnknownModelError
-from snapllm.protocol.model_routes import CHAT_INPUT_TOKENS, DETOKENIZE, TOKENIZE, ModelRoutes, routed_event
+from snapllm.protocol.model_routes.model_routes import (
+    CHAT_INPUT_TOKENS,
+    DETOKENIZE,
+    TOKENIZE,
+    ModelRoutes,
+    routed_event,
+)
 from snapllm.protocol.requests import ChatCompletionRequest
 from tests.support.serve import MODEL
 

@@ -4,7 +4,7 @@
 its bound, each token's mask within its bound), else words the 400's message must contain (naming why).
 A served schema may hold constraints llguidance does not enforce (``uniqueItems``, a lookaround, a
 ``multipleOf`` too costly to track): its answer is validated on them, within the same bound
-(:attr:`snapllm.protocol.compiled_schema.CompiledSchema.validated` lists them).
+(:attr:`snapllm.protocol.constraints.compiled_schema.CompiledSchema.validated` lists them).
 """
 
 from __future__ import annotations

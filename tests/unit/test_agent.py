@@ -48,7 +48,7 @@ from snapllm.errors import (
     InferenceThrottledError,
     InferenceTimeoutError,
 )
-from snapllm.protocol.structured import check_schema
+from snapllm.protocol.constraints.structured import check_schema
 from snapllm_dev.local.durable import with_mcp_servers
 from snapllm_dev.local.s3 import LocalS3
 

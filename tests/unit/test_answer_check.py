@@ -6,8 +6,8 @@ import time
 import pytest
 
 from snapllm.errors import SchemaValidationFailedError, error_from_body
-from snapllm.protocol.answer_check import PATTERN_TIMEOUT_S, answer_violations, check_answer
-from snapllm.protocol.structured import check_schema
+from snapllm.protocol.constraints.answer_check import PATTERN_TIMEOUT_S, answer_violations, check_answer
+from snapllm.protocol.constraints.structured import check_schema
 
 TAGS = {
     "type": "object",

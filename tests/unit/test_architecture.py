@@ -64,9 +64,9 @@ def test_the_protocol_importing_llama_cpp_fails_naming_the_chain(tree_copy):
 
 
 def test_the_protocol_importing_boto3_fails(tree_copy):
-    _add_import(tree_copy, "snapllm.protocol.chat", "import boto3  # noqa: E402,F401")
+    _add_import(tree_copy, "snapllm.protocol.completions.chat", "import boto3  # noqa: E402,F401")
     report = _lint_imports(tree_copy).stdout
-    assert "snapllm.protocol.chat -> boto3" in report
+    assert "snapllm.protocol.completions.chat -> boto3" in report
 
 
 def test_the_engine_importing_the_protocol_fails(tree_copy):
@@ -87,9 +87,10 @@ def test_the_protocol_imports_without_llama_cpp_or_the_aws_sdks():
     """At run time too: importing every protocol module loads neither llama.cpp (nor numpy) nor boto3 (the
     router's function has no llama.cpp layer). botocore is not asked about: Powertools' metrics, which the
     protocol's metrics module uses, import it themselves."""
+    protocol = REPO / "src/snapllm/protocol"
     modules = sorted(
-        f"snapllm.protocol.{path.stem}"
-        for path in (REPO / "src/snapllm/protocol").glob("*.py")
+        "snapllm.protocol." + ".".join(path.relative_to(protocol).with_suffix("").parts)
+        for path in protocol.rglob("*.py")
         if path.stem != "__init__"
     )
     code = (

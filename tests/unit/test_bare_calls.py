@@ -1,4 +1,5 @@
-"""A tool call written without its family's tags (snapllm.protocol.bare_calls): which answers are the call."""
+"""A tool call written without its family's tags (snapllm.protocol.families.bare_calls): which answers are the
+call."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import pytest
 
-from snapllm.protocol.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
+from snapllm.protocol.families.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
 
 CITY = {
     "type": "object",

@@ -14,9 +14,9 @@ import json
 import pytest
 
 from snapllm.errors import InvalidRequestError
-from snapllm.protocol.chat import ChatRenderer
+from snapllm.protocol.completions.chat import ChatRenderer
 from snapllm.protocol.requests import TEMPLATE_LANGUAGE_NAMES, parse_request
-from snapllm.protocol.responses_api import parse_responses_request, responses_fields
+from snapllm.protocol.responses.responses_api import parse_responses_request, responses_fields
 
 PLAIN = "{% for m in messages %}[{{ m['role'] }}: {{ m['content'] }}]{% endfor %}"
 HELLO = {"role": "user", "content": "Hello"}

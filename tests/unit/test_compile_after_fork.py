@@ -13,7 +13,7 @@ import pytest
 from llama_cpp import Llama
 
 from snapllm.engine.constraint import Constraint, vocabulary_tokenizer
-from snapllm.protocol.compiled_schema import compile_schema
+from snapllm.protocol.constraints.compiled_schema import compile_schema
 from snapllm_dev.packaged_models import default_model_path
 
 # A compile takes milliseconds; a child that inherited a dead thread waited forever.

@@ -18,8 +18,8 @@ from jsonschema import Draft202012Validator, validators
 
 from snapllm.engine.constraint import LIMITS
 from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
-from snapllm.protocol import compiled_schema
-from snapllm.protocol.compiled_schema import (
+from snapllm.protocol.constraints import compiled_schema
+from snapllm.protocol.constraints.compiled_schema import (
     CACHE_SIZE,
     COMPILATIONS,
     MAX_INDENT,

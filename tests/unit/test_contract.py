@@ -4,7 +4,7 @@ import pytest
 
 from snapllm.engine.types import Timings
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.objects import render_response
+from snapllm.protocol.completions.objects import render_response
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     CompletionRequest,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from snapllm.protocol.compiled_schema import byte_tokenizer
+from snapllm.protocol.constraints.compiled_schema import byte_tokenizer
 from snapllm_dev.bench.schemas import CaseResult, check_case, read_cases, summarize
 
 CASES = Path(os.environ.get("SNAPLLM_JSONSCHEMABENCH", "/work/shared/jsonschemabench/cases"))

@@ -14,12 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_cpp import Llama
 
-from snapllm.protocol.constraints import chat_grammar
-from snapllm.protocol.families import THINK_TAGS, detect_family
-from snapllm.protocol.lark_grammar import text_without
-from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingMarkers
-from snapllm.protocol.requests import parse_request
-from snapllm.protocol.tool_formats import (
+from snapllm.protocol.completions.constraints import chat_grammar
+from snapllm.protocol.constraints.lark_grammar import text_without
+from snapllm.protocol.families.families import THINK_TAGS, detect_family
+from snapllm.protocol.families.reasoning import ReasoningSplitter, ThinkingMarkers
+from snapllm.protocol.families.tool_formats import (
     DEEPSEEK,
     GENERIC,
     GRANITE,
@@ -30,6 +29,7 @@ from snapllm.protocol.tool_formats import (
     PHI4,
     ToolCallFormat,
 )
+from snapllm.protocol.requests import parse_request
 from snapllm_dev.packaged_models import default_model_path
 from tests.support.grammar_sampler import GrammarSampler
 

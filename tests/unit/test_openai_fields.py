@@ -8,9 +8,9 @@ from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import response_create_params as responses_params
 
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.fields import FIELD_DECISIONS, field_table, ignored_fields_header
+from snapllm.protocol.http.fields import FIELD_DECISIONS, field_table, ignored_fields_header
 from snapllm.protocol.requests import parse_request
-from snapllm.protocol.responses_api import parse_responses_request
+from snapllm.protocol.responses.responses_api import parse_responses_request
 
 API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
@@ -57,7 +57,9 @@ def test_every_field_of_the_openai_request_types_has_a_decision(endpoint, fields
 
 
 def test_the_docs_hold_the_field_table_as_the_code_decides_it():
-    assert field_table() in API_PAGE.read_text(), "docs/api.md: paste snapllm.protocol.fields.field_table()"
+    assert field_table() in API_PAGE.read_text(), (
+        "docs/api.md: paste snapllm.protocol.http.fields.field_table()"
+    )
 
 
 def test_ignored_fields_are_accepted():

@@ -29,8 +29,8 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.chat import MAX_RENDER_SECONDS, ChatRenderer
-from snapllm.protocol.chat_templates import GEMMA_TURNS
+from snapllm.protocol.completions.chat import MAX_RENDER_SECONDS, ChatRenderer
+from snapllm.protocol.completions.chat_templates import GEMMA_TURNS
 from snapllm.protocol.requests import Generation, parse_request
 from snapllm.protocol.serving import OpenAIServing, fingerprint
 from snapllm_dev.packaged_models import default_model_path

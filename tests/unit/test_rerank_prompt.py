@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from snapllm.protocol.rerank import fill_rerank_template, pair_tokens
+from snapllm.protocol.model_routes.rerank import fill_rerank_template, pair_tokens
 
 QUERY, DOCUMENT = [10, 11], [20, 21, 22]
 

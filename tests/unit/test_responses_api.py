@@ -12,23 +12,23 @@ from pydantic import TypeAdapter
 
 from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
+from snapllm.protocol.completions.objects import render_response
+from snapllm.protocol.completions.sse import ResponseEventEncoder, encoder_for
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import request_features
-from snapllm.protocol.objects import render_response
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     Generation,
     ToolCall,
 )
-from snapllm.protocol.responses_api import (
+from snapllm.protocol.responses.responses_api import (
     ResponsesRequest,
     inference_request,
     parse_invoke,
     parse_responses_request,
     responses_fields,
 )
-from snapllm.protocol.sse import ResponseEventEncoder, encoder_for
 
 TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 SCHEMA = {

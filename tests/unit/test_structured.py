@@ -7,9 +7,7 @@ from urllib.parse import unquote
 import pytest
 
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
-from snapllm.protocol.limits import Limits
-from snapllm.protocol.requests import parse_request
-from snapllm.protocol.structured import (
+from snapllm.protocol.constraints.structured import (
     check_schema,
     embed_schema,
     generic_tool_call_text,
@@ -17,6 +15,8 @@ from snapllm.protocol.structured import (
     parse_tool_calls,
     tool_call_schema,
 )
+from snapllm.protocol.limits import Limits
+from snapllm.protocol.requests import parse_request
 
 PERSON = {
     "type": "object",

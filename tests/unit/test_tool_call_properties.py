@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from llama_cpp import Llama
 
-from snapllm.protocol.tool_formats import DEEPSEEK, GENERIC, HARMONY, HERMES, LLAMA3_JSON, MISTRAL
+from snapllm.protocol.families.tool_formats import DEEPSEEK, GENERIC, HARMONY, HERMES, LLAMA3_JSON, MISTRAL
 from snapllm_dev.packaged_models import default_model_path
 from tests.support.grammar_sampler import GrammarSampler
 

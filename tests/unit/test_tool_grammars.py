@@ -14,11 +14,10 @@ import json
 
 import pytest
 
-from snapllm.protocol.constraints import chat_grammar
-from snapllm.protocol.families import QWEN3_THINKING, THINK_TAGS, GptOss
-from snapllm.protocol.lark_grammar import marker_tokens, spelled
-from snapllm.protocol.requests import parse_request
-from snapllm.protocol.tool_formats import (
+from snapllm.protocol.completions.constraints import chat_grammar
+from snapllm.protocol.constraints.lark_grammar import marker_tokens, spelled
+from snapllm.protocol.families.families import QWEN3_THINKING, THINK_TAGS, GptOss
+from snapllm.protocol.families.tool_formats import (
     DEEPSEEK,
     GENERIC,
     GRANITE,
@@ -29,6 +28,7 @@ from snapllm.protocol.tool_formats import (
     PHI4,
     ToolCallFormat,
 )
+from snapllm.protocol.requests import parse_request
 from tests.support.byte_tokenizer import ByteVocabulary
 
 CITY = {

@@ -65,7 +65,7 @@ from snapllm.agent.settings import McpServerConfig
 from snapllm.agent.tools import BinaryPart, ToolContext, ToolResult, ToolSpec, require_unique_names
 from snapllm.aws_auth import SigV4, secret_api_key
 from snapllm.errors import UnsupportedParameterError
-from snapllm.protocol.structured import check_schema
+from snapllm.protocol.constraints.structured import check_schema
 
 IDEMPOTENCY_META_KEY = "snapllm/idempotency-key"
 MAX_DESCRIPTION_CHARS = 1024

@@ -32,7 +32,7 @@ from snapllm.agent.request import AgentRequest
 from snapllm.agent.runs import MAX_IDEMPOTENCY_KEY_CHARS, AgentRuns, RunRecords
 from snapllm.agent.settings import AgentRoutesEnvironment
 from snapllm.errors import ConfigurationError
-from snapllm.protocol.openapi import BODY_ERRORS, error_doc
+from snapllm.protocol.http.openapi import BODY_ERRORS, error_doc
 from snapllm.protocol.requests import RequestBody
 
 router = APIGatewayHttpRouter()

@@ -1,8 +1,8 @@
 """JSON schemas the agent asks the model to fill: tool parameters, and the plan.
 
 The inference function enforces a schema with a grammar and refuses constructs the grammar cannot keep
-(:func:`snapllm.protocol.structured.check_schema`). Tool parameters come from pydantic models (built-in
-tools) or
+(:func:`snapllm.protocol.constraints.structured.check_schema`). Tool parameters come from pydantic models
+(built-in tools) or
 from MCP servers, which use such constructs freely (``minimum``, ``format: uri``...), so
 :func:`enforceable` rewrites a parameter schema into one the grammar keeps: a small integer range
 becomes an ``enum``, other value constraints are dropped, and an object takes only the properties it
@@ -19,7 +19,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from snapllm.protocol.structured import (
+from snapllm.protocol.constraints.structured import (
     ANNOTATION_KEYWORDS,
     ENFORCED_FORMATS,
     ENFORCED_KEYWORDS,
@@ -91,8 +91,8 @@ def with_documents(parameters: dict[str, Any], documents: Sequence[str]) -> dict
 
 def plan_schema(tools: Sequence[tuple[str, dict[str, Any]]], *, max_steps: int) -> dict[str, Any]:
     """The plan's schema: 1 to ``max_steps`` steps, each naming one of ``tools`` (name, parameters) and
-    arguments valid for it (:func:`snapllm.protocol.structured.named_arguments_schema`: each tool's
-    parameters are a ``$defs`` entry of their own, so their own ``$defs`` and ``$ref``s stay apart)."""
+    arguments valid for it (:func:`snapllm.protocol.constraints.structured.named_arguments_schema`: each
+    tool's parameters are a ``$defs`` entry of their own, so their own ``$defs`` and ``$ref``s stay apart)."""
     step, defs = named_arguments_schema(dict(tools), name_key="tool")
     return {
         "type": "object",

@@ -12,8 +12,8 @@ which is also the batch size: a model with non-causal attention (BERT) sees a wh
 A reranker is the same engine with rank pooling: llama.cpp pools each sequence (its first token, or its last
 with causal attention, as Qwen3-based rerankers have) and applies the model's classification head; the
 first value of a sequence's output is its score. The engine scores token sequences; building a query and
-a document into one is the protocol's (:mod:`snapllm.protocol.rerank`), from what the engine says of its
-vocabulary (:attr:`~EmbeddingEngine.rerank_template`, the BOS, EOS and SEP tokens).
+a document into one is the protocol's (:mod:`snapllm.protocol.model_routes.rerank`), from what the engine says
+of its vocabulary (:attr:`~EmbeddingEngine.rerank_template`, the BOS, EOS and SEP tokens).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from snapllm.errors import (
     error_from_body,
 )
 from snapllm.inference.deadline import CALLER_DEADLINE_KEY
-from snapllm.protocol.model_routes import ROUTE_KEY
+from snapllm.protocol.model_routes.model_routes import ROUTE_KEY
 
 # Errors only AWS produces for a version that cannot take invokes for now: a SnapStart version that is
 # being optimised or was left uninvoked for 14 days (then re-optimised), a restore that overran its 10 s,

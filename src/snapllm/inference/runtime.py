@@ -31,11 +31,17 @@ from snapllm.engine.prefault import PrefaultStats, prefault
 from snapllm.errors import ConfigurationError, RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
-from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
-from snapllm.protocol.model_routes import EMBEDDINGS, RERANK, ModelRoutes, routed_event, split_event
+from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
+from snapllm.protocol.model_routes.model_routes import (
+    EMBEDDINGS,
+    RERANK,
+    ModelRoutes,
+    routed_event,
+    split_event,
+)
+from snapllm.protocol.model_routes.rerank import RerankServing
 from snapllm.protocol.prefixes import MAX_PREFIXES_BYTES, read_prefixes
 from snapllm.protocol.requests import require_object
-from snapllm.protocol.rerank import RerankServing
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
 from snapllm.timing import phases
@@ -231,7 +237,7 @@ class InferenceRuntime:
 
     def handle(self, event: Any, context: Any) -> dict[str, Any]:
         """Answer one direct invoke: an OpenAI chat or text completion request, a Responses request, or a
-        routed event of another route (:mod:`snapllm.protocol.model_routes`)."""
+        routed event of another route (:mod:`snapllm.protocol.model_routes.model_routes`)."""
         started = time.perf_counter()
         cold = self._first_invoke_pending
         self._first_invoke_pending = False

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError
-from snapllm.protocol.compiled_schema import MAX_SCHEMA_CHARS, schema_size
+from snapllm.protocol.constraints.compiled_schema import MAX_SCHEMA_CHARS, schema_size
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     InferenceRequest,

@@ -9,7 +9,7 @@ bodies, so both reject bad input with the same messages::
 Unknown fields are refused (a typo such as ``max_token`` would otherwise be silently ignored); fields
 that OpenAI clients commonly send but that change nothing here are accepted. Types are strict, as OpenAI's
 are: ``"max_tokens": "10"`` or ``true`` is a 400, not a silent conversion. Every top-level request model
-first runs :func:`snapllm.protocol.edge.check_json_value` on its raw input (nesting depth, unpaired
+first runs :func:`snapllm.protocol.http.edge.check_json_value` on its raw input (nesting depth, unpaired
 surrogates in
 any field), so a direct invoke is held to the same rules as an HTTP body.
 """
@@ -36,9 +36,9 @@ from pydantic import (
 
 from snapllm.engine.types import Timings, TokenLogprob
 from snapllm.errors import InvalidRequestError, UnknownModelError, UnsupportedParameterError
-from snapllm.protocol.edge import MAX_JSON_DEPTH, check_json_value, decodes_to_unicode, json_text_depth
-from snapllm.protocol.fields import Endpoint, decision
-from snapllm.protocol.structured import check_schema
+from snapllm.protocol.constraints.structured import check_schema
+from snapllm.protocol.http.edge import MAX_JSON_DEPTH, check_json_value, decodes_to_unicode, json_text_depth
+from snapllm.protocol.http.fields import Endpoint, decision
 
 MAX_STOP_SEQUENCES = 4
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat; text completions allow 5
@@ -364,9 +364,10 @@ class NamedToolChoice(BaseModel):
 class DecidedRequest(RequestBody):
     """A request of one of OpenAI's endpoints, whose fields are decided in one table.
 
-    Fields that snapllm refuses or ignores are decided in :data:`snapllm.protocol.fields.FIELD_DECISIONS`:
-    a refused one is answered with its reason, an ignored one that no field here declares is dropped before
-    validation. A top-level field in no table is unknown: it is dropped too, and named in
+    Fields that snapllm refuses or ignores are decided in
+    :data:`snapllm.protocol.http.fields.FIELD_DECISIONS`: a refused one is answered with its reason, an
+    ignored one that no field here declares is dropped before validation. A top-level field in no table is
+    unknown: it is dropped too, and named in
     :attr:`ignored_fields` (each entry point logs it and names it in a response header), as clients expect
     of an OpenAI-compatible server when they send a field it does not know.
     """

@@ -6,11 +6,12 @@
     items, encoder = serving.open_stream(request, deadline=...)   # TokenDelta items, then a Generation
 
 A request becomes an :class:`~snapllm.engine.types.EngineRequest` here: the chat rendered by the model's
-template (:mod:`snapllm.protocol.chat`) and tokenized, its limits checked against the context window, its
-``response_format`` and tools turned into one grammar (:mod:`snapllm.protocol.constraints`), a seed chosen
-when the caller gives none (from ``secrets``, so environments restored from one snapshot do not answer
-alike). The engine's completion comes back as a :class:`Generation`: a tool-call answer parsed into calls
-with ``call_`` ids, and the ``system_fingerprint`` of what generated it.
+template (:mod:`snapllm.protocol.completions.chat`) and tokenized, its limits checked against the context
+window, its ``response_format`` and tools turned into one grammar
+(:mod:`snapllm.protocol.completions.constraints`), a seed chosen when the caller gives none (from ``secrets``,
+so environments restored from one snapshot do not answer alike). The engine's completion comes back as a
+:class:`Generation`: a tool-call answer parsed into calls with ``call_`` ids, and the ``system_fingerprint``
+of what generated it.
 """
 
 from __future__ import annotations
@@ -38,17 +39,20 @@ from snapllm.errors import (
     RequestError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.answer_check import check_answer
-from snapllm.protocol.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
-from snapllm.protocol.chat import ChatRenderer, RenderedChat
-from snapllm.protocol.compiled_schema import compile_schema
-from snapllm.protocol.constraints import ToolCalls, answer_schema, chat_grammar
-from snapllm.protocol.families import ModelFamily, detect_family
-from snapllm.protocol.lark_grammar import marker_tokens
+from snapllm.protocol.completions.chat import ChatRenderer, RenderedChat
+from snapllm.protocol.completions.constraints import ToolCalls, answer_schema, chat_grammar
+from snapllm.protocol.completions.objects import render_response
+from snapllm.protocol.completions.sse import StreamEncoder, encoder_for
+from snapllm.protocol.constraints.answer_check import check_answer
+from snapllm.protocol.constraints.compiled_schema import compile_schema
+from snapllm.protocol.constraints.lark_grammar import marker_tokens
+from snapllm.protocol.constraints.structured import arguments_schema, arguments_valid, cut_call_error
+from snapllm.protocol.families.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
+from snapllm.protocol.families.families import ModelFamily, detect_family
+from snapllm.protocol.families.reasoning import ReasoningSplitter, ThinkingState
+from snapllm.protocol.families.tool_formats import GENERIC
 from snapllm.protocol.limits import Limits
-from snapllm.protocol.objects import render_response
 from snapllm.protocol.prefixes import common_prefix, sentinel_bodies
-from snapllm.protocol.reasoning import ReasoningSplitter, ThinkingState
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
     FinishReason,
@@ -58,16 +62,13 @@ from snapllm.protocol.requests import (
     check_served_model,
     parse_request,
 )
-from snapllm.protocol.responses_api import (
+from snapllm.protocol.responses.responses_api import (
     AnyRequest,
     inference_request,
     parse_invoke,
     parse_responses_request,
     responses_fields,
 )
-from snapllm.protocol.sse import StreamEncoder, encoder_for
-from snapllm.protocol.structured import arguments_schema, arguments_valid, cut_call_error
-from snapllm.protocol.tool_formats import GENERIC
 
 
 @dataclass(frozen=True)
@@ -147,12 +148,12 @@ class PreparedRequest:
     # Where the prompt leaves a reasoning model: inside its thinking, past it, or before it.
     thinking: ThinkingState = "closed"
     # The response_format's schema: a complete answer is validated against it (what the grammar could not
-    # hold is checked there; snapllm.protocol.answer_check).
+    # hold is checked there; snapllm.protocol.constraints.answer_check).
     answer_schema: Any = None
     # What the grammar leaves to the answer check (each with where it is), said in the answer.
     validated: tuple[str, ...] = ()
     # Whether an answer that is one bare JSON call, without the format's tags, is read as that call
-    # (snapllm.protocol.bare_calls).
+    # (snapllm.protocol.families.bare_calls).
     bare_calls: bool = False
 
     @property
@@ -473,8 +474,8 @@ class OpenAIServing:
         format and its arguments are valid for its function (under "auto", JSON of the same shape from the
         answer's branch stays text). A tool-call answer cut short (by ``max_tokens`` or the deadline) is still
         calls, never text: the calls as far as they were generated, with ``finish_reason`` "length" (OpenAI's
-        shape of a truncated call); :func:`~snapllm.protocol.structured.cut_call_error` if the cut came before
-        a call's name was decided.
+        shape of a truncated call); :func:`~snapllm.protocol.constraints.structured.cut_call_error` if the cut
+        came before a call's name was decided.
         """
         text = completion.text
         reasoning: str | None = None

@@ -56,8 +56,16 @@ from snapllm.inference.client import (
     LambdaInferenceClient,
     is_endpoint,
 )
-from snapllm.protocol import openapi
-from snapllm.protocol.edge import (
+from snapllm.protocol.completions.objects import (
+    ChatCompletion,
+    Completion,
+    Health,
+    ModelCard,
+    ModelList,
+    ResponseObject,
+)
+from snapllm.protocol.http import openapi
+from snapllm.protocol.http.edge import (
     RouteTable,
     check_body_size,
     check_content_type,
@@ -65,11 +73,11 @@ from snapllm.protocol.edge import (
     check_path,
     decode_json,
 )
-from snapllm.protocol.embeddings import EmbeddingList, EmbeddingsRequest
-from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
+from snapllm.protocol.http.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import add_completion_metrics, record_error, request_features
-from snapllm.protocol.model_routes import (
+from snapllm.protocol.model_routes.embeddings import EmbeddingList, EmbeddingsRequest
+from snapllm.protocol.model_routes.model_routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
     EMBEDDINGS,
@@ -79,13 +87,13 @@ from snapllm.protocol.model_routes import (
     TOKENIZE,
     routed_event,
 )
-from snapllm.protocol.objects import (
-    ChatCompletion,
-    Completion,
-    Health,
-    ModelCard,
-    ModelList,
-    ResponseObject,
+from snapllm.protocol.model_routes.rerank import RerankList, RerankRequest
+from snapllm.protocol.model_routes.tokens import (
+    ChatTokenCount,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
 )
 from snapllm.protocol.requests import (
     ChatCompletionRequest,
@@ -93,14 +101,11 @@ from snapllm.protocol.requests import (
     require_object,
     validation_error,
 )
-from snapllm.protocol.rerank import RerankList, RerankRequest
-from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest, inference_request, responses_fields
-from snapllm.protocol.tokens import (
-    ChatTokenCount,
-    DetokenizeRequest,
-    DetokenizeResponse,
-    TokenizeRequest,
-    TokenizeResponse,
+from snapllm.protocol.responses.responses_api import (
+    AnyRequest,
+    ResponsesRequest,
+    inference_request,
+    responses_fields,
 )
 from snapllm.router.settings import API_GATEWAY_LIMIT_S, RouterSettings
 

@@ -39,15 +39,15 @@ from snapllm.api_keys.store import ApiKeyEnvironment
 from snapllm.engine.types import Deadline, TokenDelta
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request_id_or_new
 from snapllm.inference.runtime import InferenceRuntime
-from snapllm.protocol.edge import RouteTable, check_content_type, check_headers, decode_json
-from snapllm.protocol.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
+from snapllm.protocol.completions.objects import Health, ModelList
+from snapllm.protocol.completions.sse import StreamEncoder
+from snapllm.protocol.http.edge import RouteTable, check_content_type, check_headers, decode_json
+from snapllm.protocol.http.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.metrics import CompletionMetrics, request_features
-from snapllm.protocol.model_routes import ROUTED_PATHS
-from snapllm.protocol.objects import Health, ModelList
+from snapllm.protocol.model_routes.model_routes import ROUTED_PATHS
 from snapllm.protocol.requests import require_object
-from snapllm.protocol.responses_api import AnyRequest, inference_request
+from snapllm.protocol.responses.responses_api import AnyRequest, inference_request
 from snapllm.protocol.serving import ReasoningDelta, Required, StreamItem
-from snapllm.protocol.sse import StreamEncoder
 from snapllm.streaming.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_METRICS_NAMESPACE,
@@ -207,8 +207,8 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 class StreamingApp:
     """The streaming function's ASGI app around one :class:`InferenceRuntime`.
 
-    Requests are dispatched through a :class:`~snapllm.protocol.edge.RouteTable` rather than framework route
-    patterns, so unknown paths and methods get the same 404 / 405 error bodies as the router's.
+    Requests are dispatched through a :class:`~snapllm.protocol.http.edge.RouteTable` rather than framework
+    route patterns, so unknown paths and methods get the same 404 / 405 error bodies as the router's.
     """
 
     def __init__(

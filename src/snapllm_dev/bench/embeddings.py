@@ -30,7 +30,7 @@ import httpx
 from snapllm.engine.embedding import EmbeddingEngine
 from snapllm.engine.settings import EngineSettings
 from snapllm.errors import SnapllmError
-from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingServing
+from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.system import available_cpus
 from snapllm_dev.bench.grammar import MODELS, llama_server
 from snapllm_dev.local.report import table

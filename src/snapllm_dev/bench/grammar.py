@@ -38,7 +38,7 @@ from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest
 from snapllm.errors import SnapllmError
 from snapllm.inference.settings import ServingSettings
-from snapllm.protocol.constraints import chat_grammar
+from snapllm.protocol.completions.constraints import chat_grammar
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus

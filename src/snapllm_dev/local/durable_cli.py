@@ -18,7 +18,7 @@ from typing import Any
 
 from snapllm.agent.flow import describe_step
 from snapllm.errors import RequestError, SnapllmError
-from snapllm.protocol.edge import decode_json
+from snapllm.protocol.http.edge import decode_json
 from snapllm_dev.local.durable import Decider, LocalAgent, agent_settings, approve, reject, with_mcp_servers
 from snapllm_dev.sam import Function, Template
 

@@ -37,7 +37,7 @@ from starlette.responses import Response, StreamingResponse
 
 from snapllm.authorizer import KeyAuthorizer
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, request_id_or_new
-from snapllm.protocol.edge import check_body_size, check_headers, decode_json
+from snapllm.protocol.http.edge import check_body_size, check_headers, decode_json
 from snapllm.router.events import http_api_event
 from snapllm.streaming.app import HOOK_PATHS, error_response
 from snapllm_dev.local.context import LocalContext

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from snapllm.api_keys import local_store
 from snapllm.errors import ConfigurationError, RequestError, SnapllmError
-from snapllm.protocol.edge import decode_json
+from snapllm.protocol.http.edge import decode_json
 from snapllm_dev import sam
 from snapllm_dev.argtypes import port_number
 from snapllm_dev.local.arguments import api_key, start_timeout

@@ -20,8 +20,8 @@ from typing import Any
 from llama_cpp import Llama
 
 from snapllm.errors import RequestError
-from snapllm.protocol.chat import ChatRenderer
-from snapllm.protocol.families import ModelFamily, detect_family
+from snapllm.protocol.completions.chat import ChatRenderer
+from snapllm.protocol.families.families import ModelFamily, detect_family
 from snapllm.protocol.prefixes import common_prefix, sentinel_bodies
 from snapllm.protocol.requests import parse_request
 from snapllm_dev.footprint import MemoryFootprint, MiB, kv_cache_bytes

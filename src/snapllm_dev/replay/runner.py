@@ -29,7 +29,7 @@ from aws_durable_execution_sdk_python.execution import DurableExecutionInvocatio
 from aws_durable_execution_sdk_python.lambda_service import OperationType
 
 from snapllm.errors import RequestError
-from snapllm.protocol.edge import decode_json
+from snapllm.protocol.http.edge import decode_json
 from snapllm_dev.local.durable import LocalAgentError, approve, reject
 from snapllm_dev.local.gateway import LocalGateway
 from snapllm_dev.local.kinds import Kind, kind_of

@@ -32,7 +32,7 @@ from snapllm.protocol.requests import (
     InferenceRequest,
     ToolCall,
 )
-from snapllm.protocol.responses_api import (
+from snapllm.protocol.responses.responses_api import (
     AnyRequest,
     FunctionTool,
     ResponsesRequest,

@@ -23,11 +23,9 @@ from snapllm.errors import (
     RouteNotFoundError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.embeddings import EmbeddingServing
-from snapllm.protocol.requests import check_served_model, require_object
-from snapllm.protocol.rerank import RerankServing, parse_rerank
-from snapllm.protocol.serving import OpenAIServing
-from snapllm.protocol.tokens import (
+from snapllm.protocol.model_routes.embeddings import EmbeddingServing
+from snapllm.protocol.model_routes.rerank import RerankServing, parse_rerank
+from snapllm.protocol.model_routes.tokens import (
     Vocabulary,
     count_chat_tokens,
     detokenize,
@@ -35,6 +33,8 @@ from snapllm.protocol.tokens import (
     parse_tokenize,
     tokenize,
 )
+from snapllm.protocol.requests import check_served_model, require_object
+from snapllm.protocol.serving import OpenAIServing
 
 #: The key of a direct invoke that names its route (a completion's invoke has none).
 ROUTE_KEY = "route"

@@ -16,7 +16,7 @@ from typing import Any
 
 from snapllm.engine.types import TokenLogprob
 from snapllm.errors import RequestError
-from snapllm.protocol.objects import (
+from snapllm.protocol.completions.objects import (
     AnyOutputItem,
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -56,7 +56,7 @@ from snapllm.protocol.requests import (
     Generation,
     InferenceRequest,
 )
-from snapllm.protocol.responses_api import AnyRequest, ResponsesRequest
+from snapllm.protocol.responses.responses_api import AnyRequest, ResponsesRequest
 
 DONE = b"data: [DONE]\n\n"
 

@@ -4,15 +4,15 @@
     chat = renderer.render(request)   # chat.prompt: text with the template's special tokens; chat.stop
 
 The template is the GGUF file's own (``tokenizer.chat_template``), else the model family's
-(:mod:`snapllm.protocol.chat_templates`); a model with neither serves text completions only. Templates run
-in Jinja's immutable sandbox, with what Hugging Face chat templates expect: ``bos_token``, ``eos_token``,
-``raise_exception``, ``strftime_now``, ``add_generation_prompt``, a ``tojson`` filter that keeps non-ASCII
-text, and the ``{% generation %}`` block (rendered as its body).
+(:mod:`snapllm.protocol.completions.chat_templates`); a model with neither serves text completions only.
+Templates run in Jinja's immutable sandbox, with what Hugging Face chat templates expect: ``bos_token``,
+``eos_token``, ``raise_exception``, ``strftime_now``, ``add_generation_prompt``, a ``tojson`` filter that
+keeps non-ASCII text, and the ``{% generation %}`` block (rendered as its body).
 
 A template that mentions ``tools`` gets them, and earlier tool calls and results, the way Hugging Face
-templates expect. Any other gets the generic format of :mod:`snapllm.protocol.structured`: the tools
-described in the system message, earlier calls as the JSON the model would have generated, and each result
-as a user turn naming the call it answers.
+templates expect. Any other gets the generic format of :mod:`snapllm.protocol.constraints.structured`: the
+tools described in the system message, earlier calls as the JSON the model would have generated, and each
+result as a user turn naming the call it answers.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from snapllm.errors import InvalidRequestError
-from snapllm.protocol.chat_templates import family_template
-from snapllm.protocol.edge import is_unicode
-from snapllm.protocol.families import ModelFamily, detect_family
+from snapllm.protocol.completions.chat_templates import family_template
+from snapllm.protocol.constraints.structured import generic_tool_call_text, generic_tool_instructions
+from snapllm.protocol.families.families import ModelFamily, detect_family
+from snapllm.protocol.http.edge import is_unicode
 from snapllm.protocol.requests import ChatCompletionRequest
-from snapllm.protocol.structured import generic_tool_call_text, generic_tool_instructions
 
 #: What one render may cost: output characters, loop iterations through ``range`` and seconds. A template
 #: comes with the model, not the request; these keep a faulty or hostile one from holding the function.

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from snapllm.protocol.reasoning import ThinkingMarkers
-from snapllm.protocol.tool_formats import (
+from snapllm.protocol.families.reasoning import ThinkingMarkers
+from snapllm.protocol.families.tool_formats import (
     DEEPSEEK,
     GENERIC,
     GRANITE,

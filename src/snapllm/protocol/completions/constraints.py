@@ -6,9 +6,9 @@ schemas), which the engine's matcher enforces::
     grammar, tool_calls = chat_grammar(request)
     # (None, None): free text; (grammar, "all"): the answer is tool calls; (grammar, "auto"): it may be
 
-Schemas are compiled once by :func:`snapllm.protocol.compiled_schema.compile_schema` (JSON with bounded
-spacing between its tokens); tool calls are written in the family's format
-(:mod:`snapllm.protocol.tool_formats`), each function's arguments valid against its ``parameters``. A
+Schemas are compiled once by :func:`snapllm.protocol.constraints.compiled_schema.compile_schema` (JSON with
+bounded spacing between its tokens); tool calls are written in the family's format
+(:mod:`snapllm.protocol.families.tool_formats`), each function's arguments valid against its ``parameters``. A
 model that thinks first thinks freely, up to its end marker; the grammar holds the answer after it.
 """
 
@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 import llguidance
 
-from snapllm.protocol.compiled_schema import compile_schema
-from snapllm.protocol.lark_grammar import Specials, is_token, spelled, text_until, text_without
-from snapllm.protocol.reasoning import ThinkingMarkers, ThinkingState
+from snapllm.protocol.constraints.compiled_schema import compile_schema
+from snapllm.protocol.constraints.lark_grammar import Specials, is_token, spelled, text_until, text_without
+from snapllm.protocol.families.reasoning import ThinkingMarkers, ThinkingState
+from snapllm.protocol.families.tool_formats import GENERIC, ToolCallFormat
 from snapllm.protocol.requests import ChatCompletionRequest, JSONSchemaResponseFormat
-from snapllm.protocol.tool_formats import GENERIC, ToolCallFormat
 
 ToolCalls = Literal["all", "auto"]
 # What the free-text branch of a tool_choice="auto" grammar does not start with, where the calls have no

@@ -2,8 +2,9 @@
 
 The constraint holds what llguidance enforces while generating; the rest of a schema (``uniqueItems``,
 ``not``, ``if``/``then``/``else``, ``dependencies``, a lookaround in a ``pattern``, a format without a
-grammar...: :attr:`~snapllm.protocol.compiled_schema.CompiledSchema.validated` lists each) is checked here,
-once the answer is whole, by the request's :class:`~snapllm.protocol.compiled_schema.CompiledSchema`::
+grammar...: :attr:`~snapllm.protocol.constraints.compiled_schema.CompiledSchema.validated` lists each) is
+checked here, once the answer is whole, by the request's
+:class:`~snapllm.protocol.constraints.compiled_schema.CompiledSchema`::
 
     answer_violations({"type": "array", "uniqueItems": True}, '["a","a"]')
     # ["$ ['a', 'a'] has non-unique elements"]
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from snapllm.protocol.compiled_schema import MAX_VIOLATIONS, PATTERN_TIMEOUT_S, compile_schema
+from snapllm.protocol.constraints.compiled_schema import MAX_VIOLATIONS, PATTERN_TIMEOUT_S, compile_schema
 
 __all__ = ["MAX_VIOLATIONS", "PATTERN_TIMEOUT_S", "answer_violations", "check_answer"]
 

@@ -37,7 +37,7 @@ from snapllm.errors import (
     InvalidRequestError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.embeddings import EmbeddingLimits, EmbeddingUsage
+from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingUsage
 from snapllm.protocol.requests import STRICT, RequestBody, check_served_model, validation_error
 
 QUERY_PLACEHOLDER = "{query}"

@@ -1,6 +1,7 @@
 """OpenAPI documentation of the HTTP answers: each route's success model and its errors.
 
-The models are :mod:`snapllm.protocol.objects` (one source for answers and document); requests are documented
+The models are :mod:`snapllm.protocol.completions.objects` (one source for answers and document); requests are
+documented
 from the contract's models by the router's resolver::
 
     app.post("/v1/chat/completions", responses=completion_responses(ChatCompletion))
@@ -26,7 +27,7 @@ def error_doc(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"model": ErrorResponse}}}
 
 
-# What every route that takes a JSON body may answer before its own checks (snapllm.protocol.edge).
+# What every route that takes a JSON body may answer before its own checks (snapllm.protocol.http.edge).
 BODY_ERRORS = {
     413: error_doc("The body is larger than the configured limit."),
     415: error_doc("The body is not JSON."),

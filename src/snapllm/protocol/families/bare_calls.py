@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from snapllm.protocol.structured import arguments_valid, parse_tool_calls
+from snapllm.protocol.constraints.structured import arguments_valid, parse_tool_calls
 
 Tools = Sequence[tuple[str, Mapping[str, Any] | None]]
 #: How a bare call may open: the object itself, or a Markdown code block holding it.

@@ -8,14 +8,14 @@ A format with an ``opener`` (``<tool_call>``, ``[TOOL_CALLS]``...) lets an answe
 calls, and that opener alone tells a call from text. A format without one (the generic JSON format, Llama
 3's) is JSON from the answer's first character. Each format's calls carry their arguments as JSON valid
 against the function's ``parameters`` (embedded as ``%json`` from
-:func:`~snapllm.protocol.compiled_schema.compile_schema`), which the grammar enforces.
+:func:`~snapllm.protocol.constraints.compiled_schema.compile_schema`), which the grammar enforces.
 
 The grammar takes a call as the family writes it, not one spelling of it: the spacing inside the JSON and
 around the envelope that the family's template shows and its models write (``{"name": "f"}`` and
 ``{"name":"f"}``, ``<tool_call>\\n...\\n</tool_call>`` and ``<tool_call>...</tool_call>``) is allowed,
-each gap bounded (:data:`~snapllm.protocol.lark_grammar.SPACE_RULES`); the parsers read every spelling the
-grammar allows. Markers that are special tokens of the model are written as those tokens
-(:func:`~snapllm.protocol.lark_grammar.spelled`). Pure: no llama.cpp.
+each gap bounded (:data:`~snapllm.protocol.constraints.lark_grammar.SPACE_RULES`); the parsers read every
+spelling the grammar allows. Markers that are special tokens of the model are written as those tokens
+(:func:`~snapllm.protocol.constraints.lark_grammar.spelled`). Pure: no llama.cpp.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from snapllm.protocol.compiled_schema import compile_schema
-from snapllm.protocol.lark_grammar import SPACE, SPACE_RULES, Specials, spelled, string
-from snapllm.protocol.reasoning import held_length
-from snapllm.protocol.structured import (
+from snapllm.protocol.constraints.compiled_schema import compile_schema
+from snapllm.protocol.constraints.lark_grammar import SPACE, SPACE_RULES, Specials, spelled, string
+from snapllm.protocol.constraints.structured import (
     MAX_PARALLEL_TOOL_CALLS,
     CutCall,
     arguments_schema,
     parse_cut_tool_calls,
     parse_tool_calls,
 )
+from snapllm.protocol.families.reasoning import held_length
 
 Call = tuple[str, str]
 Functions = Sequence[Mapping[str, Any]]
@@ -94,8 +94,8 @@ def _opener_split(text: str, openers: Sequence[str]) -> tuple[str, str]:
 
 class ToolCallFormat:
     """The generic format: the call as JSON ``{"name": ..., "arguments": {...}}``, or a list of such calls,
-    from the answer's first character (what :mod:`snapllm.protocol.structured` describes to a model whose
-    template takes no tools)."""
+    from the answer's first character (what :mod:`snapllm.protocol.constraints.structured` describes to a
+    model whose template takes no tools)."""
 
     name: ClassVar[str] = "json"
     #: The text every answer that calls opens its calls with; "" when the calls are JSON from the start.

@@ -6,8 +6,8 @@ anything, with the same message as the inference function::
     check_schema({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
                  param="response_format")   # the CompiledSchema; a 400 only when it cannot be served
 
-A schema is compiled once (:func:`snapllm.protocol.compiled_schema.compile_schema`, cached): llguidance
-enforces what it can while generating, and the rest (``uniqueItems``, ``not``, a lookaround in a
+A schema is compiled once (:func:`snapllm.protocol.constraints.compiled_schema.compile_schema`, cached):
+llguidance enforces what it can while generating, and the rest (``uniqueItems``, ``not``, a lookaround in a
 ``pattern``...) is validated on the finished answer in the draft the schema declares. A keyword JSON Schema
 does not define is an annotation; a format without a grammar is a plain string, validated afterwards.
 
@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from snapllm.errors import SnapllmError, ToolCallCutShortError
-from snapllm.protocol.compiled_schema import CompiledSchema, compile_schema
+from snapllm.protocol.constraints.compiled_schema import CompiledSchema, compile_schema
 
 # What the agent keeps when it narrows a tool's schema for a small model (snapllm.agent.schemas): the
 # keywords a constraint holds while generating, the formats spelled out, and the annotations.
@@ -87,8 +87,8 @@ MAX_PARALLEL_TOOL_CALLS = 4
 
 
 def check_schema(schema: Any, *, param: str) -> CompiledSchema:
-    """``schema`` compiled (:func:`~snapllm.protocol.compiled_schema.compile_schema`), or the 400 that
-    refuses it: not valid JSON Schema in its draft, over the size limit, or over llguidance's limits."""
+    """``schema`` compiled (:func:`~snapllm.protocol.constraints.compiled_schema.compile_schema`), or the 400
+    that refuses it: not valid JSON Schema in its draft, over the size limit, or over llguidance's limits."""
     return compile_schema(schema, param=param)
 
 

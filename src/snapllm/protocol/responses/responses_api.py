@@ -35,8 +35,9 @@ from pydantic import (
 )
 
 from snapllm.errors import InvalidRequestError, RequestError, UnsupportedParameterError
-from snapllm.protocol.edge import check_json_value
-from snapllm.protocol.fields import Endpoint
+from snapllm.protocol.constraints.structured import check_schema
+from snapllm.protocol.http.edge import check_json_value
+from snapllm.protocol.http.fields import Endpoint
 from snapllm.protocol.requests import (
     MAX_SEED,
     MAX_TOP_LOGPROBS,
@@ -55,7 +56,6 @@ from snapllm.protocol.requests import (
     require_object,
     validation_error,
 )
-from snapllm.protocol.structured import check_schema
 
 #: The one ``include`` value served: the answer's token log probabilities.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"

@@ -23,8 +23,8 @@ Specials = Mapping[str, int]
 
 #: What may stand around a call's envelope and between the keys of its JSON: nothing, a space or a tab, or
 #: a newline and an indentation of the envelope's own depth (4 at most; the JSON inside has
-#: :data:`snapllm.protocol.compiled_schema.WHITESPACE`), so ``{"name": "f"}``, ``{"name":"f"}`` and an
-#: indented object are all reachable, and a weak model cannot spend its tokens on spaces.
+#: :data:`snapllm.protocol.constraints.compiled_schema.WHITESPACE`), so ``{"name": "f"}``, ``{"name":"f"}``
+#: and an indented object are all reachable, and a weak model cannot spend its tokens on spaces.
 SPACE_RULES = "WS: /[ \\t]|\\r?\\n[ \\t]{0,4}/\n"
 #: Where spacing may stand: one optional gap.
 SPACE = "WS?"
