@@ -147,6 +147,21 @@ def test_enforceable_rewrites_what_the_grammar_cannot_keep():
     assert schema["properties"]["n"]["minimum"] == 1  # a copy: the source schema is unchanged
 
 
+def test_the_arguments_object_takes_only_the_properties_the_tool_declares():
+    # A small model otherwise invents arguments until max_tokens cuts the plan; an object an allOf combines
+    # stays open (closing it would refuse the other branches' properties), and a tool's own choice stands.
+    flat = enforceable({"type": "object", "properties": {"service": {"type": "string"}}})
+    assert flat["additionalProperties"] is False
+    combined = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "allOf": [{"properties": {"b": {"type": "string"}}}],
+    }
+    assert "additionalProperties" not in enforceable(combined)
+    open_by_choice = {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}}
+    assert enforceable(open_by_choice)["additionalProperties"] == {"type": "string"}
+
+
 def test_enforceable_reaches_every_schema_position_the_grammar_does_and_leaves_data_alone():
     # The positions are the protocol's (map_subschemas), so what check_schema walks is what gets rewritten.
     odd = {"type": "number", "not": {"multipleOf": 2}}  # validated on an answer, never generated

@@ -2,12 +2,11 @@
 
 The inference function enforces a schema with a grammar and refuses constructs the grammar cannot keep
 (:func:`snapllm.protocol.constraints.structured.check_schema`). Tool parameters come from pydantic models
-(built-in tools) or
-from MCP servers, which use such constructs freely (``minimum``, ``format: uri``...), so
+(built-in tools) or from MCP servers, which use such constructs freely (``minimum``, ``format: uri``...), so
 :func:`enforceable` rewrites a parameter schema into one the grammar keeps: a small integer range
-becomes an ``enum``, other value constraints are dropped, and an object takes only the properties it
-declares. Dropping one loses nothing: the tool still validates its arguments (pydantic for built-in tools,
-the server for MCP tools) and answers an invalid call with an error the model sees::
+becomes an ``enum``, other value constraints are dropped, and the arguments object takes only the
+properties it declares. Dropping one loses nothing: the tool still validates its arguments (pydantic for
+built-in tools, the server for MCP tools) and answers an invalid call with an error the model sees::
 
     enforceable(ChunkInput.model_json_schema())
     plan_schema([spec, ...], max_steps=4)   # {"steps": [{"tool": "read_excerpt", "arguments": {...}}]}
@@ -38,7 +37,18 @@ def enforceable(schema: dict[str, Any], *, string_limit: int | None = None) -> d
     ``string_limit`` bounds every free string (one with no ``maxLength``, ``enum``, ``const``, ``pattern``
     or ``format``): a small model may otherwise go on writing one until ``max_tokens`` cuts the JSON.
     """
-    return _rewrite(copy.deepcopy(schema), string_limit)
+    rewritten = _rewrite(copy.deepcopy(schema), string_limit)
+    combined = any(key in rewritten for key in ("allOf", "anyOf", "oneOf"))
+    if (
+        isinstance(rewritten.get("properties"), dict)
+        and "additionalProperties" not in rewritten
+        and not combined
+    ):
+        # Only the arguments the tool declares: a small model otherwise goes on inventing keys of its own
+        # (SmolLM2 filled a plan's 320 tokens with them), and tools refuse arguments they do not know. The
+        # arguments object only: closing an object that an allOf combines would refuse its other branches'.
+        rewritten["additionalProperties"] = False
+    return rewritten
 
 
 def _rewrite(node: Any, string_limit: int | None = None) -> Any:
@@ -60,10 +70,6 @@ def _rewrite(node: Any, string_limit: int | None = None) -> Any:
         node.pop("maxLength", None)
         if "pattern" in node:
             node.pop("format", None)
-    if isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
-        # Only the arguments the tool declares: a small model otherwise goes on inventing keys of its own
-        # (SmolLM2 filled a plan's 320 tokens with them), and tools refuse arguments they do not know.
-        node["additionalProperties"] = False
     for key in list(node):
         if key not in ENFORCED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
             del node[key]

@@ -6,8 +6,8 @@
 ``DIR`` holds JSONSchemaBench cases (``<Dataset>---<id>.json``: a ``schema`` and labelled ``tests``). Per
 dataset:
 
-- *coverage*: the share of schemas :func:`~snapllm.protocol.constraints.compiled_schema.compile_schema`
-serves;
+- *coverage*: the share of schemas
+  :func:`~snapllm.protocol.constraints.compiled_schema.compile_schema` serves;
 - *valid accepted*: the share of valid instances that the constraint accepts (driven byte by byte through
   llguidance's matcher) and the answer's validation passes, each instance written compactly, with
   ``json.dumps``' default spacing and indented by 2;
