@@ -554,7 +554,7 @@ def _loosened(enforced: Mapping[str, Any], message: str) -> tuple[Any, str] | No
         pointer = found.group(1)
         if not pointer.strip("/"):
             return {}, "the whole schema (a cycle through a $ref with sibling keys)"
-        steps = [unquote(s).replace("~1", "/").replace("~0", "~") for s in pointer.strip("/").split("/")]
+        steps = _pointer_steps("#/" + pointer.strip("/")) or []
         out = _replaced(enforced, steps)
         if out is None:
             return None
