@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 
+from snapllm.engine import constraint
 from snapllm.errors import SchemaValidationFailedError
 from snapllm.protocol.constraints import compiled_schema
 from snapllm.protocol.constraints.compiled_schema import clear_cache
@@ -58,11 +59,18 @@ def test_each_schema_of_a_request_is_compiled_once_and_a_repeat_not_at_all(servi
     clear_cache()
     form = {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE}}
     before = compiled_schema.COMPILATIONS.count
+    grammars_before = constraint.COMPILES.count
     _serve(serving, _body(response_format=form))
     assert compiled_schema.COMPILATIONS.count == before + 1
+    # The request's grammar over the model's vocabulary: compiled once, for the check and the decode loop.
+    assert constraint.COMPILES.count == grammars_before + 1
     # The response_format and one tool's parameters: two schemas, two compiles (the response_format's from
-    # the cache).
+    # the cache), and one new grammar holding both.
     _serve(serving, _body(response_format=form, tools=[WEATHER], tool_choice="auto"))
     assert compiled_schema.COMPILATIONS.count == before + 2
+    assert constraint.COMPILES.count == grammars_before + 2
+    # The same request again (the next turn of a conversation): nothing is compiled, the grammar's matcher
+    # is a copy of the one kept.
     _serve(serving, _body(response_format=form, tools=[WEATHER], tool_choice="auto"))
     assert compiled_schema.COMPILATIONS.count == before + 2
+    assert constraint.COMPILES.count == grammars_before + 2

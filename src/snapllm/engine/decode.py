@@ -37,7 +37,9 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,7 +48,7 @@ import llama_cpp.llama_cpp as low_level
 import numpy as np
 from llama_cpp import Llama
 
-from snapllm.engine.constraint import Constraint, vocabulary_tokenizer
+from snapllm.engine.constraint import COMPILED_GRAMMARS, Constraint, vocabulary_tokenizer
 from snapllm.engine.prefixes import SavedState
 from snapllm.engine.types import Sampling, SpanBudget
 
@@ -313,8 +315,9 @@ class Decoder:
         )
         #: llguidance's view of the vocabulary, for every grammar's matcher (about 1 s to build: at load).
         self._tokenizer = vocabulary_tokenizer(llama)
-        #: The last grammar :meth:`constraint` compiled, until a request takes it.
-        self._compiled: tuple[str, Constraint] | None = None
+        #: The grammars compiled lately, each as a matcher at its start that requests take copies of.
+        self._compiled: OrderedDict[str, Constraint] = OrderedDict()
+        self._compiled_lock = threading.Lock()
         #: The tokens whose keys and values the context holds, in order.
         self.cached: list[int] = []
         #: The fewest tokens a batch of a prompt of that many tokens or more has (0: any number).
@@ -358,20 +361,24 @@ class Decoder:
         return data
 
     def constraint(self, grammar: str) -> Constraint:
-        """``grammar``'s matcher at its start (ValueError: a grammar llguidance refuses). The next request
-        with the same grammar takes it rather than compiling the grammar again. Safe beside a generating
-        request (compiles run on their own thread; the matcher kept is one reference, compared when taken)."""
+        """``grammar``'s matcher at its start (ValueError: a grammar llguidance refuses), compiled once for
+        the last :data:`COMPILED_GRAMMARS` grammars: a request takes a copy (:meth:`Constraint.fresh`), so a
+        conversation or an agent that sends the same schema or tools every turn compiles them once. Safe
+        beside a generating request (compiles run on their own thread; the cache is locked)."""
+        with self._compiled_lock:
+            found = self._compiled.get(grammar)
+            if found is not None:
+                self._compiled.move_to_end(grammar)
+                return found
         compiled = Constraint(self._tokenizer, grammar)
-        self._compiled = (grammar, compiled)
+        with self._compiled_lock:
+            self._compiled[grammar] = compiled
+            while len(self._compiled) > COMPILED_GRAMMARS:
+                self._compiled.popitem(last=False)
         return compiled
 
     def _take_constraint(self, grammar: str | None) -> Constraint | None:
-        if grammar is None:
-            return None
-        compiled, self._compiled = self._compiled, None
-        if compiled is not None and compiled[0] == grammar:
-            return compiled[1]
-        return Constraint(self._tokenizer, grammar)
+        return None if grammar is None else self.constraint(grammar).fresh()
 
     # --- The KV cache ---------------------------------------------------------------------------------------
 
