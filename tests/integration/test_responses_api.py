@@ -85,6 +85,7 @@ def test_a_text_response(client):
 
 def test_a_json_schema_response_parses_and_validates(client):
     schema = {**CITY, "properties": {**CITY["properties"], "country": {"type": "string", "maxLength": 3}}}
+    schema["required"] = ["city", "country"]  # strict mode: every property required
     response = client.responses.create(
         model=MODEL,
         input="Name a city and its country code, in JSON.",

@@ -336,6 +336,21 @@ def test_schemas_that_cannot_be_served_are_refused_by_name(client, extra, param,
     assert error["param"] == param and error["code"] == "unsupported_parameter" and words in error["message"]
 
 
+def test_a_strict_schema_that_breaks_openais_strict_rules_is_a_400_naming_where(client):
+    optional = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}}}
+    optional |= {"required": ["city"], "additionalProperties": False}
+    form = {"type": "json_schema", "json_schema": {"name": "place", "schema": optional, "strict": True}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=WEATHER_QUESTION, max_tokens=4, response_format=form
+        )
+    error = caught.value.body
+    assert error["param"] == "response_format" and "missing 'country'" in error["message"]
+    # The same schema without strict is served as written.
+    form["json_schema"]["strict"] = False
+    client.chat.completions.create(model=MODEL, messages=WEATHER_QUESTION, max_tokens=4, response_format=form)
+
+
 def test_image_parts_are_refused_as_text_only(server):
     content = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
     body = {"model": MODEL, "messages": [{"role": "user", "content": content}]}

@@ -1,9 +1,12 @@
 """Which schemas the grammar can enforce, the tool-call format and the deployment's structure limits."""
 
 import json
+import re
 from typing import Any
 from urllib.parse import unquote
 
+import openai
+import pydantic
 import pytest
 
 from snapllm.errors import InvalidRequestError, UnsupportedParameterError
@@ -176,3 +179,96 @@ def test_a_cut_tool_call_answer_reads_as_far_as_it_goes(text, calls):
 
 def test_one_function_decides_a_name_that_was_not_begun():
     assert parse_cut_tool_calls("[", ("wave",)) == [("wave", "")]
+
+
+class Address(pydantic.BaseModel):
+    street: str
+    unit: str | None = None
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    homes: list[Address]
+    nickname: str | None = None
+
+
+def test_strict_mode_takes_the_schemas_openais_parse_sends():
+    # The official SDK's parse() and pydantic_function_tool() send a model's schema made strict.
+    tool = openai.pydantic_function_tool(Person)
+    assert tool["function"]["strict"] is True
+    check_schema(tool["function"]["parameters"], param="response_format", strict=True)
+    check_schema(PERSON, param="response_format", strict=True)
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            "'required' must list every key in properties (at the root); missing 'b'",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+            "'additionalProperties' must be false (at the root)",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "a": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"x": {"type": "string"}},
+                            "additionalProperties": False,
+                        },
+                    }
+                },
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            "missing 'x'",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/A"}},
+                "required": ["a"],
+                "additionalProperties": False,
+                "$defs": {"A": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {}}]}},
+            },
+            "'additionalProperties' must be false (at $defs.A.anyOf[1])",
+        ),
+        ({"type": "array", "items": {"type": "string"}}, "the root must be an object"),
+        ({"anyOf": [{"type": "object"}, {"type": "null"}]}, "the root must be an object"),
+    ],
+    ids=["optional-property", "open-object", "in-items", "in-a-definition", "array-root", "anyOf-root"],
+)
+def test_strict_mode_refuses_what_openai_refuses_naming_where(schema, words):
+    # Served without strict (the grammar follows the schema as written); with strict: true, a 400 as
+    # OpenAI gives, never a quietly different schema.
+    check_schema(schema, param="response_format")
+    with pytest.raises(InvalidRequestError, match=re.escape(words)) as caught:
+        check_schema(schema, param="response_format", strict=True)
+    assert caught.value.param == "response_format" and "strict mode" in str(caught.value)
+
+
+def test_strict_mode_applies_where_the_request_asks_for_it():
+    open_object = {"type": "object", "properties": {"a": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": open_object, "strict": True}}
+    form = {"type": "json_schema", "json_schema": {"name": "n", "schema": open_object, "strict": True}}
+    base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    for extra, param in (
+        ({"tools": [tool]}, "tools.0.function.parameters"),
+        ({"response_format": form}, "response_format"),
+    ):
+        with pytest.raises(InvalidRequestError) as caught:
+            parse_request({**base, **extra})
+        assert caught.value.param == param
+    lenient = {**tool, "function": {**tool["function"], "strict": False}}
+    parse_request({**base, "tools": [lenient]})

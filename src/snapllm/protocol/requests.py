@@ -194,6 +194,9 @@ class FunctionSchema(Protocol):
     @property
     def parameters(self) -> dict[str, Any] | None: ...
 
+    @property
+    def strict(self) -> bool | None: ...
+
 
 def check_tools(
     functions: Sequence[FunctionSchema], *, named: str | None, required: bool, parameters_param: str
@@ -215,7 +218,11 @@ def check_tools(
         raise InvalidRequestError("tool_choice 'required' needs at least one tool", param="tool_choice")
     for index, function in enumerate(functions):
         if function.parameters is not None:
-            check_schema(function.parameters, param=parameters_param.format(index=index))
+            check_schema(
+                function.parameters,
+                param=parameters_param.format(index=index),
+                strict=function.strict is True,
+            )
 
 
 #: One turn of a conversation, for :func:`check_tool_turns`: its position (what an error names), its role,
@@ -603,7 +610,8 @@ class ChatCompletionRequest(GenerationParameters):
             parameters_param="tools.{index}.function.parameters",
         )
         if isinstance(self.response_format, JSONSchemaResponseFormat):
-            check_schema(self.response_format.json_schema.json_schema, param="response_format")
+            form = self.response_format.json_schema
+            check_schema(form.json_schema, param="response_format", strict=form.strict is True)
         names = set(self.chat_template_kwargs or {})
         reserved = sorted(TEMPLATE_VARIABLES & names)
         if reserved:

@@ -24,8 +24,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from snapllm.errors import SnapllmError, ToolCallCutShortError
-from snapllm.protocol.constraints.compiled_schema import CompiledSchema, compile_schema
+from snapllm.errors import InvalidRequestError, SnapllmError, ToolCallCutShortError
+from snapllm.protocol.constraints.compiled_schema import CompiledSchema, compile_schema, subschemas
 
 # What the agent keeps when it narrows a tool's schema for a small model (snapllm.agent.schemas): the
 # keywords a constraint holds while generating, the formats spelled out, and the annotations.
@@ -86,10 +86,44 @@ _SCHEMA_VALUES = ("items", "additionalProperties")
 MAX_PARALLEL_TOOL_CALLS = 4
 
 
-def check_schema(schema: Any, *, param: str) -> CompiledSchema:
+def check_schema(schema: Any, *, param: str, strict: bool = False) -> CompiledSchema:
     """``schema`` compiled (:func:`~snapllm.protocol.constraints.compiled_schema.compile_schema`), or the 400
-    that refuses it: not valid JSON Schema in its draft, over the size limit, or over llguidance's limits."""
-    return compile_schema(schema, param=param)
+    that refuses it: not valid JSON Schema in its draft, over the size limit, or over llguidance's limits.
+    ``strict`` (OpenAI's ``strict: true``) holds it to OpenAI's strict-mode rules too
+    (:func:`strict_mode_breach`)."""
+    compiled = compile_schema(schema, param=param)
+    breach = strict_mode_breach(schema) if strict else None
+    if breach is not None:
+        raise InvalidRequestError(f"{param}: strict mode: {breach}", param=param)
+    return compiled
+
+
+def strict_mode_breach(schema: Mapping[str, Any]) -> str | None:
+    """What in ``schema`` breaks OpenAI's strict mode, which refuses it rather than guess: the root is an
+    object, and every object lists each of its properties in ``required`` and sets ``additionalProperties``
+    to false (an optional field is a required one that may be null). None when it keeps them."""
+    if schema.get("type") != "object":
+        return f"the root must be an object (type 'object'), not {schema.get('type', 'untyped')!r}"
+    stack: list[tuple[str, Any]] = [("the root", schema)]
+    while stack:
+        place, node = stack.pop()
+        if not isinstance(node, Mapping):
+            continue
+        kind = node.get("type")
+        if kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node:
+            properties = node.get("properties", {})
+            required = node.get("required", [])
+            missing = [name for name in properties if name not in required]
+            if missing:
+                return (
+                    f"'required' must list every key in properties (at {place}); missing "
+                    f"{', '.join(repr(name) for name in missing[:5])}"
+                )
+            if node.get("additionalProperties") is not False:
+                return f"'additionalProperties' must be false (at {place})"
+        inner = "" if place == "the root" else f"{place}."
+        stack.extend((f"{inner}{where}", sub) for where, sub in reversed(list(subschemas(node))))
+    return None
 
 
 # --- Tool calls -------------------------------------------------------------------------------------------

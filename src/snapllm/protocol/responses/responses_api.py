@@ -397,7 +397,7 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
         )
         form = self.text.format if self.text else None
         if isinstance(form, TextFormatJSONSchema):
-            check_schema(form.json_schema, param="text.format")
+            check_schema(form.json_schema, param="text.format", strict=form.strict is True)
         if isinstance(self.input, list):
             check_tool_turns(_turns(self.input), field="input")
         with responses_fields(self):
