@@ -26,6 +26,7 @@ from snapllm.protocol.families.tool_formats import (
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
+    MISTRAL_ARGS,
     PHI4,
     ToolCallFormat,
 )
@@ -45,7 +46,7 @@ WEATHER = {
 TIME = {"name": "get_time", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}
 FUNCTIONS = [WEATHER, TIME]
 SCHEMAS = {f["name"]: f["parameters"] for f in FUNCTIONS}
-FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, PHI4, GRANITE, DEEPSEEK, HARMONY]
+FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, MISTRAL_ARGS, PHI4, GRANITE, DEEPSEEK, HARMONY]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,7 @@ def sampler() -> GrammarSampler:
         ("<|start_header_id|>{{ tools }}", "", "llama3"),
         ("<|start|>assistant<|channel|>final<|message|>", "", "gpt-oss"),
         ("[TOOL_CALLS]", "", "mistral"),
+        ("[TOOL_CALLS]{{ name }}[ARGS]{{ arguments }}", "", "mistral-args"),
         ("<|tool_call|>{{ x }}<|/tool_call|>", "", "phi4-mini"),
         ("<|start_of_role|><|tool_call|>", "", "granite"),
         ("<start_of_turn>", "", "gemma"),
@@ -119,7 +121,7 @@ def test_every_call_the_grammar_allows_reads_back_as_valid_calls(
             assert found is None or all(name is None or name in SCHEMAS for name, _ in found)
 
 
-@pytest.mark.parametrize("tool_format", [HERMES, MISTRAL, PHI4, DEEPSEEK], ids=lambda f: f.name)
+@pytest.mark.parametrize("tool_format", [HERMES, MISTRAL, MISTRAL_ARGS, PHI4, DEEPSEEK], ids=lambda f: f.name)
 def test_text_is_not_read_as_a_call(tool_format: ToolCallFormat):
     assert tool_format.parse("The weather is fine.", SCHEMAS) is None
     assert tool_format.parse_cut("The weather", SCHEMAS) is None
@@ -136,6 +138,14 @@ def test_hermes_reads_the_spacing_models_write():
     assert HERMES.parse_cut('<tool_call>\n{"name": "get_weather", "arguments": {"ci', SCHEMAS) == [
         ("get_weather", '{"ci')
     ]
+
+
+def test_mistral_reads_each_call_by_name_with_or_without_its_id():
+    text = '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Oslo"}\n[TOOL_CALLS]get_time[ARGS]{}'
+    assert MISTRAL_ARGS.parse(text, SCHEMAS) == [("get_weather", '{"city": "Oslo"}'), ("get_time", "{}")]
+    assert MISTRAL_ARGS.parse_cut('[TOOL_CALLS]get_weather[ARGS]{"ci', SCHEMAS) == [("get_weather", '{"ci')]
+    assert MISTRAL_ARGS.parse_cut("[TOOL_CALLS]get_t", SCHEMAS) == [("get_time", "")]
+    assert MISTRAL_ARGS.parse("[TOOL_CALLS]get_weather[ARGS]{", SCHEMAS) is None
 
 
 def test_deepseek_reads_its_markers():

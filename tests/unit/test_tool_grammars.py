@@ -25,6 +25,7 @@ from snapllm.protocol.families.tool_formats import (
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
+    MISTRAL_ARGS,
     PHI4,
     ToolCallFormat,
 )
@@ -56,6 +57,8 @@ SPECIALS = [
     "<｜tool▁call▁end｜>",
     "<｜tool▁calls▁end｜>",
     "[TOOL_CALLS]",
+    "[CALL_ID]",
+    "[ARGS]",
     "<|tool_call|>",
     "<|/tool_call|>",
 ]
@@ -88,6 +91,12 @@ WRITTEN: dict[str, list[str]] = {
         f"<tool_call>\n{SPACED}\n</tool_call>\n<tool_call>\n{COMPACT}\n</tool_call>",
     ],
     "mistral": [f"[TOOL_CALLS][{SPACED}]", f"[TOOL_CALLS] [{COMPACT}, {SPACED}]"],
+    "mistral-args": [
+        f"[TOOL_CALLS]get_weather[ARGS]{ARGUMENTS}",
+        '[TOOL_CALLS]get_weather[ARGS]{"city":"Paris","days":2}',
+        f"[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{ARGUMENTS}",
+        f"[TOOL_CALLS]get_weather[ARGS]{ARGUMENTS}[TOOL_CALLS]get_weather[ARGS] {ARGUMENTS}",
+    ],
     "phi4": [f"<|tool_call|>[{SPACED}]<|/tool_call|>", f"<|tool_call|>[{COMPACT}]<|/tool_call|>"],
     "granite": [f"<|tool_call|>[{SPACED}]", f"<|tool_call|> [{COMPACT}]"],
     "deepseek": [_deepseek(ARGUMENTS), _deepseek('{"city":"Paris","days":2}', fence="")],
@@ -97,7 +106,17 @@ WRITTEN: dict[str, list[str]] = {
         f" to=functions.get_weather<|channel|>commentary json<|message|>{ARGUMENTS}",
     ],
 }
-FORMATS: list[ToolCallFormat] = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, PHI4, GRANITE, DEEPSEEK, HARMONY]
+FORMATS: list[ToolCallFormat] = [
+    GENERIC,
+    LLAMA3_JSON,
+    HERMES,
+    MISTRAL,
+    MISTRAL_ARGS,
+    PHI4,
+    GRANITE,
+    DEEPSEEK,
+    HARMONY,
+]
 
 
 def _request(tool_choice="required", **fields):

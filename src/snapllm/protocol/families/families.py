@@ -27,6 +27,7 @@ from snapllm.protocol.families.tool_formats import (
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
+    MISTRAL_ARGS,
     PHI4,
     ToolCallFormat,
 )
@@ -169,9 +170,20 @@ class Llama3(ModelFamily):
 
 
 class Mistral(ModelFamily):
+    """Mistral 7B v0.3 and Nemo: ``[TOOL_CALLS]`` then the calls as one JSON list."""
+
     name = "mistral"
     markers = ("[TOOL_CALLS]",)
     tool_calls = MISTRAL
+
+
+class MistralArgs(ModelFamily):
+    """Mistral's tokenizer v11 and later (Mistral Small 3.2, Devstral, Ministral 3):
+    ``[TOOL_CALLS]NAME[ARGS]{...}``."""
+
+    name = "mistral-args"
+    markers = ("[ARGS]",)
+    tool_calls = MISTRAL_ARGS
 
 
 class Phi4Mini(ModelFamily):
@@ -204,6 +216,7 @@ FAMILIES: tuple[type[ModelFamily], ...] = (
     Hermes,
     Phi4Mini,
     Granite,
+    MistralArgs,
     Mistral,
     Llama3,
     Gemma,

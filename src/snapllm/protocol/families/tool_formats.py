@@ -233,6 +233,77 @@ class WrappedJSONToolCalls(ToolCallFormat):
         return calls
 
 
+class NamedArgsToolCalls(ToolCallFormat):
+    """Mistral's tokenizer v11 and later (Mistral Small 3.2, Devstral, Ministral 3): each call opens with
+    ``[TOOL_CALLS]``, names its function in the clear and gives its arguments after ``[ARGS]``
+    (``[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}``); Mistral Small 3.2's template puts the call's id
+    between them (``[CALL_ID]a1b2c3d4e``), which a model may write too. Spacing may stand after
+    ``[ARGS]`` and between two calls."""
+
+    name = "mistral-args"
+    opener = "[TOOL_CALLS]"
+    _ID = "[CALL_ID]"
+    _ARGS = "[ARGS]"
+    _CALL = re.compile(r"([^\[\s]+)\s*(?:\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\](.*)", re.S)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return (self.opener, self._ID, self._ARGS)
+
+    def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
+        call_id = f"({spelled(self._ID, specials)} /[A-Za-z0-9]{{9}}/)?"
+        arguments = spelled(self._ARGS, specials)
+        choices = [
+            f"{string(str(function['name']))} {call_id} {arguments} {SPACE} args_{index}"
+            for index, function in enumerate(functions)
+        ]
+        one = " | ".join(f"({choice})" for choice in choices)
+        opener = spelled(self.opener, specials)
+        calls = _repeated("one", f"{SPACE} {opener}", parallel=parallel)
+        rules = f"calls: {opener} calls_opened\ncalls_opened: {calls}\none: {one}\n"
+        return rules + _arguments(functions) + SPACE_RULES
+
+    def _parts(self, text: str) -> list[str]:
+        return [part.strip() for part in text.split(self.opener)[1:]] if text.startswith(self.opener) else []
+
+    def _call(self, part: str, names: Collection[str]) -> Call | None:
+        found = self._CALL.fullmatch(part)
+        if found is None or found.group(1) not in names:
+            return None
+        try:
+            value = json.loads(found.group(2))
+        except ValueError:
+            return None
+        return found.group(1), json.dumps(value, ensure_ascii=False)
+
+    def parse(self, text: str, names: Collection[str]) -> list[Call] | None:
+        calls = [self._call(part, names) for part in self._parts(text.strip())]
+        if not calls or None in calls:
+            return None
+        return [call for call in calls if call is not None]
+
+    def parse_cut(self, text: str, names: Collection[str]) -> list[CutCall] | None:
+        stripped = text.strip()
+        if not self._opened(stripped):
+            return None
+        parts = self._parts(stripped)
+        calls: list[CutCall] = [call for call in (self._call(p, names) for p in parts[:-1]) if call]
+        last = parts[-1] if parts else ""
+        whole = self._call(last, names)
+        if whole is not None:
+            calls.append(whole)
+        else:
+            name, _, rest = last.partition(self._ARGS)
+            name = name.split(self._ID, 1)[0].strip()
+            matches = (
+                [n for n in names if n == name]
+                if rest or self._ARGS in last
+                else [n for n in names if n.startswith(name)]
+            )
+            calls.append((matches[0] if len(matches) == 1 else None, rest.lstrip()))
+        return calls
+
+
 class DeepSeekToolCalls(ToolCallFormat):
     """DeepSeek-R1 and V3: each call between the model's call markers, the function's name in the clear and
     its arguments as a fenced JSON block (``function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```); spacing
@@ -377,6 +448,7 @@ GENERIC = ToolCallFormat()
 LLAMA3_JSON = LlamaJSONToolCalls()
 HERMES = WrappedJSONToolCalls("hermes", opener="<tool_call>", closer="</tool_call>", each=True)
 MISTRAL = WrappedJSONToolCalls("mistral", opener="[TOOL_CALLS]")
+MISTRAL_ARGS = NamedArgsToolCalls()
 PHI4 = WrappedJSONToolCalls("phi4", opener="<|tool_call|>", closer="<|/tool_call|>")
 GRANITE = WrappedJSONToolCalls("granite", opener="<|tool_call|>")
 DEEPSEEK = DeepSeekToolCalls()
