@@ -4,14 +4,17 @@
     snapllm bench grammar --peer llama-server        # llama.cpp's own server beside (make llama-server)
 
 For each model (SmolLM2 135M, Gemma 3 270M) and each way of constraining an answer (a ``json_schema``,
-``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), the same chat prompts run constrained
-and free, alternating in one process on one loaded model, at temperature 0 with a fixed seed. The decode
-rate is each side's median tokens per second after the first token; the ratio constrained/free is what the
-grammar costs (1.0: nothing). Tokens per answer is the median length of the constrained answers.
+``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), the same chat requests run constrained
+and free, alternating in one process on one loaded model, at temperature 0 with a fixed seed. Free is the
+same prompt (its tools and instructions rendered alike) with the grammar off: a request with tools has a
+prompt four times longer, which slows a small model's decoding by itself. The decode rate is each side's
+median tokens per second after the first token; the ratio constrained/free is what the grammar costs (1.0:
+nothing). Tokens per answer is the median length of the constrained answers.
 
 ``--peer llama-server`` starts llama.cpp's ``llama-server`` (compiled from the llama.cpp that llama-cpp-python
 vendors, same CPU flags) on the same model file with the same threads, sends it the same requests on
-``/v1/chat/completions``, and shows its own constrained/free ratio, and our constrained rate against its.
+``/v1/chat/completions`` (its free side: the prompt its ``/apply-template`` renders for the request, on
+``/completion``), and shows its own constrained/free ratio, and our constrained rate against its.
 ``--eager`` adds a side with the grammar's full mask computed at every step (llguidance's matcher over the
 whole vocabulary, as llama-cpp-python applies its grammars) instead of only when the pick breaks it.
 """
@@ -99,24 +102,28 @@ def body(case: str | None, city: str, tokens: int) -> dict[str, Any]:
 
 #: One side's measurement of one request: decode tokens/s and completion tokens.
 Sample = tuple[float, int]
+#: A side: it sends a request, constrained or (``free``) with the same prompt and no grammar.
+Side = Callable[[dict[str, Any], bool], Sample]
 
 
 def engine_side(
     engine: Engine, serving_settings: ServingSettings, grammar_check: GrammarCheck = "lazy"
-) -> Callable[[dict[str, Any]], Sample]:
+) -> Side:
     serving = OpenAIServing(
         engine,
         max_tokens=serving_settings.max_tokens,
         max_prompt_chars=serving_settings.max_prompt_chars,
     )
 
-    def send(request: dict[str, Any]) -> Sample:
+    def send(request: dict[str, Any], free: bool) -> Sample:
         chat = parse_request(request)
         assert isinstance(chat, ChatCompletionRequest)
         if serving.supports_chat:
             prepared = serving.prepare(chat).engine_request
         else:
             prepared = _as_text_completion(serving, chat, request)
+        if free:
+            prepared = dataclasses.replace(prepared, grammar=None)
         completion = engine.generate(prepared, grammar_check=grammar_check)
         return completion.timings.tokens_per_second, completion.completion_tokens
 
@@ -135,23 +142,41 @@ def _as_text_completion(
     return dataclasses.replace(serving.prepare(text).engine_request, grammar=chat_grammar(chat)[0])
 
 
-def peer_side(base_url: str) -> Callable[[dict[str, Any]], Sample]:
-    def send(request: dict[str, Any]) -> Sample:
+def peer_side(base_url: str) -> Side:
+    def send(request: dict[str, Any], free: bool) -> Sample:
+        if free:
+            return _peer_free(base_url, request)
         response = httpx.post(f"{base_url}/v1/chat/completions", json=request, timeout=600)
         response.raise_for_status()
         answer = response.json()
         timings = answer.get("timings") or {}
         tokens = int(answer["usage"]["completion_tokens"])
-        predicted_ms = float(timings.get("predicted_ms") or 0.0)
-        # The same rate as the engine's: the tokens after the first per second of generation.
-        rate = (tokens - 1) / (predicted_ms / 1000.0) if tokens > 1 and predicted_ms else 0.0
-        return rate, tokens
+        return _decode_rate(tokens, float(timings.get("predicted_ms") or 0.0)), tokens
 
     return send
 
 
+def _peer_free(base_url: str, request: dict[str, Any]) -> Sample:
+    """llama-server on the prompt its template renders for ``request``, with no grammar."""
+    rendered = httpx.post(f"{base_url}/apply-template", json=request, timeout=60)
+    rendered.raise_for_status()
+    fields = {"n_predict": request["max_tokens"], "temperature": 0, "seed": request["seed"]}
+    response = httpx.post(
+        f"{base_url}/completion", json={"prompt": rendered.json()["prompt"], **fields}, timeout=600
+    )
+    response.raise_for_status()
+    answer = response.json()
+    tokens = int(answer["tokens_predicted"])
+    return _decode_rate(tokens, float((answer.get("timings") or {}).get("predicted_ms") or 0.0)), tokens
+
+
+def _decode_rate(tokens: int, predicted_ms: float) -> float:
+    """The same rate as the engine's: the tokens after the first per second of generation."""
+    return (tokens - 1) / (predicted_ms / 1000.0) if tokens > 1 and predicted_ms else 0.0
+
+
 def measure(
-    sides: dict[str, Callable[[dict[str, Any]], Sample]],
+    sides: dict[str, Side],
     *,
     cases: list[str],
     rounds: int,
@@ -164,9 +189,9 @@ def measure(
         for case in cases:
             for city in CITIES if round_number else CITIES[:1]:  # round 0 warms up, on one prompt
                 for kind in ("constrained", "free"):
-                    request = body(case if kind == "constrained" else None, city, tokens)
+                    request = body(case, city, tokens)
                     for name, send in sides.items():
-                        sample = send(request)
+                        sample = send(request, kind == "free")
                         if round_number:
                             samples.setdefault((case, name, kind), []).append(sample)
     results: dict[str, dict[str, Any]] = {}
@@ -234,9 +259,7 @@ def run(args: argparse.Namespace) -> int:
         except (SnapllmError, OSError, ValueError) as exc:
             print(f"snapllm bench grammar: {exc}", file=sys.stderr)
             return 2
-        sides: dict[str, Callable[[dict[str, Any]], Sample]] = {
-            "snapllm": engine_side(engine, serving_settings)
-        }
+        sides: dict[str, Side] = {"snapllm": engine_side(engine, serving_settings)}
         if args.eager:
             sides["snapllm eager"] = engine_side(engine, serving_settings, "eager")
         with _peer(args.peer, path, threads=threads, n_ctx=settings.n_ctx) as peer_url:
