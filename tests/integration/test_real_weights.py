@@ -60,10 +60,6 @@ def qwen() -> Iterator[tuple[ServeProcess, str]]:
         "SNAPLLM_MAX_TOKENS": "96",
         "SNAPLLM_N_CTX": "2048",
         "SNAPLLM_MAX_PROMPT_CHARS": "8000",
-        # No saved prefix states: a state restored from the prefix cache rounds otherwise than the prompt
-        # evaluated in place (in one process, 3 prompts x 8 rounds: with the cache the second prompt's
-        # answer differed 7 times of 8 after 21 restores, without it none of 24 differed).
-        "SNAPLLM_PREFIX_CACHE_MB": "0",
     }
     # Starting uploads the 491 MB model to the local S3 endpoint and loads it in each process of the stack.
     with ServeProcess.start(
@@ -329,4 +325,46 @@ def test_a_prompts_logits_do_not_depend_on_what_the_cache_held(engine, system):
         _first_token(engine, before, reuse_cache=False)
         if _first_token(engine, prompt) != alone[tuple(prompt)]:
             differing.append((len(before), len(prompt)))
+    assert differing == []
+
+
+A = "You are a travel assistant for a company that books trains across Europe. " * 6
+B = (
+    "You are a code reviewer who reads Python patches and points out bugs, style issues and missing tests. "
+    * 5
+)
+
+
+@pytest.fixture(scope="module")
+def cached_engine() -> Engine:
+    # The default cache of recent conversations' prefix states (128 MiB outside Lambda).
+    settings = EngineSettings(threads=int(TEST_THREADS), n_ctx=2048)
+    return Engine.load(str(model_path("qwen2.5-coder-0.5b")), settings, model_name="qwen")
+
+
+def test_a_restored_prefix_state_answers_as_the_prompt_evaluated_afresh(cached_engine):
+    # Two conversations with long system prompts alternate, so each turn restores its conversation's saved
+    # state (the live sequence holds the other one), a follow-up sends the answer back: each first token's
+    # log probabilities equal those of the same prompt evaluated with nothing cached.
+    engine = cached_engine
+    prompts = [
+        engine.tokenize(_chat(question, system), add_bos=False) for question in PROMPTS for system in (A, B)
+    ]
+    prompts += [
+        prompts[index]
+        + engine.tokenize(
+            "I do not know.<|im_end|>\n<|im_start|>user\nAnd why?<|im_end|>\n<|im_start|>assistant\n",
+            add_bos=False,
+        )
+        for index in (0, 1)
+    ]
+    alone = [_first_token(engine, prompt, reuse_cache=False) for prompt in prompts]
+    before = engine.prefix_stats.restores
+    differing = [
+        (round_number, index)
+        for round_number in range(2)
+        for index, prompt in enumerate(prompts)
+        if _first_token(engine, prompt) != alone[index]
+    ]
+    assert engine.prefix_stats.restores - before >= len(prompts)
     assert differing == []

@@ -7,6 +7,7 @@ that `snapllm preflight` reports exactly that failure and exits 1.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import zipfile
@@ -621,7 +622,16 @@ def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_p
     code, errors = run_preflight(tight, capsys, "--model", model)
     assert code == 1 and len(errors) == 1
     assert errors[0].startswith(f"ERROR Fn: the model needs about {needed} MB")
-    assert f"InferenceMemorySize to at least {needed}" in errors[0]
+    # The cache of recent conversations' prefix states takes a sixteenth of the function's memory by default:
+    # the least memory holds the model and that share of itself.
+    assert "16.0 MB more for recent conversations' prefix states" in errors[0]
+    assert f"InferenceMemorySize to at least {math.ceil(needed * 16 / 15)} " in errors[0]
+    template.write_text(template.read_text().replace("MemorySize: 256", f"MemorySize: {needed + 20}"))
+    assert run_preflight(tight, capsys, "--model", model)[0] == 1  # the model fits, the cache's share not
+    template.write_text(
+        template.read_text().replace(f"MemorySize: {needed + 20}", f"MemorySize: {needed + 40}")
+    )
+    assert run_preflight(tight, capsys, "--model", model)[0] == 0
     # A longer context needs a larger KV cache.
     assert main([str(roomy), "--no-zip", "--model", model, "--n-ctx", "8192"]) == 0
     longer = int(capsys.readouterr().out.split("the model needs about ")[1].split(" MB")[0])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from snapllm.agent.settings import AgentSettings
+from snapllm.engine.settings import PREFIX_CACHE_LOCAL_MB, EngineSettings, prefix_cache_bytes
 from snapllm.errors import ConfigurationError
 from snapllm.inference.settings import EngineEnvironment, InferenceSettings, LoaderEnvironment
 from snapllm.router.settings import RouterEnvironment, RouterSettings
@@ -200,3 +201,12 @@ def test_the_command_prints_and_writes_the_tables(tmp_path, capsys):
     assert generated_block(readme.read_text()) == markdown_table()
     assert readme.read_text().startswith("# x\n")
     assert main(["--write", str(tmp_path / "missing.md")]) == 2
+
+
+def test_the_prefix_cache_takes_a_share_of_the_functions_memory_unless_set():
+    assert EngineSettings().prefix_cache_mb is None
+    assert prefix_cache_bytes(None, 3008) == 188 * 1024**2
+    assert prefix_cache_bytes(None, 10240) == 640 * 1024**2
+    assert prefix_cache_bytes(None, None) == PREFIX_CACHE_LOCAL_MB * 1024**2  # outside Lambda
+    assert prefix_cache_bytes(0, 3008) == 0  # the live sequence alone
+    assert EngineSettings(prefix_cache_mb=64).prefix_cache_bytes(3008) == 64 * 1024**2

@@ -29,7 +29,22 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 #: The fewest query rows for which ggml's flash attention over f16 keys and values runs its tiled kernel
 #: (``GGML_FA_TILE_Q``); fewer run a row-by-row kernel that rounds differently.
 FLASH_ATTENTION_TILE_ROWS = 64
-#: The prefix cache's bound where the function's memory is unknown (a local stack, a test), in MiB.
+#: The prefix cache's default bound, as a share of the function's memory: 188 MiB of 3,008 (three 1,700-token
+#: prefixes of Llama 3.2 1B, at 32 KiB a token), 640 MiB of 10,240.
+PREFIX_CACHE_SHARE = 1 / 16
+#: The prefix cache's default bound where the function's memory is unknown (a local stack, a test), in MiB.
+PREFIX_CACHE_LOCAL_MB = 128
+
+
+def prefix_cache_bytes(configured_mb: int | None, function_memory_mb: int | None) -> int:
+    """The prefix cache's bound in bytes: ``configured_mb`` (``SNAPLLM_PREFIX_CACHE_MB``) when set, else
+    :data:`PREFIX_CACHE_SHARE` of a function of ``function_memory_mb`` MB, or :data:`PREFIX_CACHE_LOCAL_MB`
+    where that is unknown (None)."""
+    if configured_mb is not None:
+        return configured_mb * MiB
+    if function_memory_mb is None:
+        return PREFIX_CACHE_LOCAL_MB * MiB
+    return int(function_memory_mb * MiB * PREFIX_CACHE_SHARE)
 
 
 def _file_name(data: dict[str, Any]) -> str:
@@ -191,17 +206,21 @@ class EngineSettings(Settings):
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
 
-    # Off by default: a conversation's saved state can hold its answer's positions, which a later turn then
-    # reuses (a sent-back answer reused 108 positions where the live rule reuses 100), so a temperature-0
-    # answer could depend on the cache's history; the default keeps the live sequence's rule alone.
-    prefix_cache_mb: int = Field(0, ge=0)
+    # A restored state gives the answer the whole prompt evaluated afresh gives: a state holds only positions
+    # a prompt's batches computed (snapllm.engine.decode keeps them apart from generated ones), and a prompt
+    # reuses from it by the live sequence's rule (whole groups of four rows, the last 64 tokens evaluated
+    # again). Measured with Qwen2.5-Coder-0.5B Q4_K_M, Gemma 3 and SmolLM2 at 1 and 2 threads: 96 requests
+    # of two alternating conversations, each restoring its state, every log probability equal to the
+    # prompt's evaluated afresh (tests/integration/test_real_weights.py holds it).
+    prefix_cache_mb: int | None = Field(None, ge=0, json_schema_extra={"unset": "1/16 of the memory"})
     """RAM for the KV states of recent conversations' prompt prefixes, in MiB: a request that starts like
-    one of them restores its state rather than evaluating it again (least recently used dropped first;
-    0: only the live sequence). The declared prefixes (`SNAPLLM_PROMPT_PREFIXES`) are kept besides."""
+    one of them restores its state rather than evaluating it again (least recently used dropped first; 0:
+    only the live sequence). Unset: a sixteenth of the function's memory (188 MiB of 3,008), 128 MiB outside
+    Lambda. The declared prefixes (`SNAPLLM_PROMPT_PREFIXES`) are kept besides."""
 
     def prefix_cache_bytes(self, function_memory_mb: int | None) -> int:
         """The prefix cache's bound in bytes, for a function of ``function_memory_mb`` MB (None: unknown)."""
-        return self.prefix_cache_mb * MiB
+        return prefix_cache_bytes(self.prefix_cache_mb, function_memory_mb)
 
     @property
     def min_prompt_batch(self) -> int:

@@ -11,12 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from snapllm.engine.settings import PREFIX_CACHE_SHARE, prefix_cache_bytes
 from snapllm_dev.preflight.elf import format_version, parse_version
 from snapllm_dev.preflight.package import Package
 from snapllm_dev.preflight.regions import region_problems
@@ -424,9 +426,12 @@ def check_init_time(target: Target) -> list[Finding]:
     ]
 
 
+def _variables(target: Target) -> Mapping[str, Any]:
+    return (target.function.properties.get("Environment") or {}).get("Variables") or {}
+
+
 def _model_function(target: Target) -> bool:
-    variables = (target.function.properties.get("Environment") or {}).get("Variables") or {}
-    return MODEL_KEY_VARIABLE in variables
+    return MODEL_KEY_VARIABLE in _variables(target)
 
 
 def check_model_memory(target: Target) -> list[Finding]:
@@ -435,6 +440,13 @@ def check_model_memory(target: Target) -> list[Finding]:
     if model is None or not _model_function(target):
         return []
     need, have = model.memory_mb, fn.memory
+    configured = str(_variables(target).get("SNAPLLM_PREFIX_CACHE_MB"))
+    configured_mb = int(configured) if configured.isdigit() else None
+    cache = prefix_cache_bytes(configured_mb, have)
+    # With the default share, the cache grows with the memory: the least memory that holds both.
+    least = (
+        need + -(-cache // MiB) if configured_mb is not None else math.ceil(need / (1 - PREFIX_CACHE_SHARE))
+    )
     parts = (
         f"{mb(model.size_bytes)} weights + {mb(model.kv_cache_bytes)} KV cache for {model.n_ctx} tokens + "
     )
@@ -446,15 +458,17 @@ def check_model_memory(target: Target) -> list[Finding]:
     parts += "compute buffers and the runtime"
     if model.footprint.load_peak_bytes > model.footprint.serving_bytes:
         parts += "; the load peaks at two copies of the weights, while they are read out of the memfd"
-    if need > have:
+    held = f"{mb(cache)} more for recent conversations' prefix states (SNAPLLM_PREFIX_CACHE_MB)"
+    if need + cache / MiB > have:
         return [
             _error(
                 fn,
-                f"the model needs about {need} MB ({parts}); the function has {have} MB: set "
-                f"InferenceMemorySize to at least {need} (or lower SNAPLLM_N_CTX, or a smaller quantization)",
+                f"the model needs about {need} MB ({parts}), and {held}; the function has {have} MB: set "
+                f"InferenceMemorySize to at least {least} (or lower SNAPLLM_N_CTX or "
+                "SNAPLLM_PREFIX_CACHE_MB, or use a smaller quantization)",
             )
         ]
-    return [_note(fn, f"the model needs about {need} MB of its {have} MB ({parts})")]
+    return [_note(fn, f"the model needs about {need} MB of its {have} MB ({parts}), and {held}")]
 
 
 def check_model_chat(target: Target) -> list[Finding]:
