@@ -140,6 +140,8 @@ class Constraint:
         self.masks = 0
         #: The longest mask took this long (seconds).
         self.longest_mask_s = 0.0
+        #: Seconds spent in this matcher: its checks, its masks and the tokens it took.
+        self.seconds = 0.0
 
     def fresh(self) -> Constraint:
         """A matcher of the same grammar at its start, without compiling it again (a copy of this one's
@@ -152,11 +154,15 @@ class Constraint:
 
     def allows(self, token: int) -> bool:
         """Whether the grammar allows ``token`` next (an end of generation once it is complete)."""
-        if (
-            token in self._ends
-        ):  # the matcher validates text tokens only; its mask allows an end when complete
-            return self._matcher.is_accepting()
-        return self._matcher.validate_tokens([token]) == 1
+        started = time.perf_counter()
+        # The matcher validates text tokens only; its mask allows an end when complete.
+        allowed = (
+            self._matcher.is_accepting()
+            if token in self._ends
+            else self._matcher.validate_tokens([token]) == 1
+        )
+        self.seconds += time.perf_counter() - started
+        return allowed
 
     def allows_all(self, tokens: Sequence[int]) -> bool:
         """Whether the grammar allows each of ``tokens`` next."""
@@ -164,7 +170,10 @@ class Constraint:
 
     def accept(self, token: int) -> None:
         """Advance past ``token`` (one :meth:`allows` said yes to)."""
-        if not self._matcher.consume_token(token):
+        started = time.perf_counter()
+        taken = self._matcher.consume_token(token)
+        self.seconds += time.perf_counter() - started
+        if not taken:
             self._fail()
 
     def allowed(self) -> np.ndarray:
@@ -177,6 +186,7 @@ class Constraint:
         if self._matcher.is_error():
             self._fail()
         bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little", count=self._n_vocab)
+        self.seconds += time.perf_counter() - started
         return bits.view(np.bool_)
 
     def _fail(self) -> None:

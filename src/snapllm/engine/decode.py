@@ -333,6 +333,8 @@ class Decoder:
         self.grammar_fallbacks = 0
         self.drafted = 0
         self.drafted_accepted = 0
+        #: Seconds generation spent in grammars' matchers (:attr:`Constraint.seconds`), all requests together.
+        self.grammar_seconds = 0.0
         #: Whether a token ends generation, asked of llama.cpp once per token id.
         self._end_of_generation: dict[int, bool] = {}
         self._pieces: dict[int, bytes] = {}
@@ -607,6 +609,8 @@ class Decoder:
                 # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
                 rows = list(range(len(pending) - 1, len(pending) + len(guesses)))
         finally:
+            if samplers.constraint is not None:
+                self.grammar_seconds += samplers.constraint.seconds
             samplers.close()
             self._truncate(accepted_length)
 

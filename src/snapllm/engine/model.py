@@ -313,6 +313,11 @@ class Engine(LoadedModel):
     def prefix_stats(self) -> PrefixStats:
         return self._prefixes.stats
 
+    @property
+    def grammar_seconds(self) -> float:
+        """Seconds generation has spent in grammars' matchers (checks, masks, tokens taken), in all."""
+        return self._decoder.grammar_seconds
+
     def special_tokens(self) -> tuple[str, str]:
         """The text of the beginning- and end-of-sequence tokens ("" for a model without one)."""
         vocab = self._llama._model

@@ -4,12 +4,15 @@
     snapllm bench grammar --peer llama-server        # llama.cpp's own server beside (make llama-server)
 
 For each model (SmolLM2 135M, Gemma 3 270M) and each way of constraining an answer (a ``json_schema``,
-``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), the same chat requests run constrained
-and free, alternating in one process on one loaded model, at temperature 0 with a fixed seed. Free is the
-same prompt (its tools and instructions rendered alike) with the grammar off: a request with tools has a
-prompt four times longer, which slows a small model's decoding by itself. The decode rate is each side's
-median tokens per second after the first token; the ratio constrained/free is what the grammar costs (1.0:
-nothing). Tokens per answer is the median length of the constrained answers.
+``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), each chat request runs constrained,
+then free, in one process on one loaded model, at temperature 0 with a fixed seed. Free is the same prompt
+(its tools and instructions rendered alike) with the grammar off, for as many tokens as the constrained
+answer had: a request with tools has a prompt four times longer, and a longer answer decodes more slowly,
+which would count against the side that has them. The decode rate is tokens per second after the first
+token; the ratio constrained/free, the median of the pairs' ratios, is what the grammar costs (1.0:
+nothing), as far as the machine's noise lets a ratio show it. The engine also times its matcher (its checks,
+masks and the tokens it takes) inside the constrained requests: the median share of their decoding time is
+the grammar's cost without that noise. Tokens per answer is the median length of the constrained answers.
 
 ``--peer llama-server`` starts llama.cpp's ``llama-server`` (compiled from the llama.cpp that llama-cpp-python
 vendors, same CPU flags) on the same model file with the same threads, sends it the same requests on
@@ -100,8 +103,9 @@ def body(case: str | None, city: str, tokens: int) -> dict[str, Any]:
     return {**request, **CASES[case]} if case else request
 
 
-#: One side's measurement of one request: decode tokens/s and completion tokens.
-Sample = tuple[float, int]
+#: One side's measurement of one request: decode tokens/s, completion tokens, and the share of the decoding
+#: time spent in the grammar's matcher (None where the side does not say).
+Sample = tuple[float, int, float | None]
 #: A side: it sends a request, constrained or (``free``) with the same prompt and no grammar.
 Side = Callable[[dict[str, Any], bool], Sample]
 
@@ -124,8 +128,11 @@ def engine_side(
             prepared = _as_text_completion(serving, chat, request)
         if free:
             prepared = dataclasses.replace(prepared, grammar=None)
+        before = engine.grammar_seconds
         completion = engine.generate(prepared, grammar_check=grammar_check)
-        return completion.timings.tokens_per_second, completion.completion_tokens
+        decoding_s = completion.timings.generation_ms / 1000
+        share = (engine.grammar_seconds - before) / decoding_s if decoding_s else None
+        return completion.timings.tokens_per_second, completion.completion_tokens, share
 
     return send
 
@@ -151,7 +158,7 @@ def peer_side(base_url: str) -> Side:
         answer = response.json()
         timings = answer.get("timings") or {}
         tokens = int(answer["usage"]["completion_tokens"])
-        return _decode_rate(tokens, float(timings.get("predicted_ms") or 0.0)), tokens
+        return _decode_rate(tokens, float(timings.get("predicted_ms") or 0.0)), tokens, None
 
     return send
 
@@ -167,7 +174,7 @@ def _peer_free(base_url: str, request: dict[str, Any]) -> Sample:
     response.raise_for_status()
     answer = response.json()
     tokens = int(answer["tokens_predicted"])
-    return _decode_rate(tokens, float((answer.get("timings") or {}).get("predicted_ms") or 0.0)), tokens
+    return _decode_rate(tokens, float((answer.get("timings") or {}).get("predicted_ms") or 0.0)), tokens, None
 
 
 def _decode_rate(tokens: int, predicted_ms: float) -> float:
@@ -182,31 +189,32 @@ def measure(
     rounds: int,
     tokens: int,
 ) -> dict[str, dict[str, Any]]:
-    """For each case: each side's median decode rate constrained and free, their ratio, and the median
-    length of the constrained answers. Constrained and free requests alternate, prompt by prompt."""
-    samples: dict[tuple[str, str, str], list[Sample]] = {}
+    """For each case: each side's median decode rate constrained and free, the median of their ratios pair by
+    pair, and the median length of the constrained answers. Each constrained request is followed at once by
+    its free pair: the same prompt, as many tokens as the constrained answer had (a longer answer decodes
+    more slowly as its context grows), so the two share the machine's state of the moment."""
+    samples: dict[tuple[str, str], list[tuple[Sample, Sample]]] = {}
     for round_number in range(rounds + 1):
         for case in cases:
             for city in CITIES if round_number else CITIES[:1]:  # round 0 warms up, on one prompt
-                for kind in ("constrained", "free"):
-                    request = body(case, city, tokens)
-                    for name, send in sides.items():
-                        sample = send(request, kind == "free")
-                        if round_number:
-                            samples.setdefault((case, name, kind), []).append(sample)
+                for name, send in sides.items():
+                    constrained = send(body(case, city, tokens), False)
+                    free = send(body(case, city, max(2, constrained[1])), True)
+                    if round_number:
+                        samples.setdefault((case, name), []).append((constrained, free))
     results: dict[str, dict[str, Any]] = {}
     for case in cases:
         results[case] = {}
         for name in sides:
-            constrained = samples[(case, name, "constrained")]
-            free = samples[(case, name, "free")]
-            rate = statistics.median(r for r, _ in constrained)
-            free_rate = statistics.median(r for r, _ in free)
+            pairs = samples[(case, name)]
+            ratios = [c[0] / f[0] for c, f in pairs if f[0]]
+            shares = [c[2] for c, _ in pairs if c[2] is not None]
             results[case][name] = {
-                "constrained_tps": rate,
-                "free_tps": free_rate,
-                "ratio": rate / free_rate if free_rate else None,
-                "tokens_per_answer": statistics.median(n for _, n in constrained),
+                "grammar_share": statistics.median(shares) if shares else None,
+                "constrained_tps": statistics.median(c[0] for c, _ in pairs),
+                "free_tps": statistics.median(f[0] for _, f in pairs),
+                "ratio": statistics.median(ratios) if ratios else None,
+                "tokens_per_answer": statistics.median(c[1] for c, _ in pairs),
             }
     return results
 
@@ -282,7 +290,12 @@ def _table(model_name: str, by_case: dict[str, dict[str, Any]], *, rounds: int, 
                 (
                     f"{case}, {name}",
                     f"constrained/free x{side['ratio']:.2f} ({side['constrained_tps']:.0f} / "
-                    f"{side['free_tps']:.0f} tokens/s), {side['tokens_per_answer']:.0f} tokens per answer",
+                    f"{side['free_tps']:.0f} tokens/s), {side['tokens_per_answer']:.0f} tokens per answer"
+                    + (
+                        f", the matcher {side['grammar_share']:.1%} of the decoding"
+                        if side["grammar_share"] is not None
+                        else ""
+                    ),
                 )
             )
         if "llama-server" in by_side:
