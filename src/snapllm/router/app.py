@@ -72,6 +72,7 @@ from snapllm.protocol.http.edge import (
     check_headers,
     check_path,
     decode_json,
+    is_cors_preflight,
 )
 from snapllm.protocol.http.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.limits import Limits
@@ -138,12 +139,10 @@ _PREFLIGHT = HttpResponse(204, {}, "")
 
 
 def _is_preflight(event: dict[str, Any]) -> bool:
-    """A browser's CORS preflight: OPTIONS with an Origin and Access-Control-Request-Method (no key)."""
+    """Whether the event is a CORS preflight (:func:`~snapllm.protocol.http.edge.is_cors_preflight`)."""
     http = (event.get("requestContext") or {}).get("http") or {}
     headers = event.get("headers") if isinstance(event.get("headers"), dict) else {}
-    return (
-        http.get("method") == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
-    )
+    return is_cors_preflight(http.get("method"), headers)
 
 
 def _request_id(event: Any, context: Any) -> str:

@@ -41,7 +41,13 @@ from snapllm.errors import REQUEST_ID_HEADER, RequestError, ServerError, request
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.protocol.completions.objects import Health, ModelList
 from snapllm.protocol.completions.sse import StreamEncoder
-from snapllm.protocol.http.edge import RouteTable, check_content_type, check_headers, decode_json
+from snapllm.protocol.http.edge import (
+    RouteTable,
+    check_content_type,
+    check_headers,
+    decode_json,
+    is_cors_preflight,
+)
 from snapllm.protocol.http.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
 from snapllm.protocol.metrics import CompletionMetrics, request_features
 from snapllm.protocol.model_routes.model_routes import ROUTED_PATHS
@@ -65,12 +71,6 @@ INVOKE_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
 
 
 HOOK_PATHS = frozenset({BEFORE_CHECKPOINT_PATH, AFTER_RESTORE_PATH})
-
-
-def _is_preflight(request: Request) -> bool:
-    """A browser's CORS preflight: OPTIONS with an Origin and Access-Control-Request-Method (no key)."""
-    headers = request.headers
-    return request.method == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
 
 
 def error_response(error: RequestError) -> Response:
@@ -257,7 +257,7 @@ class StreamingApp:
     async def dispatch(self, request: Request) -> Response:
         try:
             check_headers(request.headers.items())
-            if _is_preflight(request):
+            if is_cors_preflight(request.method, request.headers):
                 return Response(status_code=204)  # the Function URL adds the CORS headers
             await self._check_api_key(request)
             # scope["path"], not request.url.path: URL parsing drops a decoded "\n" or "\t" from the path.

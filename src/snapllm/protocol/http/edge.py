@@ -55,6 +55,12 @@ def is_json_content_type(content_type: str | None) -> bool:
     return not kind or kind in _JSON_TYPES or kind.endswith("+json")
 
 
+def is_cors_preflight(method: str | None, headers: Mapping[str, str]) -> bool:
+    """A browser's CORS preflight: OPTIONS with an Origin and Access-Control-Request-Method (no key), with
+    ``headers`` keyed in lower case (API Gateway's event, or Starlette's headers)."""
+    return method == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
+
+
 def check_content_type(content_type: str | None) -> None:
     """Refuse a body that says it is not JSON (``curl -d`` sends form encoding unless told otherwise)."""
     if not is_json_content_type(content_type):
