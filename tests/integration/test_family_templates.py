@@ -27,9 +27,11 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from snapllm.errors import InvalidRequestError
 from snapllm.protocol.completions.chat import ChatRenderer
 from snapllm.protocol.constraints.structured import generic_tool_instructions
+from snapllm.protocol.families.families import FAMILIES as RUNTIME_FAMILIES
 from snapllm.protocol.families.families import detect_family
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
 from snapllm_dev.testmodels.families import FAMILIES, TEMPLATE_ONLY
+from snapllm_dev.testmodels.sources import corpus_folder
 from snapllm_dev.testmodels.templates import FamilyTemplate, family_templates
 
 WEATHER = {
@@ -201,3 +203,24 @@ def test_every_template_renders_a_plain_chat_equal_to_the_reference():
         source = templates()[name]
         case = CASES["multi-turn"] if name != "hermes3" else CASES["tools"]
         assert outcome(source, case) == "equal", name
+
+
+def test_each_template_of_the_corpus_is_claimed_by_one_family_at_most():
+    # The registry's order decides nothing: a template that held two families' markers would otherwise be
+    # the first one's by a rule nobody reads (Qwen3's templates hold Hermes' <tool_call>, Granite 4's too).
+    corpus = {path.name: path.read_text() for path in sorted(corpus_folder().glob("*.jinja"))}
+    sources = {**corpus, **{name: source.template for name, source in templates().items()}}
+    claims = {
+        name: [f.name for f in RUNTIME_FAMILIES if f.matches(text, "")] for name, text in sources.items()
+    }
+    assert len(corpus) >= 60
+    assert {name: found for name, found in claims.items() if len(found) > 1} == {}
+    # What each family's own templates are claimed as.
+    assert claims["Qwen-Qwen3-0.6B.jinja"] == ["qwen3"] and claims["Qwen-QwQ-32B.jinja"] == ["qwen3"]
+    assert claims["StepFun3.5-Flash.jinja"] == ["hermes-thinking"]
+    assert claims["Qwen-Qwen2.5-7B-Instruct.jinja"] == ["hermes"]
+    assert claims["ibm-granite-granite-4.0.jinja"] == ["hermes"]
+    assert claims["ibm-granite-granite-3.3-2B-Instruct.jinja"] == ["granite"]
+    assert claims["Mistral-Small-3.2-24B-Instruct-2506.jinja"] == ["mistral-args"]
+    assert claims["mistralai-Mistral-Nemo-Instruct-2407.jinja"] == ["mistral"]
+    assert claims["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"] == ["deepseek-r1"]

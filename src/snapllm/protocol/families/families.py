@@ -43,6 +43,9 @@ class ModelFamily:
     name: ClassVar[str] = "generic"
     #: Text the template carries that marks the family (any one of them).
     markers: ClassVar[tuple[str, ...]] = ()
+    #: Text that marks a template as another family's, though it holds this one's markers too (Qwen3's
+    #: templates hold Hermes' ``<tool_call>``): each template is claimed by one family at most.
+    excludes: ClassVar[tuple[str, ...]] = ()
     #: ``general.architecture`` values of the family (for a model whose GGUF has no template).
     architectures: ClassVar[tuple[str, ...]] = ()
     thinking: ClassVar[ThinkingMarkers | None] = None
@@ -58,7 +61,9 @@ class ModelFamily:
     @classmethod
     def matches(cls, template: str, architecture: str) -> bool:
         if template:
-            return any(marker in template for marker in cls.markers)
+            return any(marker in template for marker in cls.markers) and not any(
+                text in template for text in cls.excludes
+            )
         return architecture in cls.architectures
 
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
@@ -86,6 +91,7 @@ class Qwen3(ModelFamily):
 
     name = "qwen3"
     markers = ("enable_thinking",)
+    excludes = ("<｜Assistant｜>",)  # DeepSeek's templates switch their thinking too
     architectures = ("qwen3", "qwen3moe", "smollm3")
     thinking = QWEN3_THINKING
     tool_calls = HERMES
@@ -145,6 +151,7 @@ class Hermes(ModelFamily):
 
     name = "hermes"
     markers = ("<tool_call>",)
+    excludes = ("<think>",)  # a template that thinks is Qwen3's or a thinking ChatML one
     architectures = ("qwen2",)
     tool_calls = HERMES
 
@@ -157,7 +164,10 @@ class ThinkingChatML(Hermes):
 
     @classmethod
     def matches(cls, template: str, architecture: str) -> bool:
-        return "<tool_call>" in template and "<think>" in template
+        # Qwen3's templates switch the thinking (enable_thinking); these do not.
+        return (
+            "<tool_call>" in template and "<think>" in template and not Qwen3.matches(template, architecture)
+        )
 
 
 class Llama3(ModelFamily):
@@ -174,6 +184,7 @@ class Mistral(ModelFamily):
 
     name = "mistral"
     markers = ("[TOOL_CALLS]",)
+    excludes = ("[ARGS]",)
     tool_calls = MISTRAL
 
 
@@ -195,6 +206,7 @@ class Phi4Mini(ModelFamily):
 class Granite(ModelFamily):
     name = "granite"
     markers = ("<|start_of_role|>",)
+    excludes = ("<tool_call>",)  # Granite 4's templates call tools as Hermes does
     architectures = ("granite",)
     tool_calls = GRANITE
 
@@ -207,7 +219,9 @@ class Gemma(ModelFamily):
     architectures = ("gemma", "gemma2", "gemma3")
 
 
-#: Every family, most specific first: the first whose markers the template holds is the model's.
+#: Every family. A template is claimed by one of them at most (:attr:`ModelFamily.excludes`;
+#: ``tests/integration/test_family_templates.py`` checks llama.cpp's whole template corpus), so their order
+#: does not decide; a template none claims is the generic family's.
 FAMILIES: tuple[type[ModelFamily], ...] = (
     GptOss,
     DeepSeekR1,
