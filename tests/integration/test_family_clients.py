@@ -19,7 +19,7 @@ import openai
 import pytest
 from llama_cpp import Llama
 
-from snapllm_dev.testmodels.families import FAMILIES
+from snapllm_dev.testmodels.families import TEST_MODEL_FAMILIES
 from tests.support.family_models import family_model, scripted_bias, vocabulary
 from tests.support.serve import SERVE_ENV, ServeProcess
 
@@ -168,7 +168,7 @@ def test_the_call_the_model_writes_comes_back_with_or_without_spaces(family_serv
     script = SCRIPTS[family, spacing]
     # Under "auto" the call must win over text at the start; under "required" the model ends its turn after
     # its call, as a trained one does, where the grammar would let a second call follow.
-    favoured = SCRIPT_OPENERS[family] if tool_choice == "auto" else FAMILIES[family].end_of_turn
+    favoured = SCRIPT_OPENERS[family] if tool_choice == "auto" else TEST_MODEL_FAMILIES[family].end_of_turn
     common = {
         "model": model,
         "messages": MESSAGES,

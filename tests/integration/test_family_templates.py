@@ -27,10 +27,9 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from snapllm.errors import InvalidRequestError
 from snapllm.protocol.completions.chat import ChatRenderer
 from snapllm.protocol.constraints.structured import generic_tool_instructions
-from snapllm.protocol.families.families import FAMILIES as RUNTIME_FAMILIES
-from snapllm.protocol.families.families import detect_family
+from snapllm.protocol.families.families import FAMILIES, detect_family
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
-from snapllm_dev.testmodels.families import FAMILIES, TEMPLATE_ONLY
+from snapllm_dev.testmodels.families import TEMPLATE_ONLY, TEST_MODEL_FAMILIES
 from snapllm_dev.testmodels.sources import corpus_folder
 from snapllm_dev.testmodels.templates import FamilyTemplate, family_templates
 
@@ -125,7 +124,7 @@ CASES: dict[str, Case] = {
     ),
 }
 
-TEMPLATE_NAMES = [*FAMILIES, "deepseek-v3", *TEMPLATE_ONLY, "smollm2"]
+TEMPLATE_NAMES = [*TEST_MODEL_FAMILIES, "deepseek-v3", *TEMPLATE_ONLY, "smollm2"]
 
 
 @functools.cache
@@ -210,9 +209,7 @@ def test_each_template_of_the_corpus_is_claimed_by_one_family_at_most():
     # the first one's by a rule nobody reads (Qwen3's templates hold Hermes' <tool_call>, Granite 4's too).
     corpus = {path.name: path.read_text() for path in sorted(corpus_folder().glob("*.jinja"))}
     sources = {**corpus, **{name: source.template for name, source in templates().items()}}
-    claims = {
-        name: [f.name for f in RUNTIME_FAMILIES if f.matches(text, "")] for name, text in sources.items()
-    }
+    claims = {name: [f.name for f in FAMILIES if f.matches(text, "")] for name, text in sources.items()}
     assert len(corpus) >= 60
     assert {name: found for name, found in claims.items() if len(found) > 1} == {}
     # What each family's own templates are claimed as.

@@ -18,9 +18,9 @@ from llama_cpp import Llama
 from tokenizers import Tokenizer
 
 from snapllm_dev.testmodels.build import TestModel, build
-from snapllm_dev.testmodels.families import FAMILIES
+from snapllm_dev.testmodels.families import TEST_MODEL_FAMILIES
 
-FAMILY_NAMES = sorted(FAMILIES)
+FAMILY_NAMES = sorted(TEST_MODEL_FAMILIES)
 
 
 @functools.cache

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-#: The families, as :data:`snapllm_dev.testmodels.families.FAMILIES` names them (kept here so the parser
-#: imports nothing heavy; a test checks the two agree).
+#: The families, as :data:`snapllm_dev.testmodels.families.TEST_MODEL_FAMILIES` names them (kept here so the
+#: parser imports nothing heavy; a test checks the two agree).
 FAMILY_NAMES = ("qwen3", "qwen2.5", "llama3.1", "llama3.2", "gemma3", "deepseek-r1-distill", "gpt-oss")
 #: The rerankers, as :data:`snapllm_dev.testmodels.families.RERANKERS` names them.
 RERANKER_NAMES = ("qwen3-reranker",)

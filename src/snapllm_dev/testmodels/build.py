@@ -1,7 +1,7 @@
 """Writing a family's test model: random weights in its architecture, its real tokenizer and template.
 
     model = build("qwen3")          # TestModel(path=..., tokenizer_json=..., bos_token=..., ...)
-    models = build_all()            # every family of :data:`FAMILIES`
+    models = build_all()            # every family of :data:`TEST_MODEL_FAMILIES`
     reranker = build("qwen3-reranker")   # a reranker of :data:`RERANKERS` (rank pooling, a score head)
 
 The weights are random (seeded by the family's name, so a rebuild writes the same file): the model
@@ -23,7 +23,7 @@ import gguf
 import numpy as np
 
 from snapllm_dev.cache import ensure
-from snapllm_dev.testmodels.families import FAMILIES, RERANKERS, Family, RerankerFamily
+from snapllm_dev.testmodels.families import RERANKERS, TEST_MODEL_FAMILIES, Family, RerankerFamily
 from snapllm_dev.testmodels.sources import cache_root, corpus_template
 from snapllm_dev.testmodels.vocab import Vocabulary, read_vocabulary, write_vocabulary
 
@@ -102,7 +102,7 @@ def _recipe_key(family: Family, shape: Shape) -> str:
 
 def build(name: str, shape: str = "tiny") -> TestModel:
     """Family (or reranker) ``name``'s test model, built on first use and cached."""
-    family = FAMILIES[name] if name in FAMILIES else RERANKERS[name]
+    family = TEST_MODEL_FAMILIES[name] if name in TEST_MODEL_FAMILIES else RERANKERS[name]
     size = SHAPES[shape]
     config = family.tokenizer.config()
     tokenizer_json = family.tokenizer.tokenizer_json
@@ -131,7 +131,7 @@ def build(name: str, shape: str = "tiny") -> TestModel:
 
 def build_all(shape: str = "tiny") -> dict[str, TestModel]:
     """Every family's test model."""
-    return {name: build(name, shape) for name in FAMILIES}
+    return {name: build(name, shape) for name in TEST_MODEL_FAMILIES}
 
 
 def _write(

@@ -18,11 +18,11 @@ import urllib.error
 
 from snapllm.errors import ConfigurationError
 from snapllm_dev.testmodels.build import build
-from snapllm_dev.testmodels.families import FAMILIES, RERANKERS
+from snapllm_dev.testmodels.families import RERANKERS, TEST_MODEL_FAMILIES
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in args.family or [*FAMILIES, *RERANKERS]:
+    for name in args.family or [*TEST_MODEL_FAMILIES, *RERANKERS]:
         started = time.monotonic()
         try:
             model = build(name, args.shape)

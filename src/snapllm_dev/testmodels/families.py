@@ -79,7 +79,7 @@ class RerankerFamily(Family):
     labels: tuple[str, ...] = ("yes", "no")
 
 
-FAMILIES: dict[str, Family] = {
+TEST_MODEL_FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family("qwen3", "qwen3", QWEN3_TOKENIZER, "gpt2", "qwen2", None, "<|im_end|>"),

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 import gguf
 
 from snapllm_dev.packaged_models import default_model_path
-from snapllm_dev.testmodels.families import DEEPSEEK_V3_TOKENIZER, FAMILIES, TEMPLATE_ONLY, NpmTokenizer
+from snapllm_dev.testmodels.families import (
+    DEEPSEEK_V3_TOKENIZER,
+    TEMPLATE_ONLY,
+    TEST_MODEL_FAMILIES,
+    NpmTokenizer,
+)
 from snapllm_dev.testmodels.sources import LLAMA_CPP_PYTHON_VERSION, corpus_template
 
 
@@ -78,7 +83,7 @@ def packaged_model_template() -> FamilyTemplate:
 def family_templates() -> list[FamilyTemplate]:
     """Every template: the test-model families', the packages' others, the corpus-only ones, SmolLM2's."""
     templates = []
-    for family in FAMILIES.values():
+    for family in TEST_MODEL_FAMILIES.values():
         package = _package(family.name, family.tokenizer)
         if family.corpus_template:
             templates.append(
