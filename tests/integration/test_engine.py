@@ -174,7 +174,10 @@ def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_hel
     # flash attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many),
     # so the engine's uniform batches keep the answers' log probabilities the same; over bf16 values it runs
     # one kernel. Without flash attention a token evaluated alone rounds differently.
-    settings = EngineSettings(threads=threads, **attention)
+    # The live sequence's rule alone: with saved states (the prefix cache) the prompt after the prefix would
+    # restore the whole prompt's state, and be the prompt sent again (tests/integration/test_real_weights.py
+    # holds restored answers to the prompt's evaluated afresh, in the default attention).
+    settings = EngineSettings(threads=threads, prefix_cache_mb=0, **attention)
     engine = Engine.load(str(model_path), settings, model_name="smollm2")
     try:
         prompt = engine.tokenize(LONG_PROMPT, add_bos=True)[:641]
@@ -201,7 +204,10 @@ def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_hel
 def test_what_a_prompt_takes_from_the_prompt_cache(
     model_path, attention, reused_by_the_follow_up, reused_by_the_answer_sent_back
 ):
-    engine = Engine.load(str(model_path), EngineSettings(threads=1, **attention), model_name="smollm2")
+    # The live sequence's rule alone: a saved state of the 220-token prompt would give the answer sent back
+    # its 8 positions as that prompt's batch computed them (108 reused).
+    settings = EngineSettings(threads=1, prefix_cache_mb=0, **attention)
+    engine = Engine.load(str(model_path), settings, model_name="smollm2")
     try:
         prompt = engine.tokenize(LONG_PROMPT, add_bos=True)[:300]
 

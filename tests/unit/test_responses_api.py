@@ -35,6 +35,7 @@ SCHEMA = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 12}},
     "required": ["city"],
+    "additionalProperties": False,  # sent with strict: true, which OpenAI's rules ask for
 }
 EVENTS = TypeAdapter(ResponseStreamEvent)
 

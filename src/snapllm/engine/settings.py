@@ -206,12 +206,14 @@ class EngineSettings(Settings):
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
 
-    # A restored state gives the answer the whole prompt evaluated afresh gives: a state holds only positions
-    # a prompt's batches computed (snapllm.engine.decode keeps them apart from generated ones), and a prompt
-    # reuses from it by the live sequence's rule (whole groups of four rows, the last 64 tokens evaluated
-    # again). Measured with Qwen2.5-Coder-0.5B Q4_K_M, Gemma 3 and SmolLM2 at 1 and 2 threads: 96 requests
-    # of two alternating conversations, each restoring its state, every log probability equal to the
-    # prompt's evaluated afresh (tests/integration/test_real_weights.py holds it).
+    # With flash attention (the default), a restored state gives the answer the whole prompt evaluated
+    # afresh gives: a state holds only positions a prompt's batches computed (snapllm.engine.decode keeps
+    # them apart from generated ones), and a prompt reuses from it by the live sequence's rule (whole groups
+    # of four rows, the last 64 tokens evaluated again). Without flash attention a prompt that restores its
+    # whole state evaluates its last token alone, as the same prompt sent again does, and may end otherwise.
+    # Measured with Qwen2.5-Coder-0.5B Q4_K_M, Gemma 3 and SmolLM2 at 1 and 2 threads: 96 requests of two
+    # alternating conversations, each restoring its state, every log probability equal to the prompt's
+    # evaluated afresh (tests/integration/test_real_weights.py holds it).
     prefix_cache_mb: int | None = Field(None, ge=0, json_schema_extra={"unset": "1/16 of the memory"})
     """RAM for the KV states of recent conversations' prompt prefixes, in MiB: a request that starts like
     one of them restores its state rather than evaluating it again (least recently used dropped first; 0:
