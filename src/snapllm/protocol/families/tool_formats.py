@@ -293,13 +293,10 @@ class NamedArgsToolCalls(ToolCallFormat):
         if whole is not None:
             calls.append(whole)
         else:
-            name, _, rest = last.partition(self._ARGS)
+            name, named, rest = last.partition(self._ARGS)
             name = name.split(self._ID, 1)[0].strip()
-            matches = (
-                [n for n in names if n == name]
-                if rest or self._ARGS in last
-                else [n for n in names if n.startswith(name)]
-            )
+            # Before [ARGS] the name may still be cut short; after it, it is whole.
+            matches = [n for n in names if (n == name if named else n.startswith(name))]
             calls.append((matches[0] if len(matches) == 1 else None, rest.lstrip()))
         return calls
 
