@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from snapllm.text_table import columns
+
 
 @dataclass(frozen=True)
 class OperationRow:
@@ -104,23 +106,13 @@ class OperationReport:
             )
             for row in self.rows
         ]
-        widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
-
-        def fmt(cells: tuple[str, ...]) -> str:
-            return "  ".join(
-                cell.rjust(widths[i]) if i in (3, 4) else cell.ljust(widths[i])
-                for i, cell in enumerate(cells)
-            ).rstrip()
-
         largest = self.largest
         summary = (
             f"largest checkpointed operation: {largest.name} {largest.bytes:,} B "
             f"(budget {self.budget_bytes:,} B, {'OK' if not self.over_budget else 'OVER BUDGET'}); "
             f"total {self.total_bytes:,} B in {len(self.rows)} rows"
         )
-        return "\n".join(
-            [fmt(header), fmt(tuple("-" * w for w in widths)), *(fmt(line) for line in lines), summary]
-        )
+        return "\n".join([columns(lines, header=header, rule=True, right=(3, 4)), summary])
 
 
 def _size(payload: Any) -> int:

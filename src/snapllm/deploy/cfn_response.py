@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from snapllm import retry
 from snapllm.errors import CustomResourceResponseError
 
 SUCCESS, FAILED = "SUCCESS", "FAILED"
@@ -67,7 +68,7 @@ def send_response(
     made = 0
     for attempt in range(attempts):
         if attempt:
-            pause = backoff_s * 2 ** (attempt - 1)
+            pause = retry.backoff_s(attempt, base_s=backoff_s)
             if deadline is not None and deadline - time.monotonic() - pause < _MIN_ATTEMPT_S:
                 break
             time.sleep(pause)

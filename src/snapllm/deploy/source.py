@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import http.client
 import logging
-import random
 import re
 import ssl
 import time
@@ -45,6 +44,7 @@ from snapllm.errors import (
     ModelSourceHTTPError,
     ModelSourceResumeError,
 )
+from snapllm.retry import backoff_s
 
 logger = logging.getLogger("snapllm.deploy")
 
@@ -65,7 +65,7 @@ class SourceSettings:
     read_timeout_s: float = 60.0
     #: Failures in a row, without a new byte in between, before the read gives up.
     max_attempts: int = 5
-    #: First backoff; it doubles with each failure in a row (with jitter), up to 30 s.
+    #: The backoff's base (snapllm.retry.backoff_s): it doubles with each failure in a row, up to 30 s.
     backoff_s: float = 1.0
 
 
@@ -254,8 +254,8 @@ class HTTPSource:
             raise ModelSourceDownloadError(
                 f"{self.display_url}: {self._failures} attempts in a row failed; last: {reason}"
             )
-        backoff = min(_MAX_BACKOFF_S, self.settings.backoff_s * 2 ** (self._failures - 1))
-        pause = max(random.uniform(backoff / 2, backoff), retry_after_s or 0.0)
+        backoff = backoff_s(self._failures, base_s=self.settings.backoff_s, cap_s=_MAX_BACKOFF_S)
+        pause = max(backoff, retry_after_s or 0.0)
         logger.warning("model source: retrying", extra={"reason": reason, "pause_s": round(pause, 2)})
         time.sleep(self._timeout(pause))
 

@@ -31,7 +31,6 @@ import hashlib
 import http.client
 import mmap
 import os
-import random
 import threading
 import time
 import traceback
@@ -55,6 +54,7 @@ from snapllm.errors import (
     ModelNotFoundError,
     ModelSizeMismatchError,
 )
+from snapllm.retry import backoff_s
 
 _READ_CHUNK = 1024 * 1024
 # Hash in steps of this size: fewer wake-ups of the hashing thread, fewer GIL hand-offs with the receivers.
@@ -423,10 +423,10 @@ def _failing_into(progress: _DownloadProgress, task: Callable[..., None], *args:
 def _attempts(settings: LoaderSettings, pause: Callable[[float], bool]) -> Iterator[int]:
     """Attempt numbers ``0 .. max_attempts - 1``; before each retry, ``pause`` for a backoff.
 
-    Full jitter: parts that failed together do not retry together. ``pause`` returns False to stop early.
+    ``pause`` returns False to stop early.
     """
     for attempt in range(settings.max_attempts):
-        if attempt and not pause(random.uniform(0, settings.backoff_base_s * 2**attempt)):
+        if attempt and not pause(backoff_s(attempt, base_s=settings.backoff_base_s)):
             return
         yield attempt
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import random
 import socket
 import time
 import urllib.error
@@ -41,6 +40,7 @@ from snapllm.errors import (
 )
 from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 from snapllm.protocol.model_routes.model_routes import ROUTE_KEY
+from snapllm.retry import backoff_s
 
 # Errors only AWS produces for a version that cannot take invokes for now: a SnapStart version that is
 # being optimised or was left uninvoked for 14 days (then re-optimised), a restore that overran its 10 s,
@@ -116,7 +116,7 @@ class LambdaInferenceClient:
                 code = exc.response.get("Error", {}).get("Code", "")
                 if code in {"TooManyRequestsException", "ThrottlingException"}:
                     if attempt + 1 < self._max_attempts:
-                        time.sleep(random.uniform(0, self._backoff_base_s * 2 ** (attempt + 1)))
+                        time.sleep(backoff_s(attempt + 1, base_s=self._backoff_base_s))
                         continue
                     raise InferenceThrottledError(
                         "the model is at its concurrency limit; retry shortly", retry_after_s=1.0

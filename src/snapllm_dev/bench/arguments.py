@@ -277,5 +277,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     prefixes.add_argument(
         "--threads", type=integer(1, 1024), default=None, help="llama.cpp threads (default: all cores)"
     )
+    prefixes.add_argument(
+        "--peer", choices=["llama-server"], help="measure llama.cpp's server in the same run"
+    )
     prefixes.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     prefixes.set_defaults(implementation="snapllm_dev.bench.prefixes")

@@ -1,6 +1,7 @@
 """``snapllm bench prefixes``: what saved prompt prefixes do to the time to first token, as ratios.
 
     snapllm bench prefixes --rounds 3
+    snapllm bench prefixes --peer llama-server    # llama.cpp's own server beside (make llama-server)
 
 *Declared prefix*: a system prompt and 32 tools (about 1,700 tokens on SmolLM2), declared on one engine and
 not on another. Each round puts both engines where a snapshot leaves them (the template's start in the KV
@@ -10,6 +11,12 @@ conversations*: two conversations with different system prompts of about 1,000 t
 engine with the prefix cache and on one without it (``SNAPLLM_PREFIX_CACHE_MB=0``: the live sequence only);
 the turns after each conversation's first are timed. Times are the engine's time to first token (prompt
 evaluation, and a state's restore) in one process; a real restore adds paging the snapshot in.
+
+``--peer llama-server`` sends the same prompts, as the engine's own tokens, to llama.cpp's server with one
+slot: its first request (the slot erased, its RAM prompt cache off) and a warm hit after it; and the two
+conversations' turns with its RAM prompt cache (``--cache-ram``, on by default), which saves and restores a
+slot's prompt state as the engine's prefix cache does. Its times are its prompt evaluation
+(``timings.prompt_ms``).
 """
 
 from __future__ import annotations
@@ -17,14 +24,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus
+from snapllm_dev.bench.grammar import llama_server
 from snapllm_dev.local.report import table
 from snapllm_dev.packaged_models import model_path
 
@@ -75,8 +87,50 @@ def _ttft(serving: OpenAIServing, body: dict[str, Any]) -> tuple[float, int, str
     return generation.timings.time_to_first_token_ms, generation.cached_tokens, generation.text
 
 
-def declared(path: str, threads: int, *, rounds: int) -> dict[str, Any]:
-    """The first request after a restore with and without the declared prefix, and a warm cache hit."""
+class Peer:
+    """llama-server with one slot, sent the engine's own prompt tokens (so both evaluate the same prompt)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def ttft(self, serving: OpenAIServing, body: dict[str, Any]) -> tuple[float, int]:
+        """Its prompt evaluation (ms) of ``body`` as ``serving`` renders it, and the tokens it reused."""
+        prepared = serving.prepare(parse_request({**body, "temperature": 0.0}))
+        answer = self._post(
+            "/completion",
+            {
+                "prompt": list(prepared.engine_request.tokens),
+                "n_predict": 1,
+                "temperature": 0,
+                "cache_prompt": True,
+            },
+        )
+        timings = answer["timings"]
+        return float(timings["prompt_ms"]), int(timings.get("cache_n", 0))
+
+    def erase(self) -> None:
+        """Empty the slot, as a new execution environment starts."""
+        self._post("/slots/0?action=erase", {})
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = httpx.post(f"{self.base_url}{path}", json=body, timeout=600)
+        response.raise_for_status()
+        return response.json()
+
+
+def _peer(path: str, threads: int, *, cache_ram_mib: int, stack: ExitStack) -> Peer:
+    saved = stack.enter_context(tempfile.TemporaryDirectory(prefix="snapllm-bench-slots-"))
+    options = ("-np", "1", "--cache-ram", str(cache_ram_mib), "--slot-save-path", saved)
+    return Peer(
+        stack.enter_context(
+            llama_server(Path(path), threads=threads, n_ctx=4096, options=options, bench="prefixes")
+        )
+    )
+
+
+def declared(path: str, threads: int, *, rounds: int, peer: Peer | None = None) -> dict[str, Any]:
+    """The first request after a restore with and without the declared prefix, and a warm cache hit; with
+    ``peer``, its first request (an empty slot) and its warm hit."""
     entry = {"messages": [{"role": "system", "content": SYSTEM}], "tools": TOOLS}
     settings = EngineSettings(threads=threads, n_ctx=4096)
     sides = {
@@ -87,6 +141,8 @@ def declared(path: str, threads: int, *, rounds: int) -> dict[str, Any]:
     }
     [(prefix, state_bytes)] = sides["declared"].keep_prefixes([entry])
     times: dict[str, list[float]] = {"restored": [], "warm": [], "none": []}
+    if peer is not None:
+        times |= {"peer first": [], "peer warm": []}
     identical = True
     for round_number in range(rounds + 1):
         first, second = (QUESTIONS[(2 * round_number + i) % len(QUESTIONS)] for i in range(2))
@@ -97,19 +153,24 @@ def declared(path: str, threads: int, *, rounds: int) -> dict[str, Any]:
         }
         for serving in sides.values():
             serving.warm_up([])  # as the snapshot holds it: the template's start in the cache, nothing recent
+        asked_again = {**asked, "messages": [*entry["messages"], {"role": "user", "content": second}]}
         restored, _, restored_text = _ttft(sides["declared"], asked)
         none, _, none_text = _ttft(sides["none"], asked)
-        warm, _, _ = _ttft(
-            sides["declared"],
-            {**asked, "messages": [*entry["messages"], {"role": "user", "content": second}]},
-        )
+        warm, _, _ = _ttft(sides["declared"], asked_again)
         identical = identical and restored_text == none_text
         if round_number:  # round 0 warms up
             times["restored"].append(restored)
             times["none"].append(none)
             times["warm"].append(warm)
+        if peer is not None:
+            peer.erase()
+            peer_first, _ = peer.ttft(sides["none"], asked)
+            peer_warm, _ = peer.ttft(sides["none"], asked_again)
+            if round_number:
+                times["peer first"].append(peer_first)
+                times["peer warm"].append(peer_warm)
     medians = {side: statistics.median(values) for side, values in times.items()}
-    return {
+    results = {
         "prefix_tokens": prefix,
         "state_mib": state_bytes / 2**20,
         "ttft_ms": medians,
@@ -117,12 +178,17 @@ def declared(path: str, threads: int, *, rounds: int) -> dict[str, Any]:
         "restored_over_none": medians["restored"] / medians["none"],
         "identical": identical,
     }
+    if peer is not None:
+        results["restored_over_peer_first"] = medians["restored"] / medians["peer first"]
+        results["restored_over_peer_warm"] = medians["restored"] / medians["peer warm"]
+    return results
 
 
-def alternating(path: str, threads: int, *, rounds: int) -> dict[str, Any]:
-    """Two conversations taking turns, on an engine with the prefix cache and on one without."""
-    results: dict[str, list[float]] = {}
-    cached: dict[str, list[int]] = {}
+def alternating(path: str, threads: int, *, rounds: int, peer: Peer | None = None) -> dict[str, Any]:
+    """Two conversations taking turns, on an engine with the prefix cache and on one without; with ``peer``,
+    the cached engine's prompts sent to it as well."""
+    results: dict[str, list[float]] = {"llama-server": []} if peer is not None else {}
+    cached: dict[str, list[int]] = {"llama-server": []} if peer is not None else {}
     prefix_tokens = 0
     for side, cache_mb in (("cache", None), ("live only", 0)):
         settings = EngineSettings(threads=threads, n_ctx=4096, prefix_cache_mb=cache_mb)
@@ -134,32 +200,42 @@ def alternating(path: str, threads: int, *, rounds: int) -> dict[str, Any]:
         for turn in range(rounds + 1):
             for history in histories:
                 history.append({"role": "user", "content": f"{QUESTIONS[turn % len(QUESTIONS)]} " * 8})
-                ttft, reused, text = _ttft(serving, {"messages": history, "max_tokens": 8})
+                body = {"messages": history, "max_tokens": 8}
+                ttft, reused, text = _ttft(serving, body)
+                peer_ttft, peer_reused = peer.ttft(serving, body) if peer and cache_mb is None else (0.0, 0)
                 history.append({"role": "assistant", "content": text})
                 if turn:  # each conversation's first turn evaluates its prefix on either engine
                     results[side].append(ttft)
                     cached[side].append(reused)
+                    if peer is not None and cache_mb is None:
+                        results["llama-server"].append(peer_ttft)
+                        cached["llama-server"].append(peer_reused)
     medians = {side: statistics.median(values) for side, values in results.items()}
-    return {
+    summary = {
         "prefix_tokens": prefix_tokens,
         "ttft_ms": medians,
         "cache_over_live_only": medians["cache"] / medians["live only"],
         "least_cached_tokens": {side: min(values) for side, values in cached.items()},
     }
+    if peer is not None:
+        summary["cache_over_peer"] = medians["cache"] / medians["llama-server"]
+    return summary
 
 
 def run(args: argparse.Namespace) -> int:
     threads = args.threads or available_cpus()
     path = str(model_path(args.model))
-    results = {
-        "threads": threads,
-        "declared": declared(path, threads, rounds=args.rounds),
-        "alternating": alternating(path, threads, rounds=args.rounds),
-    }
+    # llama-server's first requests with no RAM prompt cache (each one an empty slot); its turns with it.
+    with ExitStack() as stack:
+        peer = _peer(path, threads, cache_ram_mib=0, stack=stack) if args.peer else None
+        first = declared(path, threads, rounds=args.rounds, peer=peer)
+    with ExitStack() as stack:
+        peer = _peer(path, threads, cache_ram_mib=8192, stack=stack) if args.peer else None
+        turns = alternating(path, threads, rounds=args.rounds, peer=peer)
+    results = {"threads": threads, "declared": first, "alternating": turns}
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    first, turns = results["declared"], results["alternating"]
     ms = first["ttft_ms"]
     rows = [
         (
@@ -176,6 +252,21 @@ def run(args: argparse.Namespace) -> int:
             f"tokens {turns['least_cached_tokens']['cache']} / {turns['least_cached_tokens']['live only']}",
         ),
     ]
+    if args.peer:
+        rows += [
+            (
+                "declared prefix, llama-server (one slot)",
+                f"first request after a restore x{first['restored_over_peer_first']:.2f} of llama-server's "
+                f"first request ({ms['peer first']:.0f} ms), x{first['restored_over_peer_warm']:.2f} of its "
+                f"warm hit ({ms['peer warm']:.0f} ms)",
+            ),
+            (
+                "two alternating conversations, llama-server (one slot, RAM prompt cache)",
+                f"later turns x{turns['cache_over_peer']:.2f} of llama-server's "
+                f"({turns['ttft_ms']['llama-server']:.0f} ms); fewest cached tokens "
+                f"{turns['least_cached_tokens']['llama-server']}",
+            ),
+        ]
     title = f"prompt prefixes, time to first token (median of {args.rounds} rounds, {threads} threads)"
     print(table(rows, title=title))
     return 0

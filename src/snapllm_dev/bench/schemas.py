@@ -45,6 +45,7 @@ from snapllm.protocol.constraints.compiled_schema import (
     compile_schema,
     parser_limits,
 )
+from snapllm.text_table import columns
 from snapllm_dev.bench.stats import Percentiles
 from snapllm_dev.testmodels.families import QWEN3_TOKENIZER
 
@@ -343,11 +344,7 @@ def render(rows: Sequence[DatasetRow]) -> str:
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in [header, *lines]
-    )
+    return columns(lines, header=header)
 
 
 def _mask_tokenizer(byte_level: bool) -> llguidance.LLTokenizer:

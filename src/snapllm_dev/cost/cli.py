@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from snapllm.text_table import columns
 from snapllm_dev.cost import measured, plot
 from snapllm_dev.cost.model import HOURS_PER_DAY, Estimate, Speed, Workload, estimate
 from snapllm_dev.cost.prices import Prices, load
@@ -147,17 +148,10 @@ def render(result: Estimate) -> str:
                 f"{point.utilization:.1%}" if point else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
+    lines = columns(rows, right=range(1, len(rows[0])))
     breakdown = (
         f"Lambda: duration ${lam.duration:,.2f} ({lam.gb_s:,.0f} GB-s), requests ${lam.requests:,.2f}, "
         f"SnapStart cache ${lam.snapstart_cache:,.2f}, restores ${lam.snapstart_restore:,.2f} "
         f"({lam.restores:,.0f}/month)"
     )
-    return "\n".join([header, "", *lines, "", breakdown, "", result.verdict()])
+    return "\n".join([header, "", lines, "", breakdown, "", result.verdict()])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from snapllm.text_table import columns
+
 
 def table(rows: Iterable[tuple[str, str]], *, title: str) -> str:
     """A two-column text table.
@@ -13,8 +15,7 @@ def table(rows: Iterable[tuple[str, str]], *, title: str) -> str:
       init  1.20 s
     """
     rows = list(rows)
-    width = max((len(name) for name, _ in rows), default=0)
-    return "\n".join([title, *(f"  {name.ljust(width)}  {value}" for name, value in rows)])
+    return "\n".join([title, columns(rows, indent="  ")]) if rows else title
 
 
 def seconds(value: float | None) -> str:

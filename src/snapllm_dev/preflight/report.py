@@ -1,30 +1,22 @@
 """Formats the preflight result: one line per finding, then a table of every function and package.
 
 Example:
-    >>> from snapllm_dev.preflight.report import table
-    >>> print(table(["Name", "Size"], [["a", "1.0 MB"]]))
-    Name  Size
-    ----  ------
-    a     1.0 MB
+    print(table(["Name", "Size"], function_rows(targets)))
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from snapllm.text_table import columns
 from snapllm_dev.preflight.elf import format_version
 from snapllm_dev.preflight.rules import Finding, Target, mb
 from snapllm_dev.preflight.template import Layer
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain-text table with columns as wide as their widest cell."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
-    lines = [headers, ["-" * width for width in widths], *rows]
-    return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip()
-        for line in lines
-    )
+    """A plain-text table with a rule under its headers."""
+    return columns(rows, header=headers, rule=True)
 
 
 def function_rows(targets: Sequence[Target]) -> list[list[str]]:
