@@ -1,4 +1,4 @@
-"""Reads what a Lambda deploy cares about from an ELF shared object, without binutils.
+"""Reads what a Lambda deploy cares about from an ELF shared object, through pyelftools (no binutils).
 
 Only three facts are read: the machine the code is for, the libraries it needs (``DT_NEEDED``) and the symbol
 versions it needs from each (``.gnu.version_r``, e.g. ``GLIBC_2.34``). Those decide whether the dynamic
@@ -18,19 +18,18 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_E_MACHINE
+from elftools.elf.gnuversions import GNUVerNeedSection
+
 from snapllm_dev.preflight.errors import ElfError
 
 ELF_MAGIC = b"\x7fELF"
 
 #: ``e_machine`` values of the architectures Lambda runs, by the name Lambda's ``uname -m`` reports.
 MACHINES: dict[int, str] = {62: "x86_64", 183: "aarch64", 3: "i386", 40: "arm", 243: "riscv64"}
-
-_SHT_DYNAMIC = 6
-_SHT_GNU_VERNEED = 0x6FFFFFFE
-_DT_NULL = 0
-_DT_NEEDED = 1
-_DT_RPATH = 15
-_DT_RUNPATH = 29
 
 
 @dataclass(frozen=True)
@@ -95,76 +94,38 @@ def is_elf(path: Path) -> bool:
 
 
 def read_elf(path: Path) -> ElfInfo:
-    """Parses the ELF header, dynamic section and version needs of ``path``.
+    """Reads the ELF header, dynamic section and version needs of ``path`` (through pyelftools).
 
     Raises:
         ElfError: The file is not a well-formed 32/64-bit ELF file.
     """
-    data = path.read_bytes()
     try:
-        return _parse(path, data)
-    except (struct.error, IndexError, ValueError) as exc:
+        with path.open("rb") as handle:
+            return _read(path, ELFFile(handle))
+    except (ELFError, struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
         raise ElfError(f"{path}: not a readable ELF file ({exc})") from exc
 
 
-def _parse(path: Path, data: bytes) -> ElfInfo:
-    if data[:4] != ELF_MAGIC:
-        raise ElfError(f"{path}: no ELF magic number")
-    ei_class, ei_data = data[4], data[5]
-    if ei_class not in (1, 2) or ei_data not in (1, 2):
-        raise ElfError(f"{path}: unknown ELF class {ei_class} or byte order {ei_data}")
-    wide = ei_class == 2
-    order = "<" if ei_data == 1 else ">"
-    (e_machine,) = struct.unpack_from(order + "H", data, 18)
-    machine = MACHINES.get(e_machine, f"e_machine={e_machine}")
-
-    if wide:
-        (e_shoff,) = struct.unpack_from(order + "Q", data, 0x28)
-        e_shentsize, e_shnum = struct.unpack_from(order + "HH", data, 0x3A)
-        section_format = order + "IIQQQQIIQQ"
-    else:
-        (e_shoff,) = struct.unpack_from(order + "I", data, 0x20)
-        e_shentsize, e_shnum = struct.unpack_from(order + "HH", data, 0x2E)
-        section_format = order + "IIIIIIIIII"
-
-    # (type, offset, size, link, info) per section header
-    sections = []
-    for index in range(e_shnum):
-        fields = struct.unpack_from(section_format, data, e_shoff + index * e_shentsize)
-        _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link, sh_info = fields[:8]
-        sections.append((sh_type, sh_offset, sh_size, sh_link, sh_info))
-
-    def string_at(table: int, offset: int) -> str:
-        start = sections[table][1] + offset
-        end = data.index(b"\x00", start)
-        return data[start:end].decode("utf-8", "replace")
-
+def _read(path: Path, elf: ELFFile) -> ElfInfo:
+    # pyelftools names the machines it knows (EM_AARCH64) and gives the number of any other.
+    e_machine = elf.header["e_machine"]
+    code = e_machine if isinstance(e_machine, int) else ENUM_E_MACHINE[e_machine]
+    machine = MACHINES.get(code, f"e_machine={code}")
     needed: list[str] = []
     runpath: list[str] = []
     versions: dict[str, set[str]] = {}
-    dyn_format, dyn_size = (order + "qQ", 16) if wide else (order + "iI", 8)
-    for sh_type, offset, size, link, info in sections:
-        if sh_type == _SHT_DYNAMIC:
-            for pos in range(offset, offset + size, dyn_size):
-                tag, value = struct.unpack_from(dyn_format, data, pos)
-                if tag == _DT_NULL:
-                    break
-                if tag == _DT_NEEDED:
-                    needed.append(string_at(link, value))
-                elif tag in (_DT_RUNPATH, _DT_RPATH):
-                    runpath += [d for d in string_at(link, value).split(":") if d]
-        elif sh_type == _SHT_GNU_VERNEED:
-            pos = offset
-            # Verneed entries chain through vn_next; sh_info is their count.
-            for _ in range(info):
-                _vn_version, vn_cnt, vn_file, vn_aux, vn_next = struct.unpack_from(order + "HHIII", data, pos)
-                library = string_at(link, vn_file)
-                aux = pos + vn_aux
-                for _ in range(vn_cnt):
-                    _hash, _flags, _other, vna_name, vna_next = struct.unpack_from(order + "IHHII", data, aux)
-                    versions.setdefault(library, set()).add(string_at(link, vna_name))
-                    aux += vna_next
-                pos += vn_next
+    for section in elf.iter_sections():
+        if isinstance(section, DynamicSection):
+            for tag in section.iter_tags():
+                if tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
+                    value = tag.runpath if tag.entry.d_tag == "DT_RUNPATH" else tag.rpath
+                    runpath += [d for d in value.split(":") if d]
+        elif isinstance(section, GNUVerNeedSection):
+            for library, auxiliaries in section.iter_versions():
+                names = versions.setdefault(library.name, set())
+                names.update(aux.name for aux in auxiliaries)
     return ElfInfo(
         path=path,
         machine=machine,
