@@ -27,14 +27,18 @@ demo: setup
 	$(VENV)/bin/snapllm local invoke AgentFunction -e events/agent/review.json --approve
 
 # The suite's parallel workers (pytest-xdist), each given whole test files, whose module fixtures (a loaded
-# model, a restored function, a server) are made once; 1 runs it in one process.
+# model, a restored function, a server) are made once; 1 runs it in one process. The tests marked `alone`
+# load the whole machine and run after the others, by themselves. PYTEST_ARGS: more of pytest's options
+# (CI lists every test's duration).
 TEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 test: setup tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) -m "not alone" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS)
 
 # Before each commit: the lint, the import contracts and the unit tests (no server, no full lifecycle; the
 # tests marked slow are left to `make test`).

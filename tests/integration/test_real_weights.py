@@ -7,10 +7,13 @@ worker, for the whole module."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import enum
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import openai
@@ -272,10 +275,35 @@ def test_a_streamed_answer_is_the_whole_answer(client, name):
     assert _answer(client, name, prompt, stream=True) == _answer(client, name, prompt, stream=False)
 
 
+def _differing(answers: dict[str, list[str]]) -> dict[str, int]:
+    """How many of each prompt's answers differ from its first."""
+    return {prompt: sum(a != given[0] for a in given) for prompt, given in answers.items()}
+
+
 def test_temperature_zero_answers_do_not_depend_on_the_cache_or_the_path(client, name):
     answers = _rounds(client, name, 8)
-    differing = {prompt: sum(a != given[0] for a in given) for prompt, given in answers.items()}
-    assert differing == dict.fromkeys(PROMPTS, 0), answers
+    assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
+
+
+@contextlib.contextmanager
+def _busy(processes: int) -> Iterator[None]:
+    """``processes`` processes that spin on the CPUs for as long as the block runs."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+@pytest.mark.alone
+def test_temperature_zero_answers_repeat_with_eight_busy_processes_beside(client, name):
+    # The server's thread shares the 2 cores with 8 spinning processes, so each batch and token runs at
+    # whatever pace the scheduler gives it: the answers must not depend on that.
+    with _busy(8):
+        answers = _rounds(client, name, 8)
+    assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
 
 
 # --- The engine: a prompt's logits whatever the cache held --------------------------------------------------
