@@ -31,14 +31,9 @@ from snapllm.engine.prefault import PrefaultStats, prefault
 from snapllm.errors import ConfigurationError, RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.http.routes import EMBEDDINGS, RERANK
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
-from snapllm.protocol.model_routes.model_routes import (
-    EMBEDDINGS,
-    RERANK,
-    ModelRoutes,
-    routed_event,
-    split_event,
-)
+from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event, split_event
 from snapllm.protocol.model_routes.rerank import RerankServing
 from snapllm.protocol.prefixes import MAX_PREFIXES_BYTES, read_prefixes
 from snapllm.protocol.requests import require_object

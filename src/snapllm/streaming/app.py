@@ -49,8 +49,16 @@ from snapllm.protocol.http.edge import (
     is_cors_preflight,
 )
 from snapllm.protocol.http.fields import IGNORED_FIELDS_HEADER, ignored_fields_header
+from snapllm.protocol.http.routes import (
+    CHAT_COMPLETIONS,
+    COMPLETIONS,
+    HEALTH,
+    MODELS,
+    RESPONSES,
+    ROUTED_PATHS,
+    model_path,
+)
 from snapllm.protocol.metrics import CompletionMetrics, request_features
-from snapllm.protocol.model_routes.model_routes import ROUTED_PATHS
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.responses.responses_api import AnyRequest, inference_request
 from snapllm.protocol.serving import ReasoningDelta, Required, StreamItem
@@ -229,13 +237,13 @@ class StreamingApp:
         self.service = service
         self.metrics_namespace = metrics_namespace
         self._endpoints: dict[tuple[str, str], Endpoint] = {
-            ("POST", "/v1/chat/completions"): self.chat_completions,
-            ("POST", "/v1/completions"): self.completions,
-            ("POST", "/v1/responses"): self.responses,
+            ("POST", CHAT_COMPLETIONS): self.chat_completions,
+            ("POST", COMPLETIONS): self.completions,
+            ("POST", RESPONSES): self.responses,
             **{("POST", path): self.routed for path in ROUTED_PATHS},
-            ("GET", "/v1/models"): self.models,
-            ("GET", "/v1/models/{model}"): self.model,
-            ("GET", "/health"): self.health,
+            ("GET", MODELS): self.models,
+            ("GET", model_path("{model}")): self.model,
+            ("GET", HEALTH): self.health,
             ("POST", BEFORE_CHECKPOINT_PATH): self.before_checkpoint,
             ("POST", AFTER_RESTORE_PATH): self.after_restore,
         }
@@ -272,7 +280,7 @@ class StreamingApp:
         if self.api_keys is None:
             return
         path = request.scope["path"]
-        if not self._from_outside(request) and (path == "/health" or path in HOOK_PATHS):
+        if not self._from_outside(request) and (path == HEALTH or path in HOOK_PATHS):
             return
         # Repeated headers joined as API Gateway and Function URLs join them: no key has a comma.
         values = request.headers.getlist("authorization")

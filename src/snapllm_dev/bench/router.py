@@ -26,6 +26,7 @@ from typing import Any
 
 from snapllm.errors import SnapllmError
 from snapllm.inference.client import InferenceClient
+from snapllm.protocol.http.routes import CHAT_COMPLETIONS, COMPLETIONS
 from snapllm.router.events import http_api_event
 from snapllm_dev import sam
 from snapllm_dev.bench.stats import Percentiles
@@ -60,8 +61,8 @@ def _requests(model: str, max_tokens: int = 1) -> list[tuple[str, bytes]]:
     }
     completion = {"model": model, "prompt": "Hello", "max_tokens": max_tokens, "seed": 1}
     return [
-        ("/v1/chat/completions", json.dumps(chat).encode()),
-        ("/v1/completions", json.dumps(completion).encode()),
+        (CHAT_COMPLETIONS, json.dumps(chat).encode()),
+        (COMPLETIONS, json.dumps(completion).encode()),
     ]
 
 

@@ -38,13 +38,14 @@ from starlette.responses import Response, StreamingResponse
 from snapllm.authorizer import KeyAuthorizer
 from snapllm.errors import REQUEST_ID_HEADER, RequestError, request_id_or_new
 from snapllm.protocol.http.edge import check_body_size, check_headers, decode_json
+from snapllm.protocol.http.routes import COMPLETION_PATHS
 from snapllm.router.events import http_api_event
 from snapllm.streaming.app import HOOK_PATHS, error_response
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.cors import is_preflight
 from snapllm_dev.local.stack import LocalStack
 
-STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+STREAMING_PATHS = frozenset(COMPLETION_PATHS)
 # What API Gateway answers itself when a route's authorizer finds no identity source (no Authorization).
 NO_IDENTITY = (401, b'{"message":"Unauthorized"}')
 # API Gateway HTTP APIs refuse bodies over 10 MB before any function runs.

@@ -27,11 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from snapllm.protocol.http.routes import CHAT_COMPLETIONS, COMPLETIONS, RESPONSES
+
 Endpoint = Literal["chat", "completion", "responses"]
 ENDPOINT_PATHS: dict[Endpoint, str] = {
-    "chat": "/v1/chat/completions",
-    "completion": "/v1/completions",
-    "responses": "/v1/responses",
+    "chat": CHAT_COMPLETIONS,
+    "completion": COMPLETIONS,
+    "responses": RESPONSES,
 }
 #: The response header naming the unknown top-level fields a request sent, which were ignored.
 IGNORED_FIELDS_HEADER = "x-snapllm-ignored-fields"

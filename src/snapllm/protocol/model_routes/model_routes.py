@@ -23,6 +23,15 @@ from snapllm.errors import (
     RouteNotFoundError,
     UnsupportedParameterError,
 )
+from snapllm.protocol.http.routes import (
+    CHAT_INPUT_TOKENS,
+    DETOKENIZE,
+    EMBEDDINGS,
+    RERANK,
+    RERANK_ALIAS,
+    ROUTED_PATHS,
+    TOKENIZE,
+)
 from snapllm.protocol.model_routes.embeddings import EmbeddingServing
 from snapllm.protocol.model_routes.rerank import RerankServing, parse_rerank
 from snapllm.protocol.model_routes.tokens import (
@@ -38,15 +47,6 @@ from snapllm.protocol.serving import OpenAIServing
 
 #: The key of a direct invoke that names its route (a completion's invoke has none).
 ROUTE_KEY = "route"
-TOKENIZE = "/tokenize"
-DETOKENIZE = "/detokenize"
-CHAT_INPUT_TOKENS = "/v1/chat/completions/input_tokens"
-EMBEDDINGS = "/v1/embeddings"
-RERANK = "/v1/rerank"
-#: llama-server's other path of the same route (Jina's clients post to /v1/rerank).
-RERANK_ALIAS = "/rerank"
-#: Every route invoked as a routed event.
-ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS, EMBEDDINGS, RERANK, RERANK_ALIAS)
 
 
 def routed_event(route: str, body: dict[str, Any]) -> dict[str, Any]:

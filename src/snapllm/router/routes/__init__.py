@@ -1,0 +1,1 @@
+"""The router's route groups, one Powertools ``Router`` each, included by ``RouterApp``."""
