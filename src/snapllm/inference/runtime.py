@@ -173,8 +173,9 @@ class InferenceRuntime:
 
     # --- SnapStart ----------------------------------------------------------------------------------------
 
-    def before_snapshot(self) -> None:
-        """Prime the model so the snapshot holds warm compute buffers, then tidy the heap."""
+    def before_snapshot(self, *, streams: bool = False) -> None:
+        """Prime the model so the snapshot holds warm compute buffers, then tidy the heap. ``streams``: the
+        function streams answers too (the streaming function), so the streamed paths are primed as well."""
         with phases.measure("warm_up"):
             if self._serving is None:
                 # Through the handler, so decoding, validation and a batch of several inputs have run once.
@@ -187,12 +188,12 @@ class InferenceRuntime:
                 if "statusCode" in answer:
                     raise ServerError(f"the {event['route']} warm-up failed: {answer}")
             else:
-                self._warm_up_completions()
+                self._warm_up_completions(streams=streams)
         self._first_invoke_pending = True
         gc.collect()
         logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
 
-    def _warm_up_completions(self) -> None:
+    def _warm_up_completions(self, *, streams: bool) -> None:
         bodies = self.serving.warm_up_bodies(max(1, self.settings.serving.warmup_tokens))
         for refusal in self.serving.warm_up_refusals:
             logger.warning("warm-up path refused by the model's chat template", extra={"refusal": refusal})
@@ -201,7 +202,8 @@ class InferenceRuntime:
             answer = self.handle(dict(body), None)
             if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
                 raise ServerError(f"warm-up request {body} failed: {answer}")
-        self.serving.warm_up(bodies, prefixes=self.prefix_entries)
+        # The handler generated each whole: what is left is the streamed path, where the function serves it.
+        self.serving.warm_up(bodies, prefixes=self.prefix_entries, whole=False, streamed=streams)
         if self.prefix_entries:
             cache = self.serving.engine.prefix_cache
             logger.info(

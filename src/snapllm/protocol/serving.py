@@ -614,10 +614,18 @@ class OpenAIServing:
             kept.append((len(tokens), self.engine.keep_prefix(tokens)))
         return kept
 
-    def warm_up(self, bodies: list[dict[str, Any]], *, prefixes: list[dict[str, Any]] | None = None) -> None:
-        """Generate and stream each body, so compute buffers, the sampler, the chat template and every path
-        are primed; then evaluate and keep the declared ``prefixes`` (:meth:`keep_prefixes`), and leave the
-        chat template's common prefix evaluated.
+    def warm_up(
+        self,
+        bodies: list[dict[str, Any]],
+        *,
+        prefixes: list[dict[str, Any]] | None = None,
+        whole: bool = True,
+        streamed: bool = True,
+    ) -> None:
+        """Generate each body whole and streamed (the paths not ``whole`` or not ``streamed`` left out: a
+        path a function never serves, or one its handler has run already), so compute buffers, the sampler,
+        the chat template and every path are primed; then evaluate and keep the declared ``prefixes``
+        (:meth:`keep_prefixes`), and leave the chat template's common prefix evaluated.
 
         The KV cache then holds only what every chat without its own system message starts with (for many
         templates, a default system prompt): the first request after a restore reuses it as a warm one
@@ -625,9 +633,11 @@ class OpenAIServing:
         """
         for body in bodies:
             request = inference_request(self.parse(body))
-            self.generate(request)
-            for _ in self.stream(request):
-                pass
+            if whole:
+                self.generate(request)
+            if streamed:
+                for _ in self.stream(request):
+                    pass
         self.keep_prefixes(prefixes or [])
         self.engine.prime(self.chat_prefix())
 

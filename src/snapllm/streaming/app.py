@@ -22,6 +22,7 @@ publishes the router's EMF metrics (:mod:`snapllm.protocol.metrics`) when its re
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -411,7 +412,7 @@ class StreamingApp:
     async def before_checkpoint(self, request: Request) -> Response:
         if self._from_outside(request):
             return Response(status_code=403)
-        await anyio.to_thread.run_sync(self.runtime.before_snapshot)
+        await anyio.to_thread.run_sync(functools.partial(self.runtime.before_snapshot, streams=True))
         return JSONResponse({"hook": "before-checkpoint", "environment_id": self.runtime.environment_id})
 
     async def after_restore(self, request: Request) -> Response:
