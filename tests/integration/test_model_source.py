@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from snapllm import retry
 from snapllm.deploy.cfn_response import RESPONSE_RESERVE_S, send_response
 from snapllm.deploy.custom_resource import ModelObjectResource
 from snapllm.deploy.source import HTTPSource, SourceSettings
@@ -548,7 +549,11 @@ def test_a_stalled_response_url_is_given_up_before_the_functions_deadline(s3, cl
     assert max(cloudformation.given_up) < context.deadline - RESPONSE_RESERVE_S + 0.5
 
 
-def test_the_retry_schedule_is_cut_to_the_deadline(cloudformation):
+def test_the_retry_schedule_is_cut_to_the_deadline(cloudformation, monkeypatch):
+    # The jitter pinned (each pause half of its ceiling), so the schedule below is the one that runs.
+    monkeypatch.setattr(
+        retry, "backoff_s", lambda attempt, *, base_s, cap_s=30.0: min(cap_s, base_s * 2**attempt) / 2
+    )
     cloudformation.answers = ["stall"] * 10
     started = time.monotonic()
     with pytest.raises(CustomResourceResponseError, match="before the function's deadline after 2 attempts"):
