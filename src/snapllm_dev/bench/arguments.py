@@ -86,6 +86,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=list(PREFAULT_CHOICES),
         help="SNAPLLM_PREFAULT modes to measure after a restore (default: all of them)",
     )
+    coldstart.add_argument(
+        "--peer",
+        choices=["llama-server"],
+        help="also start llama.cpp's server on the model --restores times: its start and first request",
+    )
     coldstart.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     coldstart.add_argument(
         "--faults",

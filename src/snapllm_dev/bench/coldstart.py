@@ -23,6 +23,13 @@ from their first word on, so every request evaluates the same number of prompt t
 holds shares the beginning-of-sequence token at most with each); a run where they do not is refused as not
 comparable: a single token more is over 10% of a 10-token prompt's evaluation.
 
+``--peer llama-server`` also starts llama.cpp's server on the same file ``--restores`` times (one slot, its
+defaults, the function's threads and context; the file in the page cache, as a warm machine has it): the
+time from its process's start to its first healthy answer, then FIRST, OTHER and FIRST again, as a restored
+environment answers them. A new llama-server process is what a serverful deployment starts where a
+SnapStart function restores: the ratio compares a restore and its first invoke with a start and its first
+request.
+
 ``--faults`` measures instead the S3 -> memfd load under transient network faults against a clean load
 (:mod:`snapllm_dev.bench.loadfaults`).
 """
@@ -32,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from llama_cpp import Llama
 
 from snapllm.engine.loader import S3ModelLoader
@@ -48,14 +57,18 @@ from snapllm.engine.settings import ModelSource, PrefaultMode
 from snapllm.errors import ConfigurationError
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
+from snapllm.system import available_cpus
 from snapllm_dev import sam
 from snapllm_dev.bench import loadfaults
+from snapllm_dev.bench.grammar import llama_server_binary, server_command, wait_until_healthy
 from snapllm_dev.bench.stats import PairedRatio
 from snapllm_dev.footprint import MemoryFootprint
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.kinds import model_function
 from snapllm_dev.local.lifecycle import InvokeResult, LocalFunctionError
+from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.report import megabytes, seconds, table
+from snapllm_dev.local.s3 import free_port
 from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from snapllm_dev.packaged_models import model_path
 
@@ -293,6 +306,48 @@ def measure_restores(deployment: LocalDeployment, mode: PrefaultMode, restores: 
     return {name: _spread(values) for name, values in samples.values.items()}
 
 
+def measure_peer_starts(model: Path, *, threads: int, n_ctx: int, starts: int) -> dict[str, Any]:
+    """llama-server started ``starts`` times on ``model``: each start's time to its first healthy answer,
+    then FIRST, OTHER and FIRST again (see the module docstring); medians with their range."""
+    binary = llama_server_binary("coldstart")
+    samples = Samples()
+    for _ in range(starts):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        command = server_command(binary, model, port=port, threads=threads, n_ctx=n_ctx, options=("-np", "1"))
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until_healthy(process, url, bench="coldstart")
+            ready_s = time.perf_counter() - started
+            first, other, warm = (_peer_completion(url, request) for request in (FIRST, OTHER, FIRST))
+        finally:
+            stop_process(process)
+        if first["tokens_predicted"] != warm["tokens_predicted"]:
+            raise BenchRunError("llama-server's first and warm requests generated different token counts")
+        samples.add("ready_ms", ready_s * 1000.0)
+        samples.add("first_request_ms", first["wall_ms"])
+        samples.add("start_to_first_answer_ms", ready_s * 1000.0 + first["wall_ms"])
+        samples.add("first_prompt_gap_ms", first["timings"]["prompt_ms"] - other["timings"]["prompt_ms"])
+        samples.add("first_over_warm_request", first["wall_ms"] / warm["wall_ms"])
+    return {name: _spread(values) for name, values in samples.values.items()}
+
+
+def _peer_completion(url: str, request: dict[str, Any]) -> dict[str, Any]:
+    body = {
+        "prompt": request["prompt"],
+        "n_predict": request["max_tokens"],
+        "temperature": 0,
+        "cache_prompt": True,
+    }
+    started = time.perf_counter()
+    response = httpx.post(f"{url}/completion", json=body, timeout=600)
+    wall_ms = (time.perf_counter() - started) * 1000.0
+    if response.status_code != 200:
+        raise BenchRunError(f"llama-server answered {response.status_code}: {response.text[:500]}")
+    return {**response.json(), "wall_ms": wall_ms}
+
+
 def _evaluated_tokens(result: InvokeResult) -> int:
     """The prompt tokens a request evaluated: its prompt less what it took from the KV cache."""
     usage = result.response["usage"]
@@ -353,6 +408,16 @@ def _run(args: argparse.Namespace, model: Path) -> int:
         _measure_loads(deployment, settings, args.rounds, samples)
         response, footprint = _measure_invokes(deployment, settings, request, args.invokes, samples)
     engine_settings = settings.engine
+    peer = (
+        measure_peer_starts(
+            model,
+            threads=engine_settings.threads or available_cpus(),
+            n_ctx=engine_settings.n_ctx,
+            starts=args.restores,
+        )
+        if args.peer
+        else None
+    )
     warm = PairedRatio.of(samples.values["warm.snapllm"], samples.values["warm.bare"])
     # Preflight's estimate: the measured peak checks what `snapllm preflight --model` asks a function for.
     budget = footprint.needed_bytes
@@ -375,6 +440,7 @@ def _run(args: argparse.Namespace, model: Path) -> int:
             "within_budget": lifecycle["peak_rss_bytes"] <= budget,
         },
         "completion_tokens": response["usage"]["completion_tokens"],
+        "peer": peer,
         "settings": {
             "part_size": settings.loader.part_size,
             "concurrency": settings.loader.concurrency,
@@ -385,6 +451,14 @@ def _run(args: argparse.Namespace, model: Path) -> int:
         "invokes": args.invokes,
         "restores": args.restores,
     }
+    if peer is not None:
+        # A restored environment's restore and first invoke, against a new llama-server's start and first
+        # request (the first prefault mode measured).
+        restored = next(iter(after_restore.values()))
+        ours_ms = restored["restore_ms"]["median"] + restored["first_invoke_ms"]["median"]
+        result["ratios"]["restore_and_first_invoke_vs_llama_server_start_and_first_request"] = (
+            ours_ms / peer["start_to_first_answer_ms"]["median"]
+        )
     print(json.dumps(result, indent=2) if args.json else _render(result))
     return 0
 
@@ -438,7 +512,31 @@ def _render(result: dict[str, Any]) -> str:
         ],
         title="memory",
     )
-    return "\n\n".join([lifecycle, _render_after_restore(result), paths, ratio, memory])
+    parts = [lifecycle, _render_after_restore(result), paths, ratio, memory]
+    if result["peer"] is not None:
+        parts.insert(2, _render_peer(result))
+    return "\n\n".join(parts)
+
+
+def _render_peer(result: dict[str, Any]) -> str:
+    peer = result["peer"]
+
+    def cell(name: str, unit: str = "ms", digits: int = 1) -> str:
+        spread = peer[name]
+        return f"{spread['median']:.{digits}f} {unit} ({spread['min']:.{digits}f}-{spread['max']:.{digits}f})"
+
+    ratio = result["ratios"]["restore_and_first_invoke_vs_llama_server_start_and_first_request"]
+    rows = [
+        ("start -> first healthy answer", cell("ready_ms")),
+        ("first request", cell("first_request_ms")),
+        ("start + first request", cell("start_to_first_answer_ms")),
+        ("first prompt evaluation - warm one", cell("first_prompt_gap_ms")),
+        ("first request / warm request", cell("first_over_warm_request", "x", 3)),
+        ("snapllm restore + first invoke / this", f"{ratio:.3f}"),
+    ]
+    return table(
+        rows, title=f"llama-server, a new process each time: medians (range) of {result['restores']} starts"
+    )
 
 
 def _render_after_restore(result: dict[str, Any]) -> str:

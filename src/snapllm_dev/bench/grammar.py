@@ -219,36 +219,55 @@ def measure(
     return results
 
 
+def llama_server_binary(bench: str) -> str:
+    """The llama-server binary, built once by ``make llama-server``; ``bench`` names the benchmark in its
+    error."""
+    built = subprocess.run(["bash", str(LLAMA_SERVER)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise SystemExit(f"bench {bench}: could not build llama-server:\n{built.stderr[-2000:]}")
+    return built.stdout.strip().splitlines()[-1]
+
+
+def server_command(
+    binary: str, model: Path, *, port: int, threads: int, n_ctx: int, options: Sequence[str]
+) -> list[str]:
+    """llama-server's command line on ``model`` at ``port``."""
+    return [
+        binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+        "-tb", str(threads), "-c", str(n_ctx), *options, "--no-webui", "--log-disable",
+    ]  # fmt: skip
+
+
+def wait_until_healthy(process: subprocess.Popen[bytes], base_url: str, *, bench: str) -> None:
+    """Return once llama-server at ``base_url`` answers its health check (polled every 20 ms)."""
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"bench {bench}: llama-server exited ({process.returncode}) while starting")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench {bench}: llama-server did not start within 120 s")
+        time.sleep(0.02)
+
+
 @contextmanager
 def llama_server(
     model: Path, *, threads: int, n_ctx: int, options: Sequence[str] = ("-np", "1"), bench: str = "grammar"
 ) -> Iterator[str]:
     """llama.cpp's server on ``model``, built once by ``make llama-server``, with ``options`` (its slots,
     embedding mode...); yields its base URL. ``bench`` names the benchmark in its errors."""
-    built = subprocess.run(["bash", str(LLAMA_SERVER)], capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        raise SystemExit(f"bench {bench}: could not build llama-server:\n{built.stderr[-2000:]}")
-    binary = built.stdout.strip().splitlines()[-1]
     port = free_port()
-    command = [
-        binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-        "-tb", str(threads), "-c", str(n_ctx), *options, "--no-webui", "--log-disable",
-    ]  # fmt: skip
+    command = server_command(
+        llama_server_binary(bench), model, port=port, threads=threads, n_ctx=n_ctx, options=options
+    )
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"bench {bench}: llama-server exited ({process.returncode}) while starting")
-            try:
-                if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"bench {bench}: llama-server did not start within 120 s")
-            time.sleep(0.2)
+        wait_until_healthy(process, base_url, bench=bench)
         yield base_url
     finally:
         stop_process(process)
