@@ -357,6 +357,22 @@ def test_warm_up_runs_every_path_and_primes_the_common_chat_prefix():
     assert engine.primed == engine.tokenize(default_prompt, add_bos=False)
 
 
+@pytest.mark.parametrize(
+    ("whole", "streamed", "runs"),
+    [(False, True, 1), (True, False, 1), (False, False, 0)],
+    ids=["streamed-only", "whole-only", "neither"],
+)
+def test_a_warm_up_leaves_out_the_paths_its_function_has_run_or_never_serves(whole, streamed, runs):
+    # InferenceFunction's handler generates each body whole and it never streams; the streaming function
+    # streams too. Either way the chat prefix is primed.
+    engine = ScriptedEngine()
+    serving = _serving(engine)
+    bodies = serving.warm_up_bodies(2)
+    serving.warm_up(bodies, whole=whole, streamed=streamed)
+    assert len(engine.requests) == runs * len(bodies)
+    assert engine.primed
+
+
 # Chat templates that a model file could carry, each trying to hold the function: every one is refused with
 # a 400 naming the messages, within the render's bounds (MAX_RENDER_SECONDS), and the serving still works.
 HOSTILE_TEMPLATES = {
