@@ -1,24 +1,30 @@
-"""One table of hostile command lines against every ``snapllm`` subcommand, run as a user runs them.
+"""One table of hostile command lines against every ``snapllm`` subcommand.
 
 Missing and malformed arguments, numbers out of range (negative, zero, 1e300, nan, inf), files that are
 missing, empty, not JSON, not YAML, not TOML or not GGUF, and malformed ``SNAPLLM_*``, ``POWERTOOLS_*``,
 ``PORT`` and AWS variables. Each must end with exit 2 and its last line naming the argument or variable,
-print no traceback, and leave no process running: every case runs in a session of its own with a marker
-in its environment, and after it exits the process table is searched for both.
+print no traceback, and leave no process or thread running.
 
-No case loads a model: the ones that reach a function fail at its configuration, before the load. The
-cases run a few at a time, so the table takes well under a minute on an idle machine.
+Every case runs in-process through ``main(argv)``; a few, one per kind of work a command reaches before it
+fails (the parser, a local function's init, the local S3 endpoint, a server's start, Docker), also run as
+a user runs them, in a process and a session of their own with a marker in the environment, so that the
+exit code is the process's and the process table is searched for what they leave behind.
+
+No case loads a model: the ones that reach a function fail at its configuration, before the load.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from snapllm_dev.cli import main
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import REPO
 
@@ -427,26 +434,99 @@ def _run(case: Case, files: Mapping[str, str], root: Path) -> Outcome:
     return Outcome(case.names.format(**files), process.returncode, stderr, seconds, tuple(leftovers))
 
 
+# Run as a user runs them too: one case per kind of work a command does before it fails.
+IN_A_PROCESS = (
+    "no-command",  # the parser
+    "serve-port-in-use",  # a port bound before anything starts
+    "serve-bad-variable",  # the local stack started, then a function's configuration
+    "invoke-max-tokens-abc",  # the local S3 endpoint and a function's init
+    "bench-coldstart-bad-variable",  # a benchmark's own function processes
+    "sam-local-no-docker",  # a Docker client
+)
+
+
+def _children() -> set[int]:
+    """This process's live children."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def _run_in_process(
+    case: Case, files: Mapping[str, str], root: Path, capfd: pytest.CaptureFixture
+) -> Outcome:
+    """``main(argv)`` in this process, under the case's environment alone, as the process would run it."""
+    environment = _environment(root, case.env, uuid.uuid4().hex)
+    argv = [arg.format(**files) for arg in case.argv]
+    children, threads = _children(), set(threading.enumerate())
+    handlers, sigterm = list(logging.getLogger().handlers), signal.getsignal(signal.SIGTERM)
+    capfd.readouterr()
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        for name in set(os.environ) - set(environment):
+            patch.delenv(name)
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        patch.chdir(REPO)
+        try:
+            code = main(argv)
+        except SystemExit as exit:  # what the interpreter would make of it
+            code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+            if not isinstance(exit.code, int | None):
+                print(exit.code, file=sys.stderr)
+        except BaseException:  # the process would print it and exit 1
+            traceback.print_exc()
+            code = 1
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+            logging.getLogger().handlers[:] = handlers
+    seconds = time.monotonic() - started
+    left = _children() - children
+    for _ in range(10):  # a child the command stopped on its way out is gone within a moment
+        if not left:
+            break
+        time.sleep(0.05)
+        left = _children() - children
+    leftovers = [f"process {pid}" for pid in left]
+    leftovers += [f"thread {t.name}" for t in set(threading.enumerate()) - threads if t.is_alive()]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)  # not to leave it to the next case
+    return Outcome(case.names.format(**files), code, capfd.readouterr().err, seconds, tuple(leftovers))
+
+
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> Iterator[dict[str, Outcome]]:
+def files(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
     root = tmp_path_factory.mktemp("cli-hostile")
-    # The slow cases (a function's init, a heavy import) first, so that the quick ones fill the gaps.
-    ordered = sorted(CASES, key=lambda c: not c.env and c.argv[:1] != ("local",))
-    with socket.create_server(("127.0.0.1", 0)) as busy, ThreadPoolExecutor(max_workers=3) as pool:
-        files = {**_files(root), "busy_port": str(busy.getsockname()[1])}
-        yield {
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        yield {**_files(root), "busy_port": str(busy.getsockname()[1])}, root
+
+
+@pytest.fixture(scope="module")
+def outcomes(files) -> dict[str, Outcome]:
+    """The cases run as a user runs them, a few at a time."""
+    named, root = files
+    cases = [c for c in CASES if c.id in IN_A_PROCESS]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return {
             c.id: outcome
-            for c, outcome in zip(ordered, pool.map(lambda c: _run(c, files, root), ordered), strict=True)
+            for c, outcome in zip(cases, pool.map(lambda c: _run(c, named, root), cases), strict=True)
         }
 
 
 def test_the_table_names_each_case_once():
     assert len({c.id for c in CASES}) == len(CASES)
+    assert set(IN_A_PROCESS) <= {c.id for c in CASES}
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_hostile_command_line(case: Case, outcomes: dict[str, Outcome]):
-    outcome = outcomes[case.id]
+def _check(case: Case, outcome: Outcome) -> None:
     context = f"snapllm {' '.join(case.argv)} (env {dict(case.env)}):\n{outcome.stderr[-3000:]}"
     assert "Traceback" not in outcome.stderr and '  File "' not in outcome.stderr, context
     assert outcome.code == case.code, context
@@ -455,3 +535,14 @@ def test_hostile_command_line(case: Case, outcomes: dict[str, Outcome]):
         lines = [line for line in outcome.stderr.splitlines() if line.strip()]
         assert lines and outcome.names in lines[-1], context
         assert lines[-1].startswith(("snapllm", "ERROR preflight")), context
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_hostile_command_line(case: Case, files, capfd):
+    named, root = files
+    _check(case, _run_in_process(case, named, root, capfd))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in IN_A_PROCESS], ids=lambda c: c.id)
+def test_hostile_command_line_in_a_process_of_its_own(case: Case, outcomes: dict[str, Outcome]):
+    _check(case, outcomes[case.id])
