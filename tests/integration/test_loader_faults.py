@@ -3,6 +3,9 @@
 Transient faults must cost a resumed GET and nothing else: the same digest. Permanent ones must end in a
 named error within the bound LoaderSettings derives. Either way the load leaves no mapping of the memfd,
 no fd and no thread behind.
+
+The matrix loads a 40 MiB object: a GGUF header, which the loader checks, then random bytes (three 16 MiB
+parts, or one). The resumed whole-object GET loads the packaged model.
 """
 
 from __future__ import annotations
@@ -10,21 +13,26 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import struct
 import threading
 import time
 
 import pytest
 from botocore.exceptions import BotoCoreError
 
+from snapllm.engine.gguf import MAGIC as GGUF_MAGIC
 from snapllm.engine.loader import S3ModelLoader
 from snapllm.engine.settings import LoaderSettings, MiB, ModelSource
 from snapllm.errors import ModelDownloadError, ModelSizeMismatchError
 from snapllm_dev.local.faults import FaultProxy, FaultProxyError, FaultSpecError, parse_fault
 
 BUCKET = "snapllm-fault-tests"
-KEY = "models/smollm2.gguf"
+KEY = "objects/random-40MiB.bin"
+MODEL_KEY = "models/smollm2.gguf"
+OBJECT_BYTES = 40 * MiB
 NAME = "fault-test"  # the memfd is "snapllm:fault-test": other tests' mappings do not count
 SOURCE = ModelSource(bucket=BUCKET, key=KEY, name=NAME)
+MODEL_SOURCE = ModelSource(bucket=BUCKET, key=MODEL_KEY, name=NAME)
 # Short timeouts so a stall costs a second; max_attempts 3 so that 3 x 1 MB never completes a part.
 FAST = {"backoff_base_s": 0.01, "connect_timeout_s": 1.0, "read_timeout_s": 1.0, "max_attempts": 3}
 LAYOUTS = [(16, 1), (16, 4), (64, 1), (64, 4)]  # part size in MiB, concurrency
@@ -40,7 +48,7 @@ TRANSIENT = [
 ]
 # Long enough that the local S3 endpoint (moto copies the whole object for each ranged GET) starts every
 # part on a loaded machine, so each attempt reaches the fault; a stall still costs only this per attempt.
-PERMANENT_READ_TIMEOUT_S = 2.0
+PERMANENT_READ_TIMEOUT_S = 1.5
 PERMANENT = [
     ("reset@1MB:always", ModelDownloadError),
     ("close@1MB:always", ModelSizeMismatchError),
@@ -51,8 +59,16 @@ PERMANENT = [
 
 
 @pytest.fixture(scope="module")
-def published(local_s3, model_path):
-    return local_s3.put_model(model_path, bucket=BUCKET, key=KEY)
+def published(local_s3, tmp_path_factory):
+    path = tmp_path_factory.mktemp("loader-faults") / "random.bin"
+    header = GGUF_MAGIC + struct.pack("<IQQ", 3, 0, 0)
+    path.write_bytes(header + os.urandom(OBJECT_BYTES - len(header)))
+    return local_s3.put_model(path, bucket=BUCKET, key=KEY)
+
+
+@pytest.fixture(scope="module")
+def published_model(local_s3, model_path):
+    return local_s3.put_model(model_path, bucket=BUCKET, key=MODEL_KEY)
 
 
 def memfd_mappings() -> list[str]:
@@ -89,7 +105,7 @@ class Leaks:
         assert open_fds() == self.fds
 
 
-def load_through(local_s3, faults, *, part_mb, concurrency, **overrides):
+def load_through(local_s3, faults, *, part_mb, concurrency, source=SOURCE, **overrides):
     """Load through a fault proxy; returns (model or exception, seconds, proxy) after checking for leaks."""
     settings = LoaderSettings(part_size_mb=part_mb, concurrency=concurrency, **{**FAST, **overrides})
     leaks = Leaks()
@@ -97,7 +113,7 @@ def load_through(local_s3, faults, *, part_mb, concurrency, **overrides):
         client = local_s3.client(endpoint_url=proxy.url, config=S3ModelLoader.client_config(settings))
         started = time.monotonic()
         try:
-            outcome = S3ModelLoader(client, settings).load(SOURCE)
+            outcome = S3ModelLoader(client, settings).load(source)
         except Exception as exc:
             outcome = exc
         elapsed = time.monotonic() - started
@@ -163,13 +179,15 @@ def test_a_reset_on_every_connection_never_hangs(local_s3, published):
         assert isinstance(result[0], ModelDownloadError | ModelSizeMismatchError), repr(result[0])
 
 
-def test_a_reset_at_30mb_of_a_whole_object_get_resumes(local_s3, published):
-    # The local profile: one GET for the whole object. The reset once failed the load with
+def test_a_reset_at_30mb_of_a_whole_object_get_resumes(local_s3, published_model):
+    # The local profile: one GET for the whole model. The reset once failed the load with
     # "BufferError: cannot close exported pointers exist" although the resumed GET succeeded.
-    model, _, proxy, _ = load_through(local_s3, ["reset@30MB"], part_mb=1024, concurrency=1)
+    model, _, proxy, _ = load_through(
+        local_s3, ["reset@30MB"], part_mb=1024, concurrency=1, source=MODEL_SOURCE
+    )
     assert not isinstance(model, Exception), repr(model)
     assert proxy.fired == ["reset@30MB"]
-    assert model.sha256 == published and model.stats.retries == 1
+    assert model.sha256 == published_model and model.stats.retries == 1
     first, resumed = (r.headers.get("Range") for r in proxy.requests if r.method == "GET")
     # An RST drops what was still in the socket buffers: the resumed GET starts where the bytes stopped.
     start, end = (int(value) for value in resumed.removeprefix("bytes=").split("-"))
@@ -177,7 +195,7 @@ def test_a_reset_at_30mb_of_a_whole_object_get_resumes(local_s3, published):
 
 
 def test_a_stalled_connection_is_retried_after_the_read_timeout(local_s3, published):
-    model, elapsed, _, settings = load_through(local_s3, ["stall@30MB"], part_mb=1024, concurrency=1)
+    model, elapsed, _, settings = load_through(local_s3, ["stall@20MB"], part_mb=1024, concurrency=1)
     assert not isinstance(model, Exception), repr(model)
     assert model.sha256 == published and model.stats.retries == 1
     assert elapsed >= settings.read_timeout_s
