@@ -9,14 +9,15 @@ cache, no recent state) and asks each the same new question: the first request a
 without the declared prefix; then a second question on the declared engine, a warm cache hit. *Alternating
 conversations*: two conversations with different system prompts of about 1,000 tokens take turns on one
 engine with the prefix cache and on one without it (``SNAPLLM_PREFIX_CACHE_MB=0``: the live sequence only);
-the turns after each conversation's first are timed. Times are the engine's time to first token (prompt
-evaluation, and a state's restore) in one process; a real restore adds paging the snapshot in.
+the turns after each conversation's first are timed. *Follow-up*: a chat's second turn (its first answer
+sent back and a short question) after the engine served the first. Times are the engine's time to first
+token (prompt evaluation, and a state's restore) in one process; a real restore adds paging the snapshot in.
 
 ``--peer llama-server`` sends the same prompts, as the engine's own tokens, to llama.cpp's server with one
 slot: its first request (the slot erased, its RAM prompt cache off) and a warm hit after it; and the two
 conversations' turns with its RAM prompt cache (``--cache-ram``, on by default), which saves and restores a
-slot's prompt state as the engine's prefix cache does. Its times are its prompt evaluation
-(``timings.prompt_ms``).
+slot's prompt state as the engine's prefix cache does; and the follow-up after it generated the first
+answer itself. Its times are its prompt evaluation (``timings.prompt_ms``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ TOOLS = [
     )
 ]  # fmt: skip
 SYSTEM = "You are a travel assistant. Call a tool when the question needs current data; answer briefly."
+FIRST_ANSWER_TOKENS = 48  # the first turn's answer, sent back with the follow-up
+FOLLOW_UP = "Thanks. Could you say that again in one short sentence, and add which section it comes from?"
 QUESTIONS = [
     "Is it going to rain in Lisbon tomorrow?",
     "When is high tide in Brest on Saturday?",
@@ -82,6 +85,10 @@ def _system(topic: str, sentences: int) -> str:
     return f"You answer questions about {topic} for a support desk. {body}"
 
 
+def _prompt_tokens(serving: OpenAIServing, body: dict[str, Any]) -> int:
+    return len(serving.prepare(parse_request({**body, "temperature": 0.0})).engine_request.tokens)
+
+
 def _ttft(serving: OpenAIServing, body: dict[str, Any]) -> tuple[float, int, str]:
     generation = serving.generate(parse_request({**body, "temperature": 0.0}))
     return generation.timings.time_to_first_token_ms, generation.cached_tokens, generation.text
@@ -93,14 +100,16 @@ class Peer:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
 
-    def ttft(self, serving: OpenAIServing, body: dict[str, Any]) -> tuple[float, int]:
-        """Its prompt evaluation (ms) of ``body`` as ``serving`` renders it, and the tokens it reused."""
-        prepared = serving.prepare(parse_request({**body, "temperature": 0.0}))
+    def ttft(self, serving: OpenAIServing, body: dict[str, Any], *, tokens: int = 1) -> tuple[float, int]:
+        """Its prompt evaluation (ms) of ``body`` as ``serving`` renders it, and the tokens it reused; it
+        generates ``tokens``, which its slot keeps after the prompt."""
         answer = self._post(
             "/completion",
             {
-                "prompt": list(prepared.engine_request.tokens),
-                "n_predict": 1,
+                "prompt": list(
+                    serving.prepare(parse_request({**body, "temperature": 0.0})).engine_request.tokens
+                ),
+                "n_predict": tokens,
                 "temperature": 0,
                 "cache_prompt": True,
             },
@@ -222,6 +231,57 @@ def alternating(path: str, threads: int, *, rounds: int, peer: Peer | None = Non
     return summary
 
 
+def follow_up(path: str, threads: int, *, rounds: int, peer: Peer | None = None) -> dict[str, Any]:
+    """A short follow-up in a conversation whose first turn (a long system prompt, a question and the
+    answer) the engine just served; with ``peer``, the same two turns sent to it, so that its slot holds
+    the first prompt and its own answer, as llama-server's reuse keeps them."""
+    engine = Engine.load(path, EngineSettings(threads=threads, n_ctx=4096), model_name=Path(path).stem)
+    serving = OpenAIServing(engine, max_tokens=FIRST_ANSWER_TOKENS, max_prompt_chars=32_000)
+    sides = ("snapllm", "llama-server") if peer is not None else ("snapllm",)
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    evaluated: dict[str, list[int]] = {side: [] for side in sides}
+    prompt_tokens = new_tokens = 0
+    for round_number in range(rounds + 1):
+        # A topic of its own each round, so that nothing from an earlier round is reused.
+        history = [
+            {"role": "system", "content": _system(f"harbour {round_number}", 15)},
+            {"role": "user", "content": QUESTIONS[round_number % len(QUESTIONS)]},
+        ]
+        first = {"messages": history, "max_tokens": FIRST_ANSWER_TOKENS}
+        _, _, answer = _ttft(serving, first)
+        if peer is not None:
+            peer.erase()
+            peer.ttft(serving, first, tokens=FIRST_ANSWER_TOKENS)
+        asked = {
+            "messages": [
+                *history,
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": FOLLOW_UP},
+            ],
+            "max_tokens": 1,
+        }
+        prompt_tokens = _prompt_tokens(serving, asked)
+        new_tokens = prompt_tokens - _prompt_tokens(serving, first)
+        ttft, reused, _ = _ttft(serving, asked)
+        peer_ttft, peer_reused = peer.ttft(serving, asked) if peer is not None else (0.0, 0)
+        if round_number:  # round 0 warms up
+            times["snapllm"].append(ttft)
+            evaluated["snapllm"].append(prompt_tokens - reused)
+            if peer is not None:
+                times["llama-server"].append(peer_ttft)
+                evaluated["llama-server"].append(prompt_tokens - peer_reused)
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    summary = {
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens,
+        "ttft_ms": medians,
+        "evaluated_tokens": {side: statistics.median(values) for side, values in evaluated.items()},
+    }
+    if peer is not None:
+        summary["snapllm_over_peer"] = medians["snapllm"] / medians["llama-server"]
+    return summary
+
+
 def run(args: argparse.Namespace) -> int:
     threads = args.threads or available_cpus()
     path = str(model_path(args.model))
@@ -229,10 +289,11 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         peer = _peer(path, threads, cache_ram_mib=0, stack=stack) if args.peer else None
         first = declared(path, threads, rounds=args.rounds, peer=peer)
+        later = follow_up(path, threads, rounds=args.rounds, peer=peer)
     with ExitStack() as stack:
         peer = _peer(path, threads, cache_ram_mib=8192, stack=stack) if args.peer else None
         turns = alternating(path, threads, rounds=args.rounds, peer=peer)
-    results = {"threads": threads, "declared": first, "alternating": turns}
+    results = {"threads": threads, "declared": first, "alternating": turns, "follow_up": later}
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -251,6 +312,11 @@ def run(args: argparse.Namespace) -> int:
             f"({turns['ttft_ms']['cache']:.0f} / {turns['ttft_ms']['live only']:.0f} ms); fewest cached "
             f"tokens {turns['least_cached_tokens']['cache']} / {turns['least_cached_tokens']['live only']}",
         ),
+        (
+            f"a follow-up ({later['new_tokens']} tokens: the answer sent back and a question)",
+            f"{later['ttft_ms']['snapllm']:.0f} ms; "
+            f"{later['evaluated_tokens']['snapllm']:.0f} of {later['prompt_tokens']} tokens evaluated",
+        ),
     ]
     if args.peer:
         rows += [
@@ -259,6 +325,12 @@ def run(args: argparse.Namespace) -> int:
                 f"first request after a restore x{first['restored_over_peer_first']:.2f} of llama-server's "
                 f"first request ({ms['peer first']:.0f} ms), x{first['restored_over_peer_warm']:.2f} of its "
                 f"warm hit ({ms['peer warm']:.0f} ms)",
+            ),
+            (
+                "the follow-up, llama-server (its slot holding the first turn and its own answer)",
+                f"x{later['snapllm_over_peer']:.2f} of llama-server's "
+                f"({later['ttft_ms']['llama-server']:.0f} ms; "
+                f"{later['evaluated_tokens']['llama-server']:.0f} tokens evaluated)",
             ),
             (
                 "two alternating conversations, llama-server (one slot, RAM prompt cache)",

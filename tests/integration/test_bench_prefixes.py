@@ -1,0 +1,16 @@
+"""``snapllm bench prefixes``' follow-up on the packaged model: what a chat's next turn evaluates again."""
+
+from __future__ import annotations
+
+from snapllm_dev.bench.prefixes import follow_up
+
+
+def test_a_follow_up_evaluates_what_is_new_and_reuses_the_first_turns_prompt(model_path):
+    result = follow_up(str(model_path), 1, rounds=1)
+
+    new, evaluated = result["new_tokens"], result["evaluated_tokens"]["snapllm"]
+    # The answer sent back and the question are evaluated; the first turn's long prompt is not, except the
+    # tail that keeps temperature-0 answers independent of what the cache held (docs/benchmarks.md).
+    assert new <= evaluated < result["prompt_tokens"] / 2, result
+    assert result["ttft_ms"]["snapllm"] > 0
+    assert "llama-server" not in result["ttft_ms"]  # the peer is measured only when asked for
