@@ -169,7 +169,7 @@ def test_create_copies_the_model_and_answers_cloudformation(resource, server, cl
     assert answer["Data"]["Size"] == str(model_path.stat().st_size)
     assert answer["StackId"] == STACK_ID and answer["RequestId"] == "request-Create"
     assert answer["LogicalResourceId"] == "ModelObject"
-    assert recorded.path.startswith("/cloudformation/create?") and recorded.headers.get("Content-Type") == ""
+    assert recorded.path.startswith("/cloudformation/create?") and recorded.headers.get("content-type") == ""
     assert stored(s3, key) == (digest, {"sha256": digest})
     assert len(versions(s3, key)) == 1 and pending_uploads(s3, key) == []
     assert [r.range for r in server.requests] == [None]  # one stream, no retries

@@ -2,18 +2,16 @@
 
 - :class:`FileServer` serves files over HTTP or HTTPS (a self-signed certificate made per test session),
   honours ``Range: bytes=N-`` (or ignores it on request) and can end a body early or crawl;
-- :class:`ResponseRecorder` plays CloudFormation's pre-signed response URL: it records every PUT and
-  answers with queued statuses, drops the connection, never answers (``"stall"``), answers a byte at a
-  time (``"trickle"``) or late (``"slow:SECONDS"``).
+- :class:`ResponseRecorder` plays CloudFormation's pre-signed response URL over the tests' one HTTP stub:
+  it records every PUT and answers with queued statuses, drops the connection, never answers
+  (``"stall"``), answers a byte at a time (``"trickle"``) or late (``"slow:SECONDS"``).
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import re
-import select
 import socket
 import ssl
 import threading
@@ -27,6 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests.support.http_stub import HttpStub, Reply, Request
 
 _CHUNK = 256 * 1024
 _RANGE = re.compile(r"bytes=(\d+)-")
@@ -178,85 +178,38 @@ class FileServer(ThreadingHTTPServer):
 @dataclass
 class Recorded:
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names in lower case
     body: dict[str, Any]
 
 
-class _ResponseHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: ResponseRecorder
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_PUT(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        answer = self.server.answers.pop(0) if self.server.answers else 200
-        self.server.arrivals.append(time.monotonic())
-        if answer == "drop":  # read the request, then end the connection without an answer
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        if answer in ("stall", "trickle"):
-            self._hold(trickle=answer == "trickle")
-            return
-        if isinstance(answer, str) and answer.startswith("slow:"):
-            time.sleep(float(answer.removeprefix("slow:")))
-            answer = 200
-        self.server.attempts += 1
-        if answer == 200:
-            self.server.responses.append(Recorded(self.path, dict(self.headers), json.loads(raw)))
-        self.send_response(int(answer))
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def _hold(self, *, trickle: bool) -> None:
-        """Keep the request waiting (sending a byte of the status line every 0.5 s when ``trickle``) until the
-        client gives up and closes the connection; record when it did."""
-        self.close_connection = True
-        pending = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" if trickle else b""
-        while not self.server.stopping.is_set():
-            readable, _, _ = select.select([self.connection], [], [], 0.5)
-            try:
-                if readable and not self.connection.recv(1024):
-                    break
-                if pending:
-                    self.connection.sendall(pending[:1])
-                    pending = pending[1:]
-            except OSError:
-                break
-        self.server.given_up.append(time.monotonic())
-
-
-class ResponseRecorder(ThreadingHTTPServer):
+class ResponseRecorder(HttpStub):
     """CloudFormation's side of a custom resource: ``url(name)`` is a response URL; ``responses`` holds
     what was PUT there (answered 200); ``answers`` queues other statuses (or ``"drop"``, ``"stall"``,
-    ``"trickle"``, ``"slow:SECONDS"``) for the next PUTs. ``arrivals`` is when each PUT arrived,
-    ``given_up`` when the client closed each held one (``time.monotonic()``)."""
-
-    daemon_threads = True
+    ``"trickle"``, ``"slow:SECONDS"``) for the next PUTs; ``attempts`` counts the PUTs answered.
+    ``arrivals`` is when each PUT arrived, ``given_up`` when the client closed each held one
+    (``time.monotonic()``)."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _ResponseHandler)
+        super().__init__(self._answer)
         self.responses: list[Recorded] = []
         self.answers: list[int | str] = []
         self.attempts = 0
-        self.arrivals: list[float] = []
-        self.given_up: list[float] = []
-        self.stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+
+    @property
+    def arrivals(self) -> list[float]:
+        return [request.arrived for request in self.requests]
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/cloudformation/{name}?X-Amz-Signature=secret"
+        return f"{self.base_url}/cloudformation/{name}?X-Amz-Signature=secret"
 
-    def __enter__(self) -> ResponseRecorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.shutdown()
-        self.server_close()
-        self._thread.join()
+    def _answer(self, request: Request) -> Reply:
+        answer = self.answers.pop(0) if self.answers else 200
+        if answer in ("drop", "stall", "trickle"):
+            return Reply(action=answer)
+        delay_s = 0.0
+        if isinstance(answer, str) and answer.startswith("slow:"):
+            delay_s, answer = float(answer.removeprefix("slow:")), 200
+        self.attempts += 1
+        if answer == 200:
+            self.responses.append(Recorded(request.path, request.headers, request.json()))
+        return Reply(status=int(answer), delay_s=delay_s)

@@ -10,13 +10,11 @@ Logger and Metrics.
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -38,6 +36,7 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.replay.events import Manifest
+from tests.support.http_stub import HttpStub, Reply
 
 EVENTS = Path(__file__).resolve().parents[2] / "events" / "router"
 MODEL = "smollm2-135m-instruct"
@@ -61,88 +60,40 @@ COMPLETION = {
 }
 
 
-class FakeLambda(ThreadingHTTPServer):
-    """Answers Lambda Invoke calls from a script of replies: ("ok", body), ("error", body), ("throttle",),
-    ("slow", seconds), ("aws_error", status, error_type) for an error of the Lambda service itself."""
-
-    daemon_threads = True
-    block_on_close = False  # a "slow" reply may still be sleeping when the test ends
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.replies: list[tuple] = []
-        self.requests: list[dict] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+def invoked(body: dict) -> Reply:
+    """Lambda's answer to an Invoke whose function returned ``body``."""
+    return Reply(body=body)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: FakeLambda
+def function_error(body: dict) -> Reply:
+    """Lambda's answer to an Invoke whose function raised."""
+    return Reply(body=body, headers={"X-Amz-Function-Error": "Unhandled"})
 
-    def log_message(self, *args) -> None:
-        pass
 
-    def do_POST(self) -> None:
-        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(
-            {
-                "path": self.path,
-                "payload": payload,
-                "client_context": self.headers.get("X-Amz-Client-Context"),
-            }
-        )
-        reply = self.server.replies.pop(0) if self.server.replies else ("ok", COMPLETION)
-        kind = reply[0]
-        if kind == "slow":
-            time.sleep(reply[1])
-            kind, reply = "ok", ("ok", COMPLETION)
-        if kind == "throttle":
-            self._send(
-                429,
-                {"Type": "User", "message": "Rate Exceeded."},
-                {"x-amzn-ErrorType": "TooManyRequestsException"},
-            )
-        elif kind == "aws_error":
-            _, status, error_type = reply
-            self._send(status, {"Type": "User", "message": error_type}, {"x-amzn-ErrorType": error_type})
-        elif kind == "error":
-            self._send(200, reply[1], {"X-Amz-Function-Error": "Unhandled"})
-        else:
-            self._send(200, reply[1], {})
+def service_error(status: int, error_type: str, message: str | None = None) -> Reply:
+    """An error of the Lambda service itself."""
+    return Reply(status, {"Type": "User", "message": message or error_type}, {"x-amzn-ErrorType": error_type})
 
-    def _send(self, status: int, body: dict, headers: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-            self.wfile.write(data)
+
+THROTTLED = service_error(429, "TooManyRequestsException", "Rate Exceeded.")
 
 
 @pytest.fixture
-def fake_lambda():
-    server = FakeLambda()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def fake_lambda() -> Iterator[HttpStub]:
+    """Lambda's Invoke API on the tests' HTTP stub: each call returns COMPLETION unless replies are queued."""
+    with HttpStub(lambda request: invoked(COMPLETION)) as stub:
+        yield stub
 
 
 def make_router(
-    fake_lambda: FakeLambda, *, logs: io.StringIO | None = None, routers=(), **settings
+    fake_lambda: HttpStub, *, logs: io.StringIO | None = None, routers=(), **settings
 ) -> RouterApp:
     options = {"routes": {MODEL: ALIAS}, "max_body_bytes": 4096, "max_prompt_chars": 200, "max_tokens": 64}
     settings = RouterSettings(**{**options, **settings})
     client = boto3.client(
         "lambda",
         region_name="us-east-1",
-        endpoint_url=fake_lambda.url,
+        endpoint_url=fake_lambda.base_url,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
         config=Config(
@@ -196,8 +147,8 @@ def test_events_answer_as_documented(fake_lambda):
         "malformed-json.json": 400,
     }
     fake_lambda.replies = [
-        ("ok", COMPLETION),
-        ("ok", {**COMPLETION, "object": "text_completion", "choices": []}),
+        invoked(COMPLETION),
+        invoked({**COMPLETION, "object": "text_completion", "choices": []}),
     ]
     for name, status in expected.items():
         event = json.loads((EVENTS / name).read_text())
@@ -212,9 +163,9 @@ def test_chat_is_routed_to_the_alias_as_sent(fake_lambda):
     status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 200 and body["choices"][0]["message"]["content"] == "Red."
     [request] = fake_lambda.requests
-    assert request["path"] == f"/2015-03-31/functions/{ALIAS.replace(':', '%3A')}/invocations"
+    assert request.path == f"/2015-03-31/functions/{ALIAS.replace(':', '%3A')}/invocations"
     # Untouched: the function checks the model it serves itself (one check per hop).
-    assert request["payload"]["model"] == MODEL and request["payload"]["max_tokens"] == 8
+    assert request.json()["model"] == MODEL and request.json()["max_tokens"] == 8
 
 
 def test_a_request_without_model_goes_to_the_default(fake_lambda):
@@ -266,7 +217,7 @@ def test_limits_and_validation_are_checked_before_invoking(fake_lambda, body, st
 def test_inference_rejections_pass_through(fake_lambda):
     error = {"message": "too long", "type": "invalid_request_error", "param": "messages", "code": "x"}
     rejection = {"statusCode": 400, "error": error}
-    fake_lambda.replies = [("ok", rejection)]
+    fake_lambda.replies = [invoked(rejection)]
     status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 400 and body == {"error": rejection["error"]}
 
@@ -293,12 +244,12 @@ RESPONSE = {
 
 
 def test_a_response_request_is_routed_to_the_alias_as_sent(fake_lambda, capsys):
-    fake_lambda.replies = [("ok", RESPONSE)]
+    fake_lambda.replies = [invoked(RESPONSE)]
     request = {**RESPONSE_REQUEST, "store": False, "text": {"format": {"type": "json_object"}}}
     status, _, body = call(make_router(fake_lambda), "POST", "/v1/responses", request)
     assert status == 200 and body == RESPONSE
     [sent] = fake_lambda.requests
-    assert sent["payload"] == request
+    assert sent.json() == request
     [counted] = [blob for blob in _emf(capsys.readouterr().out) if "PromptTokens" in blob]
     assert (counted["PromptTokens"], counted["CompletionTokens"]) == ([20.0], [2.0])
     assert counted["response_format"] == "json_object"
@@ -328,7 +279,7 @@ def test_response_requests_are_checked_before_invoking(fake_lambda, body, param)
 
 
 def test_throttles_are_retried_then_answered_with_429_and_retry_after(fake_lambda):
-    fake_lambda.replies = [("throttle",)] * 3
+    fake_lambda.replies = [THROTTLED] * 3
     status, headers, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 429 and headers["Retry-After"] == "1"
     assert body["error"]["type"] == "rate_limit_error"
@@ -336,7 +287,7 @@ def test_throttles_are_retried_then_answered_with_429_and_retry_after(fake_lambd
 
 
 def test_a_throttle_that_clears_is_invisible(fake_lambda):
-    fake_lambda.replies = [("throttle",), ("ok", COMPLETION)]
+    fake_lambda.replies = [THROTTLED, invoked(COMPLETION)]
     status, _, _ = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 200 and len(fake_lambda.requests) == 2
 
@@ -350,7 +301,7 @@ def test_a_throttle_that_clears_is_invisible(fake_lambda):
     ],
 )
 def test_a_version_that_is_not_ready_is_a_503_with_retry_after(fake_lambda, status, error_type):
-    fake_lambda.replies = [("aws_error", status, error_type)]
+    fake_lambda.replies = [service_error(status, error_type)]
     code, headers, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert code == 503 and headers["Retry-After"] == "5"
     assert body["error"]["code"] == "model_not_ready" and error_type in body["error"]["message"]
@@ -358,19 +309,19 @@ def test_a_version_that_is_not_ready_is_a_503_with_retry_after(fake_lambda, stat
 
 
 def test_a_function_error_is_a_502(fake_lambda):
-    fake_lambda.replies = [("error", {"errorMessage": "segfault", "errorType": "Runtime.ExitError"})]
+    fake_lambda.replies = [function_error({"errorMessage": "segfault", "errorType": "Runtime.ExitError"})]
     status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 502 and "segfault" in body["error"]["message"]
 
 
 def test_a_5xx_from_the_function_is_a_502(fake_lambda):
-    fake_lambda.replies = [("ok", {"statusCode": 500, "error": {"message": "boom", "type": "server_error"}})]
+    fake_lambda.replies = [invoked({"statusCode": 500, "error": {"message": "boom", "type": "server_error"}})]
     status, _, body = call(make_router(fake_lambda), "POST", "/v1/chat/completions", CHAT)
     assert status == 502 and body["error"]["code"] == "inference_failed"
 
 
 def test_a_slow_function_is_a_504_within_the_deadline(fake_lambda):
-    fake_lambda.replies = [("slow", 3.0)]
+    fake_lambda.replies = [Reply(body=COMPLETION, delay_s=3.0)]
     started = time.monotonic()
     status, _, body = call(
         make_router(fake_lambda, invoke_timeout_s=0.5), "POST", "/v1/chat/completions", CHAT
@@ -413,10 +364,9 @@ def test_metrics_are_emf_with_the_model_dimension(fake_lambda, capsys):
 def test_a_prompt_cache_hit_is_counted_with_its_cached_tokens(fake_lambda, capsys):
     cached = {**COMPLETION, "usage": {**COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 7}}}
     fake_lambda.replies = [
-        ("ok", cached),
-        (
-            "ok",
-            {**COMPLETION, "usage": {**COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 0}}},
+        invoked(cached),
+        invoked(
+            {**COMPLETION, "usage": {**COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 0}}}
         ),
     ]
     router = make_router(fake_lambda)
@@ -664,7 +614,7 @@ def test_the_invoke_carries_the_routers_deadline(fake_lambda):
     before = time.time()
     status, _, _ = call(router, "POST", "/v1/chat/completions", CHAT)
     assert status == 200
-    context = json.loads(base64.b64decode(fake_lambda.requests[-1]["client_context"]))
+    context = json.loads(base64.b64decode(fake_lambda.requests[-1].headers["x-amz-client-context"]))
     deadline_s = context["custom"][CALLER_DEADLINE_KEY] / 1000
     assert before + 5.0 - 1 <= deadline_s <= time.time() + 5.0
 
@@ -682,12 +632,12 @@ def test_a_body_that_is_not_an_object_is_a_400_not_a_request(fake_lambda, body):
 def test_embeddings_and_token_routes_invoke_the_model_with_a_routed_event(fake_lambda):
     router = make_router(fake_lambda)
     answer = {"object": "list", "data": [], "model": MODEL, "usage": {"prompt_tokens": 1, "total_tokens": 1}}
-    fake_lambda.replies = [("ok", answer), ("ok", {"tokens": [1, 2]})]
+    fake_lambda.replies = [invoked(answer), invoked({"tokens": [1, 2]})]
     status, _, body = call(router, "POST", "/v1/embeddings", {"model": MODEL, "input": ["a", "b"]})
     assert status == 200 and body == answer
     status, _, body = call(router, "POST", "/tokenize", {"content": "hi"})  # no model: the default one
     assert status == 200 and body == {"tokens": [1, 2]}
-    assert [r["payload"] for r in fake_lambda.requests] == [
+    assert [r.json() for r in fake_lambda.requests] == [
         {"route": "/v1/embeddings", "body": {"model": MODEL, "input": ["a", "b"]}},
         {"route": "/tokenize", "body": {"content": "hi"}},
     ]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
@@ -24,6 +22,7 @@ from snapllm.protocol.model_routes.model_routes import (
 )
 from snapllm.router.app import RouterApp
 from snapllm.router.settings import RouterSettings
+from tests.support.http_stub import HttpStub, Reply
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Inference:live"
 ROUTES = {"smollm2": ARN, "smollm2-always-on": "https://llm.internal.example/v1"}
@@ -72,32 +71,6 @@ def test_from_env_builds_a_client_per_target_kind(monkeypatch):
     assert endpoint.base_url == "https://llm.internal.example/v1" and endpoint._api_key == "sk-test"
 
 
-class _RecordingEndpoint(ThreadingHTTPServer):
-    """Plays an always-on llama-server (not built on test machines): records each request's path and body,
-    and answers every POST with ``{"ok": true}``."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Recorder)
-        self.requests: list[tuple[str, dict]] = []
-
-
-class _Recorder(BaseHTTPRequestHandler):
-    server: _RecordingEndpoint
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        self.server.requests.append((self.path, body))
-        answer = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.mark.parametrize(
     ("route", "path"),
     [
@@ -110,14 +83,12 @@ class _Recorder(BaseHTTPRequestHandler):
     ],
 )
 def test_an_endpoint_gets_routed_events_at_llama_servers_paths_with_the_body_alone(route, path):
-    endpoint = _RecordingEndpoint()
-    thread = threading.Thread(target=endpoint.serve_forever, daemon=True)
-    thread.start()
-    try:
-        client = HttpInferenceClient(f"http://127.0.0.1:{endpoint.server_port}/v1")
+    # An always-on llama-server (not built on test machines) that answers every POST with {"ok": true}.
+    with HttpStub(lambda request: Reply(body={"ok": True})) as endpoint:
+        client = HttpInferenceClient(f"{endpoint.base_url}/v1")
         assert client.invoke(routed_event(route, {"input": "x"})) == {"ok": True}
         assert client.invoke({"messages": []}) == {"ok": True}
-    finally:
-        endpoint.shutdown()
-        endpoint.server_close()
-    assert endpoint.requests == [(path, {"input": "x"}), ("/v1/chat/completions", {"messages": []})]
+    assert [(r.path, r.json()) for r in endpoint.requests] == [
+        (path, {"input": "x"}),
+        ("/v1/chat/completions", {"messages": []}),
+    ]
