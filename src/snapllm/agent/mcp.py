@@ -7,29 +7,9 @@ Each configured server (:class:`~snapllm.agent.settings.McpServerConfig`) is a
     specs = source.list_tools(ctx)            # names as the model sees them: "docs__search"
     result = source.call("search", {"q": "snapstart"}, ctx, idempotency_key="3f2a...")
 
-Every call opens its own connection (a Lambda invocation may be frozen, restored or replaced between two
-steps) and carries ``_meta: {"snapllm/idempotency-key": KEY}``, the same key on every attempt and replay of
-its durable step, so a server that honours it can drop a repeated call.
-
-What goes wrong is sorted by what a retry may do (:mod:`snapllm.agent.retry`):
-
-- nothing was sent yet (the server refuses connections, the handshake fails with a 5xx):
-  :class:`ToolServerUnreachableError`, retried for any tool;
-- the ``tools/call`` request was sent and then the connection broke, timed out or was answered with a
-  5xx or 429: :class:`ToolTransportError`, retried for idempotent tools only, since the call may have
-  taken effect;
-- the server refused the client (401, 403): :class:`ToolServerRejectedError`, never retried;
-- the server answered with something that is not JSON-RPC (not JSON, not a JSON-RPC message, a result of
-  the wrong shape): :class:`ToolServerProtocolError`, never retried;
-- the tool answered with ``isError``, or the server answered ``tools/call`` with a JSON-RPC error (unknown
-  tool, invalid arguments: ``-32602``): an error answer that goes back to the model, like any answer; the
-  JSON-RPC error's text is cut to :data:`~snapllm.agent.errors.MAX_ERROR_TEXT_BYTES`.
-
-Names the model sees (:func:`model_tool_name`) are unique by construction; two tools that would still
-share one fail ``tools/list`` with :class:`ToolNameCollisionError`, naming both.
-
-Text content is kept; images, audio and binary resources are written to the agent's S3 prefix and only
-referenced, so no checkpoint ever inlines them.
+Every call opens its own connection and carries its durable step's idempotency key in ``_meta``. Failures
+are sorted by what a retry may do (unreachable, broken after sending, rejected, not JSON-RPC), each its own
+error class; docs/agents.md says which are retried and why.
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """The ``ModelObject`` custom resource: the ``ModelSource`` URL copied into the model bucket during deploy.
 
-``template.yaml`` creates it (only when ``ModelSource`` is set) before InferenceFunction and
-StreamFunction, whose ``SNAPLLM_MODEL_SHA256`` is its ``Sha256`` attribute: so the init that publishing a
-SnapStart version runs finds the model in place. ``functions/model_source/app.py`` wires it::
+``functions/model_source/app.py`` wires it::
 
     resource = ModelObjectResource.from_env()
     def handler(event, context):
         resource.handle(event, context)
 
-Properties (CloudFormation passes every value as a string):
-
-=============  ============================================================================================
-``Bucket``     bucket of the model object
-``Key``        key of the model object
-``Url``        ``https://`` URL of the GGUF file (``ModelSource``)
-``Sha256``     its SHA-256, 64 hex digits (``ModelSha256``)
-``PartSizeMiB`` optional: size of the multipart upload's parts, 5-5120 (default 64)
-=============  ============================================================================================
-
-Create and Update: if the object at ``Bucket``/``Key`` already has ``Sha256`` as its ``sha256`` metadata,
-nothing is copied. Otherwise the URL is streamed into a multipart upload (:mod:`snapllm.deploy.source`,
-:mod:`snapllm.deploy.upload`) that completes only when the digest matches: a mismatch, a URL that
-answers 404, a connection that cannot resume or a copy that would outlast the function fails the stack
-operation with the reason, and leaves the bucket as it was. Delete leaves the object (a retained model,
-and a rollback of an update never loses the model the previous version runs on). The response always
-goes to CloudFormation's ``ResponseURL`` before the function's deadline, retries included: the copy stops
-``margin_s`` (30 s) before it, and every attempt to answer (:mod:`snapllm.deploy.cfn_response`: a
-stalled, slow or failing URL is tried again with backoff) ends ``RESPONSE_RESERVE_S`` before it. An
-answer that could not be delivered in that time is logged and raised, never sent after the function was
-stopped.
-
-Data (``!GetAtt ModelObject.<Name>``): ``Sha256``, ``Size`` (bytes), ``VersionId`` (empty without
-versioning), ``Copied`` (``true``/``false``). The physical ID is ``s3://bucket/key``.
+Properties (strings, as CloudFormation passes them): ``Bucket``, ``Key``, ``Url`` (``https://``),
+``Sha256`` and optionally ``PartSizeMiB`` (5-5120, default 64). Data (``!GetAtt ModelObject.<Name>``):
+``Sha256``, ``Size``, ``VersionId``, ``Copied``; the physical ID is ``s3://bucket/key``. What Create,
+Update and Delete do, and how the answer reaches CloudFormation before the deadline: docs/deploy.md.
 """
 
 from __future__ import annotations

@@ -5,31 +5,11 @@
     for token in decoder.tokens(prompt, Sampling(temperature=0.0, top_p=1.0, seed=1), grammar=grammar):
         ...  # stop iterating to stop: the last token yielded is never evaluated
 
-It knows tokens, samplers and grammars, and nothing of the requests that ask for them. The chain is the one
-llama-cpp-python builds for ``create_completion`` (logit biases and penalties; then greedy, or top-k, typical,
-top-p, min-p, temperature and a seeded draw), with its fixed values as :class:`Sampling`'s defaults (top-k 40,
-typical 1.0, min-p 0.05, repeat penalty 1.0 over 64 tokens), so a seeded answer is the one that path gives.
-
-**The grammar is checked lazily.** A grammar is llguidance's (:mod:`snapllm.engine.constraint`): its matcher
-says whether one token is allowed in microseconds, and computes the mask of every allowed token in tens to
-hundreds. As llama.cpp's own sampler (``common/sampling.cpp``) does, the chain picks first and only the pick
-is checked (at temperature 0); when sampling, the candidates the draw chooses among are checked (those min-p
-keeps, or with top-p the top-k). When the grammar refuses one, the full mask is computed, every other token's
-logit becomes -inf, and the chain picks again. Every choice is then made among the same candidates, in the
-same order, as with the mask applied first: at temperature 0 and for a seeded draw alike, the tokens are the
-ones the full check (``grammar_check="eager"``) gives.
-
-**Prompt-lookup drafting** (``draft=PromptLookup()``): when the last tokens generated also occur in the
-prompt, the tokens that followed them there are guessed as the continuation and evaluated in one batch with
-the sampled token; each guess the sampler confirms saves a forward pass. The sampler still picks every token.
-
-**Prompts in batches of at least a size** (``Decoder(llama, min_batch=64)``): where the attention kernel
-depends on how many rows a batch has (ggml's flash attention over f16 values), a position's keys and values
-depend on the batch that computed them. The decoder then evaluates a prompt of ``min_batch`` tokens or more as
-its whole evaluation would: in even batches of at least that many (so its last ``min_batch`` tokens are
-evaluated again, whatever the cache held), reusing only positions that such batches computed; a shorter
-prompt reuses only positions that smaller batches of a prompt computed. Positions computed while generating
-(one row at a time) are evaluated again, so an earlier answer sent back costs its prompt evaluation.
+It knows tokens, samplers and grammars, and nothing of the requests that ask for them. The sampler chain is
+llama-cpp-python's ``create_completion`` chain, with its fixed values as :class:`Sampling`'s defaults. How
+the grammar is checked (the pick first, the full mask only when it is refused) and prompt-lookup drafting:
+docs/decoding.md; the batches that keep temperature-0 answers independent of the cache (``min_batch``, in
+groups of four rows): docs/benchmarks.md, "Engine speed".
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Stream a model object from S3 into an anonymous in-memory file (``memfd``), never touching disk.
 
-Parts are fetched with parallel ranged GETs and received straight into a shared mapping of the memfd at
-their offsets (the socket writes into the final pages: no intermediate buffers). While later bytes are
-still in flight, the contiguous prefix is hashed, so SHA-256 verification overlaps the download instead
-of adding a second pass over the bytes::
-
     loader = S3ModelLoader(boto3.client("s3"), LoaderSettings())
     with loader.load(ModelSource(bucket="models", key="smollm2.gguf")) as model:
         llama = Llama(model_path=model.path)   # /proc/self/fd/N
 
-The memfd lives in RAM (and so in a SnapStart snapshot). After llama.cpp has read it into its own
-(repacked) buffers, closing the fd frees it; after llama.cpp has mapped it, closing the fd keeps the
-mapping. Either way the bytes are resident exactly once.
-
-A part that breaks off (reset, early end, a read that stalls past ``read_timeout_s``, a 5xx or throttling
-answer) is retried from the byte where it stopped, so a transient fault costs a resumed GET and leaves
-the digest unchanged. A fault that persists fails the load with a named error (``ModelDownloadError``,
-or ``ModelSizeMismatchError`` when every attempt's body ended early) within the bound that
-:class:`~snapllm.inference.settings.LoaderSettings` derives. Whatever happens, ``load`` returns or raises
-with the
-mapping closed, the memfd closed on failure, and no thread of its own left running.
+Parallel ranged GETs land at their offsets in a shared mapping of the memfd while the contiguous prefix is
+hashed; a part that breaks off resumes from its last byte, and a fault that persists is a named error
+within :attr:`~snapllm.engine.settings.LoaderSettings.failure_bound_s`. ``load`` returns or raises with the
+mapping closed, the memfd closed on failure and none of its threads left. The design: docs/architecture.md,
+"Loader".
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """Fault a restored environment's memory in before the first request needs it.
 
-A restored environment's memory is in place but not yet mapped where the request will read it: after a
-SnapStart restore the hypervisor loads each page of the snapshot on its first touch, and locally (a
-``fork()`` of the snapshotted process) the child maps each shared page on its first touch and copies each
-private page on its first write. The first request pays for all of it unless the after-restore hook does
-it first::
+After a SnapStart restore the hypervisor loads each page of the snapshot on its first touch (locally, a
+forked child maps or copies it then); the after-restore hook touches them first, so the first request does
+not pay for it::
 
     stats = prefault("weights", threads=2)   # the model's memfd mapping
     stats.bytes, stats.seconds, stats.advice
 
-Modes (``SNAPLLM_PREFAULT``):
-
-- ``none``: nothing; the first request faults what it touches.
-- ``weights``: the model's memory-mapped memfd (read-only, shared): ``madvise(MADV_POPULATE_READ)`` maps
-  every page (``MADV_WILLNEED`` on kernels before 5.14, which only starts reading ahead), then one byte of
-  every page is read, which is what makes a hypervisor load a page it has not restored yet.
-- ``all``: the weights, and the pages of every private writable mapping that hold data (llama.cpp's
-  compute buffers and KV cache, the Python heap; present in ``/proc/self/pagemap``):
-  ``MADV_POPULATE_WRITE``, so a page shared with the snapshot is made this environment's own now rather
-  than at the request's first write (``MADV_WILLNEED`` on older kernels), then read as the weights are.
-  Pages that hold nothing (the unused part of the KV cache, reserved stacks) are left alone: populating
-  them would only grow the RSS.
-
-Work is split over ``threads`` (``madvise`` and the page reads release the GIL), each range in 64 MiB
-slices, and stops at a time budget: Lambda fails a restore whose hooks take more than 10 s, so what the
-budget leaves is faulted in by the first request instead.
+``SNAPLLM_PREFAULT``: ``none``, ``weights`` (the model's memfd: ``MADV_POPULATE_READ``, then a byte of every
+page read) or ``all`` (also every private writable page that holds data: ``MADV_POPULATE_WRITE``). The work
+is split over ``threads`` in 64 MiB slices and stops at a time budget, since Lambda fails a restore whose
+hooks take over 10 s. What each mode costs and saves: docs/benchmarks.md.
 """
 
 from __future__ import annotations
