@@ -4,8 +4,9 @@
     snapllm bench grammar --peer llama-server        # llama.cpp's own server beside (make llama-server)
 
 For each model (SmolLM2 135M, Gemma 3 270M) and each way of constraining an answer (a ``json_schema``,
-``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), each chat request runs constrained,
-then free, in one process on one loaded model, at temperature 0 with a fixed seed. Free is the same prompt
+``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), each chat request runs constrained
+and free back to back (which first alternates by round), in one process on one loaded model, at
+temperature 0 with a fixed seed. Free is the same prompt
 (its tools and instructions rendered alike) with the grammar off, for as many tokens as the constrained
 answer had: a request with tools has a prompt four times longer, and a longer answer decodes more slowly,
 which would count against the side that has them. The decode rate is tokens per second after the first
@@ -190,17 +191,26 @@ def measure(
     tokens: int,
 ) -> dict[str, dict[str, Any]]:
     """For each case: each side's median decode rate constrained and free, the median of their ratios pair by
-    pair, and the median length of the constrained answers. Each constrained request is followed at once by
-    its free pair: the same prompt, as many tokens as the constrained answer had (a longer answer decodes
-    more slowly as its context grows), so the two share the machine's state of the moment."""
+    pair, and the median length of the constrained answers. A constrained request and its free pair run back
+    to back: the same prompt, as many tokens as the constrained answer had (a longer answer decodes more
+    slowly as its context grows), so the two share the machine's state of the moment. Which of the two runs
+    first alternates from round to round, so that neither always follows the other; the free one's length
+    is the constrained answer's in the warm-up round (temperature 0 and a seed: the same answer each time)."""
     samples: dict[tuple[str, str], list[tuple[Sample, Sample]]] = {}
+    lengths: dict[tuple[str, str, str], int] = {}
     for round_number in range(rounds + 1):
         for case in cases:
-            for city in CITIES if round_number else CITIES[:1]:  # round 0 warms up, on one prompt
+            for city in CITIES:  # round 0 warms up, and learns each constrained answer's length
                 for name, send in sides.items():
-                    constrained = send(body(case, city, tokens), False)
-                    free = send(body(case, city, max(2, constrained[1])), True)
-                    if round_number:
+                    key = (case, city, name)
+                    if round_number % 2:
+                        constrained = send(body(case, city, tokens), False)
+                        free = send(body(case, city, lengths[key]), True)
+                    else:
+                        free = send(body(case, city, lengths[key]), True) if round_number else None
+                        constrained = send(body(case, city, tokens), False)
+                    lengths[key] = max(2, constrained[1])
+                    if free is not None:
                         samples.setdefault((case, name), []).append((constrained, free))
     results: dict[str, dict[str, Any]] = {}
     for case in cases:
