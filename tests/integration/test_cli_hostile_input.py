@@ -482,7 +482,7 @@ def _run_in_process(
             code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
             if not isinstance(exit.code, int | None):
                 print(exit.code, file=sys.stderr)
-        except BaseException:  # the process would print it and exit 1
+        except Exception:  # the process would print it and exit 1
             traceback.print_exc()
             code = 1
         finally:
