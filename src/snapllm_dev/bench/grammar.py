@@ -133,7 +133,12 @@ def engine_side(
         completion = engine.generate(prepared, grammar_check=grammar_check)
         decoding_s = completion.timings.generation_ms / 1000
         share = (engine.grammar_seconds - before) / decoding_s if decoding_s else None
-        return completion.timings.tokens_per_second, completion.completion_tokens, share
+        # Tokens sampled after the first, each one decode: an answer that ended with its end token decoded
+        # once more to sample it, which the usage does not count (a free pair cut at the same length never
+        # samples one).
+        sampled = completion.completion_tokens - 1 + (completion.finish == "stop")
+        rate = sampled / decoding_s if decoding_s and sampled > 0 else 0.0
+        return rate, completion.completion_tokens, share
 
     return send
 
