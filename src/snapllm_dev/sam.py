@@ -10,11 +10,11 @@ Loading reads the short tags (``!Ref X`` becomes ``{"Ref": "X"}``), gives each p
 ``Globals.Function`` under each ``AWS::Serverless::Function`` as SAM does (mappings merge, lists add up
 global entries first, the function's scalars win). It resolves ``Ref`` (parameters, and pseudo-parameters:
 placeholder values for a local run by default), ``Fn::Sub``, ``Fn::If`` with ``Conditions``
-(``Fn::Equals`` / ``Not`` / ``And`` / ``Or`` / ``Condition``), ``Fn::Join``, ``Fn::Split`` and
-``AWS::NoValue``, what template.yaml uses; a function whose ``Condition`` is false does not exist.
+(``Fn::Equals`` / ``Not`` / ``And`` / ``Or`` / ``Condition``), ``Fn::Join``, ``Fn::Split``, ``Fn::Select``
+and ``AWS::NoValue``, what template.yaml uses; a function whose ``Condition`` is false does not exist.
 
 Anything else (a ``Ref`` to a resource, ``Fn::GetAtt``, a ``Fn::Sub`` naming either, and intrinsics the
-template does not use: ``Fn::Select``, ``Fn::FindInMap``, ``Fn::ImportValue``...) stays an
+template does not use: ``Fn::FindInMap``, ``Fn::ImportValue``...) stays an
 :class:`Unresolved` marker holding the expression: the local runner supplies a value for it.
 """
 
@@ -411,6 +411,10 @@ class _Resolver:
                 return value.split(delimiter)
             if isinstance(delimiter, str) and key == "Fn::Join" and joinable:
                 return delimiter.join(map(scalar_text, value))
+        elif key == "Fn::Select" and isinstance(argument, list) and len(argument) == 2:
+            index, values = self.resolve(argument[0]), self.resolve(argument[1])
+            if isinstance(values, list) and str(index).isdigit() and int(index) < len(values):
+                return values[int(index)]
         return Unresolved(expression)
 
     def _sub(self, expression: Mapping[str, Any], argument: Any) -> Any:

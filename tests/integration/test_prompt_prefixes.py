@@ -5,6 +5,7 @@ prefixes stays within its byte bound."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,10 +15,12 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling
 from snapllm.errors import ConfigurationError
+from snapllm.inference.client import checked_response
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.prefixes import read_prefixes
 from snapllm.protocol.serving import OpenAIServing
+from snapllm_dev.local.durable import LocalAgent, agent_settings
 from snapllm_dev.local.session import LOCAL_MODEL_BUCKET
 from tests.support.generation import TEST_THREADS, serving_over
 
@@ -73,21 +76,37 @@ def _cached(response: dict[str, Any]) -> int:
     return response["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
-def test_a_declared_prefix_restored_answers_as_the_whole_prompt_evaluated_afresh(load):
+#: A question long enough that a short declared prefix's tokens all fall before the prompt's last 64.
+LONG_QUESTION = (
+    "When is high tide in Brest? " + "Say whether the moon, the sun or the coast matters most. " * 8
+)
+
+
+@pytest.mark.parametrize(
+    ("entry", "question"),
+    [
+        (
+            {"messages": [{"role": "system", "content": _system("tides")}], "tools": TOOLS},
+            "When is high tide?",
+        ),
+        # Shorter than a prompt's smallest batch (64 tokens): evaluated padded to one, then cut.
+        ({"messages": [{"role": "system", "content": "You answer questions about tides."}]}, LONG_QUESTION),
+    ],
+    ids=["long", "short"],
+)
+def test_a_declared_prefix_restored_answers_as_the_whole_prompt_evaluated_afresh(
+    load, entry: dict[str, Any], question: str
+):
     engine, serving = load()
-    entry = {"messages": [{"role": "system", "content": _system("tides")}], "tools": TOOLS}
     [(length, size)] = serving.keep_prefixes([entry])
-    assert length > 300 and size > 0
+    assert size > 0
     serving.warm_up([])  # leaves the live sequence on the template's start, as before a snapshot
-    question = {
-        **entry,
-        "messages": [*entry["messages"], {"role": "user", "content": "When is high tide in Brest?"}],
-    }
+    question = {**entry, "messages": [*entry["messages"], {"role": "user", "content": question}]}
     restored = _ask(serving, question)
     # The declared state was restored (the live sequence held only the template's start) and all of it
     # but the last batch's tokens reused; a seed makes the engine evaluate the prompt whole.
     assert engine.prefix_stats.restores == 1
-    assert _cached(restored) >= length - 64
+    assert _cached(restored) >= min(length, restored["usage"]["prompt_tokens"] - 64) - 3 > 0
     whole = _ask(serving, {**question, "seed": 7})
     assert _cached(whole) == 0
     assert restored["choices"][0]["message"] == whole["choices"][0]["message"]
@@ -208,3 +227,55 @@ def test_a_seeded_request_between_two_turns_leaves_the_conversation_its_prefix(l
     follow_up = [*first, *engine.tokenize(" Then the tide went out again." * 12, add_bos=False)]
     again = engine.generate(EngineRequest(tuple(follow_up), greedy, max_tokens=2))
     assert again.cached_tokens >= len(first) - 4 and engine.prefix_stats.restores == 1
+
+
+class _InThisProcess:
+    """The agent's inference client over a runtime in this process, as the restored function answers."""
+
+    def __init__(self, runtime: InferenceRuntime) -> None:
+        self.runtime = runtime
+
+    def invoke(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
+        return checked_response(self.runtime.handle(payload, None))
+
+
+def test_the_agents_model_calls_restore_the_prefixes_the_template_declares(deployment, caplog):
+    """With the template's defaults the inference function declares the agent's own prompts
+    (``snapllm:agent``): the plan, the document summary and the answer each restore their system message's
+    state, evaluated before the snapshot, and the agent's log shows the cached tokens."""
+    function = deployment.function(
+        "InferenceFunction", SNAPLLM_THREADS=TEST_THREADS, SNAPLLM_WARMUP_TOKENS="1"
+    )
+    variables = function.environment
+    assert variables["SNAPLLM_PROMPT_PREFIXES"] == "snapllm:agent"
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in variables.items():
+            patch.setenv(name, value)
+        runtime = InferenceRuntime.initialize(InferenceSettings.from_env())
+    runtime.before_snapshot()
+    runtime.after_restore()
+    plan, summary, answer = (runtime.serving.prefix_tokens(entry) for entry in runtime.prefix_entries)
+    assert [state.tokens for state in runtime.serving.engine.prefix_cache.pinned] == [plan, summary, answer]
+
+    agent = LocalAgent(deployment, agent_settings(deployment.template), _InThisProcess(runtime))
+    key = f"{agent.settings.artifacts_prefix}documents/glaciers.md"
+    text = "Glaciers move because ice deforms under its own weight and slides on meltwater. " * 20
+    deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=text.encode())
+    event = {
+        "task": "Explain in one sentence how glaciers move.",
+        "documents": [f"s3://{agent.settings.artifacts_bucket}/{key}"],
+        "approval": {"required": False},
+    }
+    with caplog.at_level(logging.INFO, logger="snapllm.agent"):
+        run = agent.run(event, execution_name="declared-prefixes")
+    assert run.status == "SUCCEEDED", run.error
+    logged = {record.model_call: record for record in caplog.records if hasattr(record, "model_call")}
+    # Each reuses its declared state whole, but for the prompt's last 64 tokens (the engine evaluates them
+    # again whatever the cache holds) and the rounding to a group of 4: the plan is the environment's first
+    # request, and the answer follows a tool call whose prompt shares only the template's first tokens.
+    for what, prefix in (("plan", plan), ("answer", answer)):
+        record = logged[what]
+        assert record.cached_tokens >= min(len(prefix), record.prompt_tokens - 64) - 3 > 8, what
+    assert f"plan: {logged['plan'].prompt_tokens} prompt tokens ({logged['plan'].cached_tokens} cached)" in (
+        logged["plan"].getMessage()
+    )

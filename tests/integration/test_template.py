@@ -51,10 +51,31 @@ def test_the_model_policy_reads_only_the_model_object_and_the_declared_prefixes(
     assert [s["Action"] for s in statements] == ["s3:GetObject"]
     model, prefixes = statements[0]["Resource"]
     assert model["Fn::Sub"][0].endswith("${Bucket}/${ModelKey}")
-    # And the declared prompt prefixes' file, only where one is declared.
+    # And the declared prompt prefixes' file, only where it is a key in the model bucket.
     condition, declared, otherwise = prefixes["Fn::If"]
-    assert condition == "HasPromptPrefixes" and otherwise == {"Ref": "AWS::NoValue"}
+    assert condition == "PromptPrefixesInBucket" and otherwise == {"Ref": "AWS::NoValue"}
     assert declared["Fn::Sub"][0].endswith("${Bucket}/${PromptPrefixes}")
+
+
+@pytest.mark.parametrize(
+    ("declared", "in_bucket"),
+    [
+        ("snapllm:agent", False),  # the default: the prefixes snapllm ships
+        ("", False),
+        ("/opt/prefixes.json", False),
+        ("prefixes/agent.json", True),
+        ("prefixes.json", True),
+    ],
+)
+def test_only_a_key_in_the_model_bucket_is_granted_to_read(declared: str, in_bucket: bool):
+    template = sam.load(TEMPLATE, overrides={"PromptPrefixes": declared})
+    assert template.condition("PromptPrefixesInBucket") is in_bucket
+
+
+def test_the_inference_functions_declare_the_agents_prompts_by_default():
+    template = sam.load(TEMPLATE)
+    for name in ("InferenceFunction", "StreamFunction"):
+        assert template.function(name).environment["SNAPLLM_PROMPT_PREFIXES"] == "snapllm:agent"
 
 
 # --- A first `sam deploy --guided` with the defaults on a new account --------------------------------------

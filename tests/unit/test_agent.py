@@ -9,6 +9,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
+from snapllm.agent import prompts
 from snapllm.agent.artifacts import ArtifactStore, S3Location
 from snapllm.agent.budget import OFFLOADED, StateBudget, checkpoint_size, is_offloaded
 from snapllm.agent.errors import (
@@ -49,8 +50,10 @@ from snapllm.errors import (
     InferenceTimeoutError,
 )
 from snapllm.protocol.constraints.structured import check_schema
+from snapllm.protocol.prefixes import read_prefixes
 from snapllm_dev.local.durable import with_mcp_servers
 from snapllm_dev.local.s3 import LocalS3
+from tests.support.paths import REPO
 
 BUCKET = "snapllm-agent-unit"
 
@@ -437,3 +440,19 @@ def test_any_step_failure_is_bounded_keeping_its_type_where_it_can():
     assert len(json.dumps(str(rendered))) <= MAX_ERROR_TEXT_BYTES
     short = ValueError("short")
     assert bounded_failure(short) is short and str(short) == "short"
+
+
+# --- The agent's declared prefixes ------------------------------------------------------------------------
+
+SHIPPED_AGENT_PREFIXES = REPO / "src/snapllm/protocol/declared/agent.json"
+
+
+def test_the_shipped_agent_prefixes_are_the_agents_own_prompts():
+    """``snapllm:agent`` (the template's default PromptPrefixes) is the file the inference function
+    evaluates before its snapshot: it must be the system messages the agent sends, or no request hits it."""
+    expected = prompts.declared_prefixes(BuiltinTools().described())
+    shipped = read_prefixes(SHIPPED_AGENT_PREFIXES.read_bytes(), source="agent.json")
+    assert shipped == expected, (
+        f"{SHIPPED_AGENT_PREFIXES.relative_to(REPO)} is out of date; it should be:\n"
+        + json.dumps(expected, indent=2)
+    )

@@ -68,7 +68,6 @@ def test_ignored_fields_are_accepted():
         "prompt_cache_key": "k",
         "safety_identifier": "s",
         "verbosity": "low",
-        "cache_prompt": True,
         "id_slot": 0,
     }
     request = parse_request({**CHAT, **samples, "modalities": ["text"], "store": False})
@@ -110,7 +109,6 @@ def test_ignored_responses_fields_are_accepted():
         "prompt_cache_options": {},
         "max_tool_calls": 3,
         "stream_options": {"include_obfuscation": False},
-        "cache_prompt": True,
         "id_slot": 1,
         "priority": 0,
         "request_id": "r",

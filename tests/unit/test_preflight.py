@@ -641,8 +641,13 @@ def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_p
 def test_the_declared_prompt_prefixes_states_count_toward_the_memory(tmp_path, capsys):
     model = str(default_model_path())
     build = make_build(tmp_path / "build", props=MODEL_PROPS)
-    assert main([str(build), "--no-zip", "--model", model]) == 0
+    assert main([str(build), "--no-zip", "--model", model, "--prompt-prefixes", ""]) == 0
     plain = int(capsys.readouterr().out.split("the model needs about ")[1].split(" MB")[0])
+    # By default, the template's: the agent's own prompts (snapllm:agent), a few hundred tokens.
+    assert main([str(build), "--no-zip", "--model", model]) == 0
+    out = capsys.readouterr().out
+    agent_tokens = int(out.split("declared prompt prefixes (")[1].split(" tokens")[0])
+    assert 60 < agent_tokens < 400
     system = "You answer questions about tides. " + "Cite the tide tables for every answer you give. " * 300
     prefixes = tmp_path / "prefixes.json"
     prefixes.write_text(json.dumps([{"messages": [{"role": "system", "content": system}]}]))

@@ -75,6 +75,7 @@ class ScriptedEngine:
     model_name: str = "scripted"
     identity: str = "digest|llama-cpp-python x|snapllm y"
     grammar_ok: bool = True
+    reuse_reproduces: bool = True
     requests: list[EngineRequest] = field(default_factory=list)
     primed: list[int] | None = None
     deadline_after: int | None = None
@@ -236,6 +237,15 @@ def test_a_caller_seed_is_kept_and_evaluates_afresh_and_no_seed_draws_one():
     assert seeded.sampling.seed == 42 and not seeded.reuse_cache
     drawn = {serving.prepare(parse_request(_chat())).engine_request.sampling.seed for _ in range(4)}
     assert len(drawn) == 4
+
+
+def test_a_seeded_request_reuses_the_cache_when_it_asks_and_reuse_reproduces():
+    asked = parse_request(_chat(seed=42, cache_prompt=True))
+    assert _serving(ScriptedEngine()).prepare(asked).engine_request.reuse_cache
+    # Where a reused prefix may round otherwise (flash attention off), the seed still evaluates afresh.
+    assert not _serving(ScriptedEngine(reuse_reproduces=False)).prepare(asked).engine_request.reuse_cache
+    declined = parse_request(_chat(seed=42, cache_prompt=False))
+    assert not _serving(ScriptedEngine()).prepare(declined).engine_request.reuse_cache
 
 
 def test_the_window_bounds_the_prompt_and_what_is_left_bounds_the_answer():

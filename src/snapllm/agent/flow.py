@@ -43,6 +43,7 @@ from aws_durable_execution_sdk_python.config import (
 from aws_durable_execution_sdk_python.exceptions import DurableOperationError, StepError
 from aws_durable_execution_sdk_python.serdes import JsonSerDes
 
+from snapllm.agent import prompts
 from snapllm.agent.artifacts import ArtifactStore
 from snapllm.agent.budget import BatchJsonSerDes, StateBudget, run_id_from_arn
 from snapllm.agent.errors import (
@@ -52,7 +53,7 @@ from snapllm.agent.errors import (
     agent_error_class,
     bounded_failure,
 )
-from snapllm.agent.llm import chat, complete, complete_items
+from snapllm.agent.llm import ChatReply, chat, complete, complete_items
 from snapllm.agent.operations import APPROVAL_CALLBACK, review_document, tool_approval_callback
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
@@ -181,7 +182,7 @@ def run_agent(event: Any, context: DurableContext, deps: AgentDependencies) -> d
     answer = _step(
         context,
         "answer",
-        lambda _: _answer(request, findings, deps),
+        lambda step_context: _answer(step_context, request, findings, deps),
         retry=RETRY["inference"],
         budget=budget,
     )
@@ -286,29 +287,28 @@ def _plan(
     if not specs:
         return {"steps": [], "tokens": 0}
     listing = "\n".join(f"- {d['uri']} ({d['size']} bytes)" for d in documents) or "- none"
-    tools = "\n".join(f"- {spec.name}: {spec.description}" for spec in specs)
     schema = plan_schema(
         [(spec.name, _parameters(spec, documents)) for spec in specs], max_steps=deps.settings.max_tool_calls
     )
+    # The tool list is in the system message, which a run's task and documents do not change: the
+    # inference function's declared prefix (prompts.declared_prefixes) holds it evaluated.
     messages = [
-        {
-            "role": "system",
-            "content": "You are a careful assistant. Plan the tool calls that gather what the task needs.",
-        },
+        {"role": "system", "content": prompts.plan_system((spec.name, spec.description) for spec in specs)},
         {
             "role": "user",
-            "content": f"Task: {request.task}\nDocuments:\n{listing}\nTools:\n{tools}\n"
+            "content": f"Task: {request.task}\nDocuments:\n{listing}\n"
             f"Plan at most {deps.settings.max_tool_calls} tool calls.",
         },
     ]
 
-    def plan(_: StepContext) -> dict[str, Any]:
+    def plan(step_context: StepContext) -> dict[str, Any]:
         reply = complete(
             deps.inference,
             messages,
             max_tokens=deps.settings.plan_max_tokens,
             response_format={"type": "json_schema", "json_schema": {"name": "plan", "schema": schema}},
         )
+        _log_reply(step_context, "plan", reply)
         if reply.finish_reason == "length":
             # Cut short by plan_max_tokens: the steps the model finished are valid; the plan is those.
             steps = complete_items(reply.text, "steps")[: deps.settings.max_tool_calls]
@@ -342,7 +342,7 @@ def _run_tools(
     steps = plan["steps"]
     outline = "\n".join(f"{i}. {describe_step(step)}" for i, step in enumerate(steps, 1))
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You carry out a plan by calling tools, one step at a time."},
+        {"role": "system", "content": prompts.CALL},
     ]
     findings: list[dict[str, Any]] = []
     for index, step in enumerate(steps, 1):
@@ -356,8 +356,8 @@ def _run_tools(
             _step(
                 context,
                 f"choose call {index}",
-                lambda _, prompt=prompt, spec=spec, step=step: _choose_call(
-                    deps, prompt, definitions, spec, step
+                lambda step_context, prompt=prompt, spec=spec, step=step: _choose_call(
+                    step_context, deps, prompt, definitions, spec, step
                 ),
                 retry=RETRY["inference"],
                 budget=budget,
@@ -430,6 +430,7 @@ def _await_call_approval(
 
 
 def _choose_call(
+    step_context: StepContext,
     deps: AgentDependencies,
     prompt: list[dict[str, Any]],
     definitions: list[dict[str, Any]],
@@ -447,6 +448,7 @@ def _choose_call(
         tool_choice={"type": "function", "function": {"name": spec.name}},
         parallel_tool_calls=False,
     )
+    _log_reply(step_context, f"call {spec.name}", reply)
     if reply.tool_calls:
         return {"tool": spec.name, "arguments": reply.tool_calls[0]["arguments"]}
     if reply.finish_reason == "length":
@@ -559,7 +561,9 @@ def _decision(payload: Any) -> dict[str, Any]:
     return {"approved": False, "approver": approver, "reason": reason}
 
 
-def _answer(request: AgentRequest, findings: list[dict[str, Any]], deps: AgentDependencies) -> dict[str, Any]:
+def _answer(
+    step_context: StepContext, request: AgentRequest, findings: list[dict[str, Any]], deps: AgentDependencies
+) -> dict[str, Any]:
     """The answer, from what the tool calls found. The task comes last, as the question: a small model
     otherwise continues the notes' pattern instead of answering."""
     lines = []
@@ -569,11 +573,30 @@ def _answer(request: AgentRequest, findings: list[dict[str, Any]], deps: AgentDe
     notes = "\n".join(lines) or "- no tool calls"
     reply = chat(
         deps.inference,
-        system="You are a concise assistant. Answer in two or three sentences, from the notes.",
+        system=prompts.ANSWER,
         user=f"Notes from the tools:\n{notes}\n\n{request.task}",
         max_tokens=deps.settings.answer_max_tokens,
     )
+    _log_reply(step_context, "answer", reply)
     return {"text": reply.text, "tokens": reply.completion_tokens}
+
+
+def _log_reply(step_context: StepContext, what: str, reply: ChatReply) -> None:
+    """One line per model call: its prompt, how much of it a saved state held, what it generated. The
+    step's logger says nothing while a replay re-runs finished steps."""
+    step_context.logger.info(
+        "%s: %d prompt tokens (%d cached), %d generated",
+        what,
+        reply.prompt_tokens,
+        reply.cached_tokens,
+        reply.completion_tokens,
+        extra={
+            "model_call": what,
+            "prompt_tokens": reply.prompt_tokens,
+            "cached_tokens": reply.cached_tokens,
+            "completion_tokens": reply.completion_tokens,
+        },
+    )
 
 
 def _human_seconds(seconds: int) -> str:

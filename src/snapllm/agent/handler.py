@@ -13,6 +13,7 @@ Tests and the local runner pass their own dependencies (a local inference enviro
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,9 @@ from snapllm.agent.settings import AgentSettings
 from snapllm.agent.tools import BuiltinTools, ToolSource
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import LambdaInferenceClient
+
+#: The run's log: each model call's prompt and cached tokens (:func:`snapllm.agent.flow.run_agent`).
+LOGGER = logging.getLogger("snapllm.agent")
 
 
 def tool_sources(settings: AgentSettings) -> tuple[ToolSource, ...]:
@@ -63,6 +67,7 @@ def build_handler(
 
     @durable_execution
     def handler(event: Any, context: DurableContext) -> dict[str, Any]:
+        context.set_logger(LOGGER)
         try:
             return run_agent(event, context, deps())
         except DurableOperationError as exc:

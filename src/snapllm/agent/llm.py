@@ -12,7 +12,8 @@ The agent never loads a model: it invokes the inference alias (or, locally, a re
     reply.tool_calls   # [{"id", "name", "arguments": {...}}]
 
 Every request carries a seed derived from the request itself (:func:`request_seed`), so the same question
-gets the same answer and an execution, and a replay of its event, is reproducible.
+gets the same answer and an execution, and a replay of its event, is reproducible; and ``cache_prompt``, so
+it still reuses the inference function's prompt cache (its declared prefixes, the run's earlier turns).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class ChatReply:
     completion_tokens: int
     finish_reason: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    #: The prompt's tokens the model reused from a saved state (a declared prefix, an earlier request).
+    cached_tokens: int = 0
 
     def json(self, what: str = "answer") -> Any:
         """The reply's text as JSON. The grammar guarantees valid JSON unless ``max_tokens`` cut it."""
@@ -94,6 +98,7 @@ def chat(
             "max_tokens": max_tokens,
             "temperature": temperature,
             "seed": prompt_seed(system, user),
+            "cache_prompt": True,
         },
     )
 
@@ -125,6 +130,7 @@ def complete(
         if parallel_tool_calls is not None:
             request["parallel_tool_calls"] = parallel_tool_calls
     request["seed"] = request_seed(request)
+    request["cache_prompt"] = True
     return _send(client, request)
 
 
@@ -166,11 +172,14 @@ def _send(client: InferenceClient, request: dict[str, Any]) -> ChatReply:
             "the model stopped at its invoke deadline after "
             f"{int(usage.get('completion_tokens', 0))} of {request.get('max_tokens')} tokens"
         )
+    details = usage.get("prompt_tokens_details") or {}
     return ChatReply(
         text=text,
         completion_tokens=int(usage.get("completion_tokens", 0)),
         finish_reason=choice.get("finish_reason"),
         tool_calls=calls,
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        cached_tokens=int(details.get("cached_tokens", 0)),
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from snapllm.agent import prompts
 from snapllm.agent.artifacts import ArtifactRef, ArtifactStore
 from snapllm.agent.errors import ToolNameCollisionError, UnknownToolError
 from snapllm.agent.llm import chat
@@ -243,7 +244,7 @@ class SummarizeChunk:
             return ToolResult(text="", data=data)
         reply = chat(
             ctx.inference,
-            system="You summarize text in one short sentence.",
+            system=prompts.SUMMARY,
             user=f"Summarize this text in one sentence:\n\n{text}",
             max_tokens=ctx.settings.summary_max_tokens,
         )
@@ -259,6 +260,10 @@ class BuiltinTools:
     def __init__(self, tools: list[BuiltinTool] | None = None) -> None:
         tools = tools if tools is not None else [ReadExcerpt(), SummarizeChunk()]
         self._tools = {tool.name: tool for tool in tools}
+
+    def described(self) -> list[tuple[str, str]]:
+        """Each tool's name and description, as the plan's system message lists them."""
+        return [(tool.name, tool.description) for tool in self._tools.values()]
 
     def list_tools(self, ctx: ToolContext) -> list[ToolSpec]:
         return [

@@ -376,6 +376,11 @@ class Decoder:
 
     # --- Saved states (snapllm.engine.prefixes) ------------------------------------------------------------
 
+    @property
+    def min_batch(self) -> int:
+        """The fewest tokens a batch of a prompt of that many tokens or more has (0: any number)."""
+        return self._min_batch
+
     def keepable(self) -> int:
         """How many leading cached positions a later prompt could reuse: the first run computed one way
         (a prompt's batches), up to the first generated position."""

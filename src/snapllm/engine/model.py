@@ -243,6 +243,13 @@ class Engine(LoadedModel):
         #: Saved prompt prefixes: the declared ones (pinned) and recent conversations' (least recently used).
         self._prefixes = PrefixCache(settings.prefix_cache_bytes(function_memory_mb()))
 
+    @property
+    def reuse_reproduces(self) -> bool:
+        """Whether a prompt that reuses the cache computes as the same prompt evaluated whole, so that reuse
+        never changes an answer: with flash attention (the decoder then reuses only positions computed as a
+        whole evaluation would); without it a position evaluated alone rounds differently."""
+        return self._settings.flash_attention
+
     @classmethod
     def load(
         cls,
@@ -429,8 +436,12 @@ class Engine(LoadedModel):
         rest. Returns the state's bytes (0: nothing kept, a prefix too short for any prompt to reuse)."""
         with self._running():
             self._decoder.reset()
-            self._decoder.evaluate(tokens)
-            keep = self._decoder.keepable()
+            # A prefix shorter than a prompt's smallest batch is evaluated padded to one (its last token
+            # repeated, then dropped), so its positions are computed as a longer prompt's first batch
+            # computes them, and any prompt of that many tokens or more can reuse it.
+            padding = max(0, self._decoder.min_batch - len(tokens))
+            self._decoder.evaluate([*tokens, *tokens[-1:] * padding])
+            keep = min(self._decoder.keepable(), len(tokens))
             if not keep:
                 return 0
             state = self._decoder.save(keep)

@@ -35,7 +35,7 @@ from snapllm.protocol.http.routes import EMBEDDINGS, RERANK
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event, split_event
 from snapllm.protocol.model_routes.rerank import RerankServing
-from snapllm.protocol.prefixes import MAX_PREFIXES_BYTES, read_prefixes
+from snapllm.protocol.prefixes import BUNDLED, MAX_PREFIXES_BYTES, bundled_file, read_prefixes
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
@@ -49,11 +49,16 @@ RERANK_WARMUP = {"query": "Hello?", "documents": list(EMBEDDING_WARMUP)}
 
 
 def read_declared_prefixes(settings: InferenceSettings, loader: S3ModelLoader) -> list[dict[str, Any]]:
-    """The entries of ``SNAPLLM_PROMPT_PREFIXES``: a file (an absolute path), else a key in the model's
-    bucket; a missing or malformed file raises :class:`ConfigurationError` (the init fails, as for a bad
-    variable)."""
+    """The entries of ``SNAPLLM_PROMPT_PREFIXES``: prefixes snapllm ships (``snapllm:NAME``), a file (an
+    absolute path), else a key in the model's bucket; a missing or malformed file raises
+    :class:`ConfigurationError` (the init fails, as for a bad variable)."""
     where = settings.serving.prompt_prefixes
     assert where is not None
+    if where.startswith(BUNDLED):
+        try:
+            where = str(bundled_file(where))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"SNAPLLM_PROMPT_PREFIXES: {exc}") from None
     if where.startswith("/"):
         try:
             with open(where, "rb") as file:

@@ -60,8 +60,9 @@ class ServingSettings(Settings):
     prompt_prefixes: str | None = Field(None, min_length=1, json_schema_extra={"unset": "none"})
     """Declared prompt prefixes, evaluated before the snapshot so that every restored environment starts
     with them: a JSON file, as a key in the model's bucket or an absolute path (a layer's `/opt/...`),
-    holding an array of chat requests without their last user turn (`messages`, `tools`...). A request
-    whose prompt starts with one restores its KV state and evaluates only the rest."""
+    holding an array of chat requests without their last user turn (`messages`, `tools`...), or
+    `snapllm:agent`, the agent function's own prompts (the template's default). A request whose prompt
+    starts with one restores its KV state and evaluates only the rest."""
     embedding_truncatable: bool = False
     """The embedding model was trained for shorter vectors (Matryoshka): a request's `dimensions` may ask
     for fewer than the model's, which are cut and normalised again; otherwise only the model's own size."""

@@ -7,6 +7,8 @@ turns) and, optionally, its ``tools``, ``tool_choice``, ``reasoning_effort`` and
 
     [{"messages": [{"role": "system", "content": "You are..."}], "tools": [...]}]
 
+``snapllm:agent`` names the file snapllm ships with the agent function's own system prompts.
+
 An entry's prefix is what the model's own template writes for it up to where the next user turn's text
 begins: the entry is rendered twice, each time with a different sentinel user turn appended, and the prefix
 is the tokens both renders share. A request whose prompt starts with them restores the saved state.
@@ -15,10 +17,15 @@ is the tokens both renders share. A request whose prompt starts with them restor
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from snapllm.errors import ConfigurationError
 
+#: ``snapllm:NAME`` names prefixes snapllm ships: ``declared/NAME.json`` beside this module
+#: (``snapllm:agent``, the agent function's system prompts: :mod:`snapllm.agent.prompts`).
+BUNDLED = "snapllm:"
+_BUNDLED_FILES = Path(__file__).parent / "declared"
 #: The largest declared-prefixes file read, in bytes.
 MAX_PREFIXES_BYTES = 4 * 1024 * 1024
 #: The most entries one file may declare: each is a KV state in RAM and in the snapshot.
@@ -27,6 +34,17 @@ MAX_PREFIXES = 64
 PREFIX_FIELDS = frozenset({"messages", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs"})
 #: The two user turns appended to an entry: the prefix ends where they first differ.
 SENTINELS = ("Hello.", "Goodbye.")
+
+
+def bundled_file(where: str) -> Path:
+    """The file ``where`` (``snapllm:NAME``) names; :class:`ConfigurationError` when snapllm ships none."""
+    name = where.removeprefix(BUNDLED)
+    known = sorted(path.stem for path in _BUNDLED_FILES.glob("*.json"))
+    if name not in known:
+        raise ConfigurationError(
+            f"{where} names none of the prefixes snapllm ships ({', '.join(BUNDLED + k for k in known)})"
+        )
+    return _BUNDLED_FILES / f"{name}.json"
 
 
 def read_prefixes(data: bytes | str, *, source: str) -> list[dict[str, Any]]:

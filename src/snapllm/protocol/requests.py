@@ -493,6 +493,11 @@ class GenerationParameters(DecidedRequest, LocalSamplingFields):
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
     stop: str | list[str] | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    cache_prompt: bool | None = Field(
+        default=None,
+        description="llama-server's field: with a seed, true reuses the prompt cache (the answer still "
+        "reproduces where reuse computes as the whole prompt does: with flash attention, the default).",
+    )
     n: int = 1
     stream: bool = False
     stream_options: dict[str, Any] | None = None

@@ -306,8 +306,10 @@ class OpenAIServing:
                 stop=tuple(stop),
                 grammar=grammar,
                 top_logprobs=request.logprobs_count,
-                # A caller-chosen seed must reproduce: the whole prompt evaluated afresh, as the first time.
-                reuse_cache=request.seed is None,
+                # A caller-chosen seed must reproduce: the whole prompt evaluated afresh, as the first time,
+                # unless the caller asks for the cache (cache_prompt) and reuse computes as afresh.
+                reuse_cache=request.seed is None
+                or (request.cache_prompt is True and self.engine.reuse_reproduces),
                 special_text=self.family.special_text,
                 span=span,
             ),

@@ -11,12 +11,17 @@ approval is asked for on the terminal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from snapllm.agent.flow import describe_step
+from snapllm.agent.handler import LOGGER
 from snapllm.errors import RequestError, SnapllmError
 from snapllm.protocol.http.edge import decode_json
 from snapllm_dev.local.durable import Decider, LocalAgent, agent_settings, approve, reject, with_mcp_servers
@@ -65,6 +70,22 @@ def _decider(args: argparse.Namespace) -> Decider:
     return _ask
 
 
+@contextlib.contextmanager
+def _run_log() -> Iterator[None]:
+    """The run's log (``snapllm.agent``: each model call's prompt and cached tokens) on stderr, at
+    ``SNAPLLM_LOG_LEVEL`` (INFO by default), as the function's log would show it."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    level = LOGGER.level
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(os.environ.get("SNAPLLM_LOG_LEVEL", "INFO").upper())
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(handler)
+        LOGGER.setLevel(level)
+
+
 def invoke_durable(args: argparse.Namespace, template: Template, function: Function) -> int:
     """Entry point from ``snapllm local invoke`` for a function with ``DurableConfig``."""
     try:
@@ -77,7 +98,8 @@ def invoke_durable(args: argparse.Namespace, template: Template, function: Funct
         ) as agent:
             if str(args.event) != "-":
                 agent.upload_documents(args.event.parent / "documents")
-            run = agent.run(event, decide=decide, settings=settings)
+            with _run_log():
+                run = agent.run(event, decide=decide, settings=settings)
     except (SnapllmError, OSError, ValueError) as exc:
         print(f"snapllm local invoke: {exc}", file=sys.stderr)
         return 2

@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--prompt-prefixes",
-        type=readable_file,
-        help="the declared prompt prefixes' JSON file (PromptPrefixes): their saved states count toward the "
-        "memory --model needs",
+        default="snapllm:agent",
+        help="the declared prompt prefixes (PromptPrefixes): a JSON file, snapllm:NAME or '' for none "
+        "(default: the template's, snapllm:agent); their saved states count toward the memory --model needs",
     )
     parser.add_argument("--model-bytes", type=integer(1, 2**50), help="the model's size, instead of --model")
     parser.add_argument(

@@ -21,7 +21,7 @@ from typing import Any
 
 from snapllm.engine.settings import EngineSettings
 from snapllm.errors import ConfigurationError
-from snapllm.protocol.prefixes import read_prefixes
+from snapllm.protocol.prefixes import BUNDLED, bundled_file, read_prefixes
 from snapllm_dev.preflight.arguments import DESCRIPTION, add_arguments
 from snapllm_dev.preflight.checker import preflight
 from snapllm_dev.preflight.errors import PreflightError
@@ -73,11 +73,14 @@ def _model(args: argparse.Namespace) -> ModelProfile | None:
 
 
 def _prefixes(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The declared prompt prefixes of ``--prompt-prefixes`` (the file PromptPrefixes names, read here)."""
-    if args.prompt_prefixes is None:
+    """The declared prompt prefixes of ``--prompt-prefixes`` (what PromptPrefixes names: a file,
+    ``snapllm:NAME``, or empty for none), read here."""
+    where: str = args.prompt_prefixes
+    if not where:
         return []
     try:
-        return read_prefixes(args.prompt_prefixes.read_bytes(), source=str(args.prompt_prefixes))
+        path = bundled_file(where) if where.startswith(BUNDLED) else Path(where)
+        return read_prefixes(path.read_bytes(), source=where)
     except (OSError, ConfigurationError) as exc:
         raise PreflightError(f"--prompt-prefixes: {exc}") from None
 

@@ -72,7 +72,11 @@ _MODEL = _served("must name the served model, or be left out")
 _STREAM = _served("server-sent events from the streaming endpoint; the router and a direct invoke refuse it")
 _TEMPERATURE = _served("0 to 2; 0 picks the most likely token")
 _TOP_P = _served("above 0, at most 1")
-_SEED = _served("0 to 2^32-1; the answer reproduces (the prompt is evaluated afresh)")
+_SEED = _served("0 to 2^32-1; the answer reproduces (the prompt is evaluated afresh, unless cache_prompt)")
+_CACHE_PROMPT = _served(
+    "true with a seed reuses the prompt cache, and the answer still reproduces: with flash attention (the "
+    "default) a reused prefix computes as the whole prompt does; with it off a seed evaluates afresh"
+)
 _MODERATION = _refused("no moderation runs here; moderate before or after calling")
 _MAX_TOKENS = _served("at least 1, at most the deployment's SNAPLLM_MAX_TOKENS; capped by the context window")
 
@@ -147,14 +151,17 @@ LOCAL_REFUSED: dict[str, Decision] = {
 }
 #: Fields local-model servers take that cannot change the answer here.
 LOCAL_IGNORED: dict[str, Decision] = {
-    "cache_prompt": _PREFIX_CACHE_KEY,
     "id_slot": _ignored("there is one slot: each environment serves one request at a time"),
     "priority": _ignored("each environment serves one request at a time, in the order they come"),
     "request_id": _ignored("every answer carries its own x-request-id"),
 }
 
+#: llama-server's own fields served here.
+LOCAL_SERVED: dict[str, Decision] = {"cache_prompt": _CACHE_PROMPT}
+
 FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
     "chat": {
+        **LOCAL_SERVED,
         **LOCAL_IGNORED,
         **LOCAL_REFUSED,
         **_SHARED,
@@ -199,6 +206,7 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "continue_final_message": _refused("every chat is answered as a new assistant turn"),
     },
     "completion": {
+        **LOCAL_SERVED,
         **LOCAL_IGNORED,
         **LOCAL_REFUSED,
         **_SHARED,
@@ -213,6 +221,7 @@ FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
         "suffix": _validated("empty only: fill-in-the-middle is not supported by this engine"),
     },
     "responses": {
+        **LOCAL_SERVED,
         **LOCAL_IGNORED,
         **LOCAL_REFUSED,
         **LOCAL_SAMPLING,

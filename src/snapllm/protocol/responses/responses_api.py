@@ -342,6 +342,11 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
     # Not an OpenAI field: snapllm's own, as on chat completions, so an answer can be reproduced (the
     # official SDK sends it with extra_body={"seed": ...}).
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    cache_prompt: bool | None = Field(
+        default=None,
+        description="llama-server's field: with a seed, true reuses the prompt cache (the answer still "
+        "reproduces where reuse computes as the whole prompt does: with flash attention, the default).",
+    )
 
     _chat: ChatCompletionRequest | None = PrivateAttr(default=None)
 
@@ -432,6 +437,8 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
         body.update(self.model_dump(include=set(LocalSamplingFields.model_fields), exclude_none=True))
         if self.seed is not None:
             body["seed"] = self.seed
+        if self.cache_prompt is not None:
+            body["cache_prompt"] = self.cache_prompt
         if self.max_output_tokens is not None:
             body["max_completion_tokens"] = self.max_output_tokens
         if self.reasoning is not None and self.reasoning.effort is not None:
