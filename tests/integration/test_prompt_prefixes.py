@@ -279,3 +279,23 @@ def test_the_agents_model_calls_restore_the_prefixes_the_template_declares(deplo
     assert f"plan: {logged['plan'].prompt_tokens} prompt tokens ({logged['plan'].cached_tokens} cached)" in (
         logged["plan"].getMessage()
     )
+
+
+def test_a_seeded_request_that_asks_for_the_cache_answers_as_one_evaluated_afresh(load):
+    """``cache_prompt`` with a seed reuses the conversation's cached turns, and samples the same answer, token
+    for token and with the same log probabilities, as the seed alone (the prompt evaluated afresh)."""
+    _, serving = load()
+    history = [{"role": "system", "content": _system("volcanoes")}]
+    _conversation_step(serving, history, "Why do volcanoes erupt?")
+    history.append({"role": "user", "content": "And which one erupts most often?" + " Say why." * 30})
+
+    def sampled(**fields: Any) -> dict[str, Any]:
+        body = {"messages": history, "temperature": 0.9, "seed": 11, "logprobs": True, **fields}
+        response, _ = serving.complete(serving.parse(body), deadline=None)
+        return response
+
+    reused = sampled(cache_prompt=True)
+    afresh = sampled()
+    assert _cached(reused) > 300 and _cached(afresh) == 0
+    assert reused["choices"][0]["message"] == afresh["choices"][0]["message"]
+    assert _logprobs(reused) == _logprobs(afresh)
