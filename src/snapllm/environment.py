@@ -1,25 +1,13 @@
 """The bases of every settings class: plain values (:class:`Settings`) and their environment variables
 (:class:`EnvironmentSettings`), both validated by pydantic.
 
-Each setting is declared once, as a field of a :class:`Settings` subclass: its name, type, default, range
-and the docstring under it, which is its ``description`` and the docs' configuration table's
-(:mod:`snapllm_dev.settings_doc`). The value class is built from keyword arguments and never reads the
-environment; a subclass of it and of :class:`EnvironmentSettings` (in that order) reads the same fields
-from variables named after them with the class's ``env_prefix`` (or aliased, as
-``POWERTOOLS_SERVICE_NAME``)::
-
     class EngineEnvironment(EngineSettings, EnvironmentSettings): ...
 
     EngineSettings(n_ctx=512, threads=1)                            # values only
     EngineEnvironment.from_env()                                    # os.environ
     EngineEnvironment.from_env({"SNAPLLM_N_CTX": "0"})              # ConfigurationError naming it
 
-Where a value class has fields no variable sets (a test's shorter retry pause), the fields a deployment
-sets are a base class of their own, which both the value class and the environment class extend
-(:class:`~snapllm.engine.settings.LoaderVariables`).
-
-Values are stripped and an empty one means the default: ``template.yaml`` passes an empty stack
-parameter through as ``""``.
+docs/architecture.md ("Settings") says how a setting is declared once and read from its variable.
 """
 
 from __future__ import annotations

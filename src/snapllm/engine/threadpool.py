@@ -1,26 +1,13 @@
 """A persistent ggml thread pool for a llama.cpp context, so a token does not start and join its threads.
 
-Without a pool attached, each ``llama_decode`` of a build without OpenMP (llama-cpp-python's) creates
-``threads - 1`` OS threads and joins them at the end: at 6-8 threads that costs 6-22% of decode speed.
-llama-cpp-python does not wrap ``llama_attach_threadpool``, so this module binds it and ggml's pool
-functions from the same shared libraries, through ctypes::
-
     pool = CpuThreadPool(llama, threads=6)
-    with pool.running():        # one request's decodes
+    with pool.running():        # one request's decodes; the workers sleep when it ends
         ...
     pool.close()                # detaches, then joins the threads
 
-**Idle costs nothing.** Between two graphs of one request the workers poll for ``poll`` rounds (ggml's
-scale, 0-100; 50 is ggml's and llama-server's default) before they sleep, which keeps a token's hand-off
-fast. When a request ends, :meth:`CpuThreadPool.running` pauses the pool: every worker sleeps on a
-condition variable at once, so a warm environment between requests (and a snapshot) holds sleeping
-threads, not spinning ones. The next decode wakes them.
-
-**A fork has no workers.** ``fork()`` copies only the calling thread, so a process forked from one with a
-pool (the local SnapStart emulation restores that way) would wait forever on workers that do not exist
-in it. The pool remembers the process that created it and, in any other, builds a new one before the
-next decode; the old one's memory is left alone (its threads cannot be joined where they do not exist).
-A SnapStart restore on Lambda keeps the whole machine, threads included: the pool is simply resumed.
+llama-cpp-python does not wrap ``llama_attach_threadpool``: this module binds it and ggml's pool functions
+from the same shared libraries, through ctypes. docs/architecture.md ("The decode thread pool") says why,
+what an idle pool costs and what a fork does to it.
 """
 
 from __future__ import annotations

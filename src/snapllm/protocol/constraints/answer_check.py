@@ -1,24 +1,12 @@
-"""A finished structured answer checked against its whole schema, in the draft the schema declares.
-
-The constraint holds what llguidance enforces while generating; the rest of a schema (``uniqueItems``,
-``not``, ``if``/``then``/``else``, ``dependencies``, a lookaround in a ``pattern``, a format without a
-grammar...: :attr:`~snapllm.protocol.constraints.compiled_schema.CompiledSchema.validated` lists each) is
-checked here, once the answer is whole, by the request's
-:class:`~snapllm.protocol.constraints.compiled_schema.CompiledSchema`::
+"""A finished structured answer checked against its whole schema, in the draft the schema declares: what
+llguidance did not enforce while generating (:attr:`CompiledSchema.validated
+<snapllm.protocol.constraints.compiled_schema.CompiledSchema.validated>`) is checked here::
 
     answer_violations({"type": "array", "uniqueItems": True}, '["a","a"]')
     # ["$ ['a', 'a'] has non-unique elements"]
-    check_answer(schema, text, param="response_format")   # raises SchemaValidationFailedError
+    check_answer(schema, text, param="response_format")   # raises SchemaValidationFailedError (422)
 
-An answer that fails is never returned as if it passed: the request fails with
-:class:`~snapllm.errors.SchemaValidationFailedError` (422, ``schema_validation_failed``), whose message
-says what failed and which constraints were validated rather than enforced.
-
-The check's cost is bounded: the answer is at most ``max_tokens`` long, and a ``pattern`` is matched with
-the ``regex`` module under a time limit (:data:`PATTERN_TIMEOUT_S`), so a pattern that backtracks
-exponentially (``(a+)+$`` beside a lookaround) fails the check instead of holding the CPU. ``multipleOf``
-is checked exactly on the decimal the answer wrote (``0.07`` is a multiple of ``0.01``, which float
-division says it is not).
+The check's bounds (a pattern's time limit, exact ``multipleOf``) are in docs/structured-output.md.
 """
 
 from __future__ import annotations

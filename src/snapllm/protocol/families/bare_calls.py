@@ -1,24 +1,12 @@
 """A tool call written without its family's tags: an answer that is one bare JSON call, read as the call.
 
-Small instruct models often answer a tools request (``tool_choice`` "auto") with the call's JSON alone,
-without the envelope their template asks for: Qwen2.5-Coder-0.5B-Instruct answers "What is the weather in
-Paris?" with ``{"name": "get_weather", "arguments": {"city": "Paris"}}`` in a ```` ```json ```` block and no
-``<tool_call>`` tags. Such an answer is a call when nothing else could have meant it:
-
-- the request has tools, lets the model choose (``auto``), and asks for no ``response_format`` (a
-  ``json_object`` or ``json_schema`` answer is an answer, whatever its shape);
-- the answer is exactly one JSON object (whitespace around it, or one Markdown code block around it and
-  nothing else), with exactly the keys ``name`` and the format's arguments key;
-- ``name`` is one of the request's tools and the arguments are valid against its ``parameters``.
-
     >>> tools = (("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}),)
-    >>> bare_call(' {"name": "get_weather", "arguments": {"city": "Paris"}}\\n', tools)
+    >>> bare_call(' {"name": "get_weather", "arguments": {"city": "Paris"}}\n', tools)
     ('get_weather', '{"city": "Paris"}')
     >>> bare_call('Call {"name": "get_weather", "arguments": {"city": "Paris"}}', tools) is None
     True
 
-Formats whose calls are bare JSON anyway (the generic one, Llama 3's) read them as their own calls; this
-is for formats with an opener. Pure: no llama.cpp.
+When such an answer is a call (and when it is an answer) is in docs/models.md. Pure: no llama.cpp.
 """
 
 from __future__ import annotations

@@ -3,25 +3,10 @@ engine with rank pooling (:mod:`snapllm.engine.embedding`).
 
     reranking = RerankServing(engine, limits=EmbeddingLimits(max_inputs=128, max_tokens=8192,
                                                               max_input_chars=32_000))
-    answer = reranking.answer({"query": "What is a cat?", "documents": ["A cat is...", {"text": "Dogs"}],
-                               "top_n": 1, "return_documents": True})
-    # {"model", "object": "list", "usage": {...}, "results": [{"index": 0, "relevance_score": 2.1,
-    #                                                          "document": {"text": "A cat is..."}}]}
+    answer = reranking.answer({"query": "What is a cat?", "documents": ["A cat is..."], "top_n": 1})
 
-Each document is scored with the query as one sequence, as llama-server builds it: the GGUF's rerank prompt
-(``tokenizer.chat_template.rerank``) with ``{query}`` and ``{document}`` replaced, tokenized with its
-control tokens; without one, BOS (where the tokenizer adds it), the query, EOS (SEP if the model has no
-EOS; where the tokenizer adds it), SEP (where it adds it), the document, EOS. The score is the first
-output of the model's classification head as llama.cpp gives it, as llama-server reports it (no sigmoid
-added): a Qwen3 reranker's is llama.cpp's softmax of its "yes" against its "no" (0 to 1), a BERT-family
-reranker's a raw logit. Results are sorted by it, best first, and cut to ``top_n``.
-
-A query or document that holds a control token's text (``<|im_end|>``) is refused with a 400 naming it: the
-rerank prompt is tokenized with its control tokens, and text must not close the turn it is placed in.
-
-The cost of a request is bounded as an embeddings request's is (:class:`EmbeddingLimits`): at most
-``max_inputs`` documents, the query and each document at most ``max_input_chars`` characters before they are
-tokenized, each pair within the context window, and ``max_tokens`` tokens over all pairs.
+Each document is scored with the query as one sequence, as llama-server builds it; a request's cost is
+bounded as an embeddings request's is. docs/api.md ("Rerank") says how the pairs are built and scored.
 """
 
 from __future__ import annotations
