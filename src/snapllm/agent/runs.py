@@ -1,24 +1,13 @@
-"""Start, inspect and approve agent runs through Lambda's durable execution API.
-
-The HTTP routes (:mod:`snapllm.agent.routes`) call this service; it needs a boto3 Lambda client (or
-anything with the same methods, such as :class:`~snapllm_dev.local.durable_service.LocalDurableLambda`)::
+"""Start, inspect and approve agent runs through Lambda's durable execution API::
 
     records = RunRecords(boto3.client("s3"), bucket="snapllm-models-...", prefix="agent/")
-    alias = "arn:aws:lambda:...:function:snapllm-Agent:live"
-    runs = AgentRuns(boto3.client("lambda"), function_arn=alias, records=records)
+    runs = AgentRuns(boto3.client("lambda"), function_arn=alias_arn, records=records)
     run = runs.start("order-1234-review", {"task": "...", "documents": [...], "approval": {...}})
     runs.get(run["id"])                     # {"id", "status", "waiting_for_approval", "result", "error"}
     runs.decide(run["id"], approved=True, approver="alice", reason="ok")
 
-A run's id is its ``DurableExecutionName``, derived from the client's idempotency key: starting again
-with the same key and the same request returns the same run; with a different request it is a conflict.
-
-**A run outlives a redeploy.** The alias moves to each new version, but an execution stays on the version
-it started on, and its ARN names that version. So the run keeps its execution ARN, with a digest of its
-request, in S3 (:class:`RunRecords`: ``{prefix}runs/executions/{run id}.json``), and reading and approving
-a run use that ARN. Nothing asks the service to look a run up by name on the alias (whether
-``ListDurableExecutionsByFunction`` with ``Qualifier=live`` lists executions of older versions is not
-documented), and a retried start finds its run whatever version the alias points at.
+A run's id is its ``DurableExecutionName``, derived from the client's idempotency key. Each run's execution
+ARN is kept in S3 (:class:`RunRecords`), so a run outlives a redeploy: docs/redeploys.md says why.
 """
 
 from __future__ import annotations

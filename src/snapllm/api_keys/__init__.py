@@ -1,24 +1,12 @@
 """API keys (``ApiAuth=KEY``): what a key looks like, how it is stored, and the one check every front door
-makes of an ``Authorization: Bearer <key>`` header.
-
-A key is ``sk-snapllm-<id>-<secret>``: 12 hex digits that name it (not secret: ``snapllm keys list`` shows
-them) and 32 random bytes (base64url). A deployment keeps only a salted hash of each key, one SSM
-Parameter Store SecureString per key under the stack's path::
-
-    /snapllm/<stack>/api-keys/<id>  ->  {"v": 1, "key_id", "salt", "sha256", "created", "prefix"}
-
-The hash is SHA-256 over the salt, the *realm* (the parameter path, so a key and its parameter copied to
-another stack's path do not verify there) and the key. A fast hash is enough: the keys carry 256 random
-bits, which no slower hash would make harder to guess. Checking a header::
+makes of an ``Authorization: Bearer <key>`` header::
 
     verifier = ApiKeyEnvironment.from_env().verifier()       # snapllm.api_keys.store: SSM, or a file
     record = verifier.verify(headers.get("authorization"))   # or InvalidApiKeyError (401)
 
-Hashes are compared with :func:`hmac.compare_digest`, and an unknown id is compared against a stand-in
-record, so the answer takes as long for a wrong key as for a wrong secret of a known id. Writing keys
-(create, list, revoke) is developer tooling (``snapllm keys``); the functions only read. The router reads
-no key store: it gets the authorizer's verdict (:func:`authorizer_verdict`), so this module calls no AWS
-API; :mod:`snapllm.api_keys.store` reads Parameter Store.
+A key is ``sk-snapllm-<id>-<secret>``; a deployment keeps a salted hash of each, one SecureString per key
+under ``/snapllm/<stack>/api-keys/<id>``. docs/api-keys.md says how keys are hashed and compared. This
+module calls no AWS API (:mod:`snapllm.api_keys.store` reads Parameter Store).
 """
 
 from __future__ import annotations

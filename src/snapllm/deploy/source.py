@@ -5,23 +5,9 @@
             ...
     source.size, source.offset, source.resumes, source.retries
 
-When the connection fails (a reset, a body that ends early, a read stalled past ``read_timeout_s``, a
-408/425/429/5xx answer), the source reconnects after a backoff and asks for the rest only:
-``Range: bytes=<offset>-``, with ``If-Range`` when the first answer carried a strong ``ETag`` or a
-``Last-Modified`` date, so a file replaced in the meantime is never spliced onto the old bytes. Redirects
-(a Hugging Face ``resolve`` URL redirects to its CDN) are followed again on each reconnect. A server that
-answers the Range request with the whole file (200) or with other bytes cannot resume: the read fails
-with :class:`~snapllm.errors.ModelSourceResumeError` instead of starting over unnoticed. ``max_attempts``
-failures in a row without a new byte end the read with :class:`~snapllm.errors.ModelSourceDownloadError`;
-any other error status fails at once (:class:`~snapllm.errors.ModelSourceHTTPError`). A redirect from
-https to anything else is refused. With a ``deadline`` (a ``time.monotonic()`` value), no connect, read
-or backoff waits past it (:class:`~snapllm.errors.ModelCopyTimeoutError`).
-
-The URL's scheme is the caller's policy (the custom resource accepts https:// only); this reader speaks
-plain http too, so that tests can put the fault proxy of :mod:`snapllm_dev.local.faults` in the path. A URL
-with user information (``https://user:password@host/...``) is refused before any request
-(:class:`~snapllm.errors.ModelCopyInputError`, naming the URL without it): the URL is a stack parameter,
-which CloudFormation shows in plain text, so it is no place for a password.
+How it resumes, what it refuses and why are in docs/deploy.md ("How the copy resumes"). It speaks plain
+http too, so that tests can put the fault proxy of :mod:`snapllm_dev.local.faults` in the path; the
+custom resource accepts https:// only.
 """
 
 from __future__ import annotations
