@@ -175,6 +175,18 @@ def test_a_malformed_prefixes_file_is_a_configuration_error():
         read_prefixes("[", source="prefixes.json")
 
 
+def _restored(variables: dict[str, str]) -> InferenceRuntime:
+    """The inference runtime set up in this process from ``variables``, as Lambda would, then snapshotted and
+    restored (its hooks run)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in variables.items():
+            patch.setenv(name, value)
+        runtime = InferenceRuntime.initialize(InferenceSettings.from_env())
+    runtime.before_snapshot()
+    runtime.after_restore()
+    return runtime
+
+
 def test_the_function_declares_its_prefixes_from_a_key_in_the_model_bucket(deployment):
     """``SNAPLLM_PROMPT_PREFIXES`` as the template passes it: a key in the model bucket, read at init and
     evaluated by the before-snapshot warm-up; a restored environment's first request reuses the prefix."""
@@ -182,17 +194,13 @@ def test_the_function_declares_its_prefixes_from_a_key_in_the_model_bucket(deplo
     deployment.s3.client().put_object(
         Bucket=LOCAL_MODEL_BUCKET, Key="prefixes/glaciers.json", Body=json.dumps([entry]).encode()
     )
-    variables = deployment.environment(
-        SNAPLLM_THREADS=TEST_THREADS,
-        SNAPLLM_PROMPT_PREFIXES="prefixes/glaciers.json",
-        SNAPLLM_WARMUP_TOKENS="1",
+    runtime = _restored(
+        deployment.environment(
+            SNAPLLM_THREADS=TEST_THREADS,
+            SNAPLLM_PROMPT_PREFIXES="prefixes/glaciers.json",
+            SNAPLLM_WARMUP_TOKENS="1",
+        )
     )
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in variables.items():
-            patch.setenv(name, value)
-        runtime = InferenceRuntime.initialize(InferenceSettings.from_env())
-    runtime.before_snapshot()
-    runtime.after_restore()
     prefix = runtime.serving.prefix_tokens(entry)
     cache = runtime.serving.engine.prefix_cache
     assert len(cache.pinned) == 1 and cache.pinned[0].tokens == prefix
@@ -246,14 +254,8 @@ def test_the_agents_model_calls_restore_the_prefixes_the_template_declares(deplo
     function = deployment.function(
         "InferenceFunction", SNAPLLM_THREADS=TEST_THREADS, SNAPLLM_WARMUP_TOKENS="1"
     )
-    variables = function.environment
-    assert variables["SNAPLLM_PROMPT_PREFIXES"] == "snapllm:agent"
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in variables.items():
-            patch.setenv(name, value)
-        runtime = InferenceRuntime.initialize(InferenceSettings.from_env())
-    runtime.before_snapshot()
-    runtime.after_restore()
+    assert function.environment["SNAPLLM_PROMPT_PREFIXES"] == "snapllm:agent"
+    runtime = _restored(function.environment)
     plan, summary, answer = (runtime.serving.prefix_tokens(entry) for entry in runtime.prefix_entries)
     assert [state.tokens for state in runtime.serving.engine.prefix_cache.pinned] == [plan, summary, answer]
 
