@@ -5,19 +5,10 @@
     runtime = InferenceRuntime.initialize()   # the same S3 -> memfd -> llama.cpp init as InferenceFunction
     app = create_app(runtime)
 
-LWA replaces the Python runtime client, so ``snapshot-restore-py`` hooks never fire under it. LWA calls
-two HTTP hooks instead, which run the runtime's own SnapStart work:
-
-- ``POST /_snapllm/snapstart/before-checkpoint``: warm-up, so the snapshot holds a primed model;
-- ``POST /_snapllm/snapstart/after-restore``: re-seed and new environment id.
-
-Both answer 403 to anything that came through an invoke (LWA adds ``x-amzn-request-context`` to those
-and itself refuses outside requests to the configured hook paths).
-
-With ``stream: true`` the completion routes answer with server-sent events in OpenAI's chunk format,
-ending with ``data: [DONE]``, and ``/v1/responses`` with the Responses API's typed events; without it,
-with the same JSON body as the router. Each completion request
-publishes the router's EMF metrics (:mod:`snapllm.protocol.metrics`) when its response ends.
+LWA replaces the Python runtime client, so the SnapStart hooks run as two HTTP routes it calls
+(``/_snapllm/snapstart/before-checkpoint`` and ``.../after-restore``), which answer 403 to anything that
+came through an invoke (LWA adds ``x-amzn-request-context`` to those). The routes and their answers are the
+router's, streamed with ``stream: true`` (docs/api.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A request's JSON schema compiled once: the constraint llguidance enforces, and the rest validated.
 
 Every place that turns a schema into something (the router's check, the function's request validation,
-the grammar the decode loop follows, the answer's check) asks :func:`compile_schema`, which compiles a
-schema once and keeps it in a bounded LRU keyed by its compact JSON::
+the grammar the decode loop follows, the answer's check) asks :func:`compile_schema`, which keeps each
+compiled schema in a bounded LRU keyed by its compact JSON::
 
     compiled = compile_schema({"type": "object", "properties": {"city": {"type": "string"}}},
                               param="response_format")
@@ -10,18 +10,8 @@ schema once and keeps it in a bounded LRU keyed by its compact JSON::
     compiled.lark()           # '%json {...}': the schema inside a larger Lark grammar (tool calls)
     compiled.check_answer(text, param="response_format")   # 422 when the finished answer breaks it
 
-What llguidance enforces while generating is generated only that way. What it does not (``uniqueItems``,
-``not``, ``if``/``then``/``else``, ``dependencies``, a lookaround in a ``pattern``, a format it has no
-grammar for such as ``int32``...) is listed in :attr:`CompiledSchema.validated` and checked on the finished
-answer by ``jsonschema`` in the draft the schema declares (``$schema``; 2020-12 when it declares none). A
-keyword JSON Schema does not define is an annotation. A schema is refused (400) only when it is not valid
-JSON Schema, is larger than :data:`MAX_SCHEMA_CHARS`, admits no value, or its constraint exceeds
-llguidance's limits (:data:`PARSER_LIMITS`: its lexer fuel is the compile's budget, counted in work, not in
-time, so a busy machine serves what an idle one does).
-
-JSON may carry bounded whitespace between its tokens (:data:`WHITESPACE`): ``{"city":"Paris"}``,
-``{"city": "Paris"}`` and an object indented on new lines are all reachable, and no gap is longer than a
-newline and :data:`MAX_INDENT` spaces, so a weak model cannot spend ``max_tokens`` on spaces.
+What is enforced, what is validated (:attr:`CompiledSchema.validated`), what is refused, and the bounds
+are in docs/structured-output.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """One decision for every request field a client may send: the official ``openai`` package's request
-types, and the fields local-model servers (llama-server, vLLM) take that clients send to them.
-
-Each field is
-
-- **served**: honoured, within the bounds its request model checks;
-- **validated**: accepted with the values that change nothing here (``n: 1``, ``store: false``...), and
-  refused with the reason for any other;
-- **ignored**: accepted, because it cannot change the answer here;
-- **refused**: it would change the answer and cannot be honoured, so it is a 400 with
-  ``code: "unsupported_parameter"`` and the reason.
-
-A top-level field in no list is unknown: it is accepted and ignored, logged as a warning and named in the
-``x-snapllm-ignored-fields`` response header (:data:`IGNORED_FIELDS_HEADER`), as OpenAI-compatible servers
-do for fields a newer client sends. A unit test walks the installed ``openai`` package's TypedDicts and
-fails on any field without a decision, and docs/api.md holds :func:`field_table` as written here::
+types, and the fields local-model servers (llama-server, vLLM) take that clients send to them::
 
     decision("chat", "verbosity")   # Decision(kind="ignored", reason="...")
 
-The Responses API (``responses``) is served statelessly: nothing it asks OpenAI's service to keep
-(``store: true``, ``previous_response_id``, ``conversation``, ``background``) can be honoured here.
+Each field is served, validated, ignored or refused (docs/api.md says what each means, and what happens to
+a field in no list, and holds :func:`field_table`). A unit test walks the installed ``openai`` package's
+TypedDicts and fails on any field without a decision.
 """
 
 from __future__ import annotations
