@@ -22,6 +22,7 @@ from llama_cpp import Llama
 
 from snapllm.engine.types import Completion, Deadline, EngineRequest, Finish, Timings, TokenDelta
 from snapllm.errors import (
+    ConfigurationError,
     ContextLengthExceededError,
     InvalidRequestError,
     SchemaValidationFailedError,
@@ -304,6 +305,14 @@ def test_a_model_without_a_chat_format_serves_text_only():
         serving.prepare(parse_request(_chat()))
     assert refused.value.param == "messages"
     assert [b for b in serving.warm_up_bodies(2) if "prompt" not in b] == []
+    # A chat prefix it cannot render: a deploy's own declared one fails the init, naming it; the ones
+    # snapllm ships and declares by default (the agent's) are left out, named.
+    entries = [{"messages": [{"role": "system", "content": "You plan."}]}]
+    with pytest.raises(ConfigurationError, match=r"declared prompt prefix 0 is refused: .*no chat template"):
+        serving.keep_prefixes(entries)
+    assert serving.keep_prefixes(entries, refused_ok=True) == []
+    [refusal] = serving.prefix_refusals
+    assert refusal.startswith("declared prompt prefix 0 is refused") and "no chat template" in refusal
 
 
 # --- Answers read back ----------------------------------------------------------------------------------

@@ -208,7 +208,14 @@ class InferenceRuntime:
             if "statusCode" in answer:  # a warm-up the function refuses is a bug: fail the publish
                 raise ServerError(f"warm-up request {body} failed: {answer}")
         # The handler generated each whole: what is left is the streamed path, where the function serves it.
-        self.serving.warm_up(bodies, prefixes=self.prefix_entries, whole=False, streamed=streams)
+        # The prefixes snapllm ships (the template's default) are the agent's: a model that cannot serve
+        # them (no system role, no chat template) still deploys, without them.
+        shipped = (self.settings.serving.prompt_prefixes or "").startswith(BUNDLED)
+        self.serving.warm_up(
+            bodies, prefixes=self.prefix_entries, prefixes_refused_ok=shipped, whole=False, streamed=streams
+        )
+        for refusal in self.serving.prefix_refusals:
+            logger.warning("declared prompt prefix left out", extra={"refusal": refusal})
         if self.prefix_entries:
             cache = self.serving.engine.prefix_cache
             logger.info(

@@ -202,6 +202,8 @@ class OpenAIServing:
         )
         #: The warm-up paths the model's template refused (see :meth:`warm_up_bodies`).
         self.warm_up_refusals: list[str] = []
+        #: The declared prefixes left out because this model cannot serve them (see :meth:`keep_prefixes`).
+        self.prefix_refusals: list[str] = []
         # A render may write this much: the longest prompt, and room for the template's markup and tools.
         self._max_rendered = 4 * max_prompt_chars + 262_144
 
@@ -604,15 +606,24 @@ class OpenAIServing:
         )
         return common_prefix(first, second)
 
-    def keep_prefixes(self, entries: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    def keep_prefixes(
+        self, entries: list[dict[str, Any]], *, refused_ok: bool = False
+    ) -> list[tuple[int, int]]:
         """Evaluate each declared prefix and keep its state: (tokens, bytes) of each. An entry this model
-        cannot serve raises a :class:`ConfigurationError` naming it."""
+        cannot serve (a template without a system role, a model without one) raises a
+        :class:`ConfigurationError` naming it; with ``refused_ok`` (prefixes snapllm ships, declared by
+        default) it is left out and named in :attr:`prefix_refusals`."""
         kept = []
+        self.prefix_refusals.clear()
         for index, entry in enumerate(entries):
             try:
                 tokens = self.prefix_tokens(entry)
             except RequestError as exc:
-                raise ConfigurationError(f"declared prompt prefix {index} is refused: {exc.message}") from exc
+                refusal = f"declared prompt prefix {index} is refused: {exc.message}"
+                if not refused_ok:
+                    raise ConfigurationError(refusal) from exc
+                self.prefix_refusals.append(refusal)
+                continue
             kept.append((len(tokens), self.engine.keep_prefix(tokens)))
         return kept
 
@@ -621,13 +632,15 @@ class OpenAIServing:
         bodies: list[dict[str, Any]],
         *,
         prefixes: list[dict[str, Any]] | None = None,
+        prefixes_refused_ok: bool = False,
         whole: bool = True,
         streamed: bool = True,
     ) -> None:
         """Generate each body whole and streamed (the paths not ``whole`` or not ``streamed`` left out: a
         path a function never serves, or one its handler has run already), so compute buffers, the sampler,
         the chat template and every path are primed; then evaluate and keep the declared ``prefixes``
-        (:meth:`keep_prefixes`), and leave the chat template's common prefix evaluated.
+        (:meth:`keep_prefixes`, ``refused_ok`` as ``prefixes_refused_ok``), and leave the chat template's
+        common prefix evaluated.
 
         The KV cache then holds only what every chat without its own system message starts with (for many
         templates, a default system prompt): the first request after a restore reuses it as a warm one
@@ -640,7 +653,7 @@ class OpenAIServing:
             if streamed:
                 for _ in self.stream(request):
                     pass
-        self.keep_prefixes(prefixes or [])
+        self.keep_prefixes(prefixes or [], refused_ok=prefixes_refused_ok)
         self.engine.prime(self.chat_prefix())
 
     def chat_prefix(self) -> list[int]:
