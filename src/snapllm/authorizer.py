@@ -1,20 +1,12 @@
 """The HTTP API's Lambda authorizer (``ApiAuth=KEY``): checks ``Authorization: Bearer <key>`` against the key
-hashes in SSM Parameter Store.
-
-``functions/authorizer/app.py`` is the thin handler around this module::
+hashes in SSM Parameter Store::
 
     authorizer = KeyAuthorizer.from_env()    # SNAPLLM_API_KEY_PARAMETER_PATH
-    handler = authorizer.handle
+    handler = authorizer.handle              # functions/authorizer/app.py
 
-It answers API Gateway in the simple response format (payload 2.0). An HTTP API cannot change the body of
-its own 401 or 403, so the authorizer lets every request through with its verdict in the context
-(``{"snapllm_api_key": "valid", "key_id": ...}`` or ``"invalid"`` with the reason), and the router answers
-an invalid key with OpenAI's 401 error before any other work (:func:`snapllm.api_keys.authorizer_verdict`).
-API Gateway caches each verdict per ``Authorization`` value for the authorizer's TTL, so the authorizer
-itself keeps no key's record: a revoked key stops working within that TTL. It does remember ids with no
-record (30 s) and looks ids it does not know up at a bounded rate
-(:class:`~snapllm.api_keys.store.SsmKeyStore`), so a flood of made-up keys costs Parameter Store little and
-never a 500.
+It lets every request through with its verdict in the context, and the router answers an invalid key with
+OpenAI's 401 (:func:`snapllm.api_keys.authorizer_verdict`). docs/api-keys.md says why, and what a flood of
+made-up keys costs.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Structured output: a schema's checks at the request's edge, and the shape of a tool call.
 
-This module is pure (no llama.cpp), so the router refuses a schema it cannot serve before invoking
-anything, with the same message as the inference function::
+Pure (no llama.cpp), so the router refuses a schema it cannot serve before invoking anything, with the same
+message as the inference function::
 
     check_schema({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
                  param="response_format")   # the CompiledSchema; a 400 only when it cannot be served
 
-A schema is compiled once (:func:`snapllm.protocol.constraints.compiled_schema.compile_schema`, cached):
-llguidance enforces what it can while generating, and the rest (``uniqueItems``, ``not``, a lookaround in a
-``pattern``...) is validated on the finished answer in the draft the schema declares. A keyword JSON Schema
-does not define is an annotation; a format without a grammar is a plain string, validated afterwards.
-
-Tool calls are generated as JSON in one format whatever the model (see :func:`tool_call_schema`)::
-
-    {"name": "get_weather", "arguments": {"city": "Paris"}}            # one call
-    [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]   # parallel calls
+What a schema becomes (enforced, validated, refused) is in docs/structured-output.md.
 """
 
 from __future__ import annotations

@@ -2,20 +2,11 @@
 
     fmt = HERMES                       # Qwen2.5, Qwen3, Hermes, SmolLM3: <tool_call>{...}</tool_call>
     rules = fmt.grammar(functions, parallel=True, specials={})    # Lark rules: "calls" (and "calls_opened")
-    fmt.parse('<tool_call>\\n{"name": "f", "arguments": {}}\\n</tool_call>', {"f"})   # [("f", "{}")]
+    fmt.parse('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>', {"f"})   # [("f", "{}")]
 
-A format with an ``opener`` (``<tool_call>``, ``[TOOL_CALLS]``...) lets an answer write text before its
-calls, and that opener alone tells a call from text. A format without one (the generic JSON format, Llama
-3's) is JSON from the answer's first character. Each format's calls carry their arguments as JSON valid
-against the function's ``parameters`` (embedded as ``%json`` from
-:func:`~snapllm.protocol.constraints.compiled_schema.compile_schema`), which the grammar enforces.
-
-The grammar takes a call as the family writes it, not one spelling of it: the spacing inside the JSON and
-around the envelope that the family's template shows and its models write (``{"name": "f"}`` and
-``{"name":"f"}``, ``<tool_call>\\n...\\n</tool_call>`` and ``<tool_call>...</tool_call>``) is allowed,
-each gap bounded (:data:`~snapllm.protocol.constraints.lark_grammar.SPACE_RULES`); the parsers read every
-spelling the grammar allows. Markers that are special tokens of the model are written as those tokens
-(:func:`~snapllm.protocol.constraints.lark_grammar.spelled`). Pure: no llama.cpp.
+The grammar takes a call as the family writes it, with the spacing its template shows and its models write,
+each gap bounded; arguments are ``%json`` of the function's ``parameters``. docs/models.md says how openers,
+text before calls and spacing work. Pure: no llama.cpp.
 """
 
 from __future__ import annotations
