@@ -1,19 +1,10 @@
 """The ``VersionDigests`` custom resource: one short digest per function of everything its version runs.
 
-SAM names a function's ``AWS::Lambda::Version`` after the function's own code folder and its properties
-as written, so a change that lives only in a layer or in a parameter value leaves the version as it was
-and the ``live`` alias on the old code. An ``AWS::Lambda::Version`` whose ``Description`` changes is
-replaced, which publishes a new version; a description holds at most 256 characters, and CloudFormation
-has no hash function. So ``template.yaml`` hands this resource, per function, the values its version
-captures (layer ARNs, architecture, memory, timeout, every environment value), resolved by
-CloudFormation, and each version's description is ``!GetAtt VersionDigests.<Function>``::
-
-    VersionDescription: !Sub "config sha256 ${VersionDigests.InferenceFunction}"
-
 Properties: any number of ``<Name>: <value>`` (strings, lists, mappings as CloudFormation passes them).
-Data: ``<Name>``: the SHA-256 (64 hex digits) of the value's canonical JSON. A value that did not change
-keeps its digest, so only the versions of functions whose inputs changed are replaced. Delete does
-nothing (there is nothing to remove). The physical ID stays ``version-digests``.
+Data: ``<Name>``: the SHA-256 (64 hex digits) of the value's canonical JSON. Each function's
+``VersionDescription`` is ``config sha256 ${VersionDigests.<Function>}``, so a function's version is
+replaced exactly when something it runs changed, a layer or a parameter value included: docs/redeploys.md
+says why SAM needs this. Delete does nothing; the physical ID stays ``version-digests``.
 """
 
 from __future__ import annotations

@@ -4,16 +4,8 @@
                                                                  max_input_chars=32_000))
     answer = embeddings.answer({"input": ["a text", "another"], "encoding_format": "base64"})
 
-``input`` is a string, a list of strings, a token array or a list of token arrays. Text is tokenized as
-text (control tokens written in it stay text), with the special tokens the model's tokenizer adds; token
-arrays are embedded as they are, each id checked against the vocabulary. The cost of a request is bounded
-before anything is embedded: at most ``max_inputs`` inputs, each string at most ``max_input_chars``
-characters before it is tokenized, each input within the context window, and ``max_tokens`` tokens over
-all inputs; each limit's 400 names its field.
-
-Vectors come back normalised to unit length, as OpenAI's and llama-server's do. ``dimensions`` cuts them to
-a prefix and normalises that again, which only a model trained for it (Matryoshka) keeps meaningful: a
-deployment says so with ``truncatable``; otherwise only the model's own size is accepted.
+The inputs it takes, the limits checked before anything is embedded, normalisation and ``dimensions`` are
+in docs/api.md ("Embeddings").
 """
 
 from __future__ import annotations

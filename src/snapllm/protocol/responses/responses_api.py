@@ -1,19 +1,14 @@
 """The Responses API request (``POST /v1/responses``), served statelessly as a chat completion.
 
 A Responses request is validated here, with OpenAI's field names, then translated into the
-:class:`~snapllm.protocol.requests.ChatCompletionRequest` that is served: structured output, tool calls,
-logprobs and limits all run through the chat machinery::
+:class:`~snapllm.protocol.requests.ChatCompletionRequest` that is served::
 
     request = parse_invoke({"input": "Name three colours.", "max_output_tokens": 32})
     isinstance(request, ResponsesRequest)    # True
     serving.generate(request.chat)           # the chat translation
 
-Input items are messages (``{"role", "content"}``, with or without ``type: "message"``; content a string
-or text parts), ``function_call`` items (a call the model made earlier) and ``function_call_output`` items
-(its result), so a tool conversation continues by sending everything back. Nothing is stored: whatever
-asks OpenAI's service to keep or fetch state (``store: true``, ``previous_response_id``,
-``conversation``, ``background: true``, item references) is refused with the reason, and so are built-in
-tools (web search, file search, code interpreter...), which do not exist here.
+Which input items are taken, and what is refused because nothing is stored, is in docs/api.md ("The
+Responses API").
 """
 
 from __future__ import annotations
