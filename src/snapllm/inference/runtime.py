@@ -35,7 +35,7 @@ from snapllm.protocol.http.routes import EMBEDDINGS, RERANK
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event, split_event
 from snapllm.protocol.model_routes.rerank import RerankServing
-from snapllm.protocol.prefixes import BUNDLED, MAX_PREFIXES_BYTES, bundled_file, read_prefixes
+from snapllm.protocol.prefixes import BUNDLED, MAX_PREFIXES_BYTES, declared_file, read_prefixes
 from snapllm.protocol.requests import require_object
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import peak_rss_bytes, rss_bytes
@@ -54,22 +54,21 @@ def read_declared_prefixes(settings: InferenceSettings, loader: S3ModelLoader) -
     :class:`ConfigurationError` (the init fails, as for a bad variable)."""
     where = settings.serving.prompt_prefixes
     assert where is not None
-    if where.startswith(BUNDLED):
+    try:
+        path = declared_file(where)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"SNAPLLM_PROMPT_PREFIXES: {exc}") from None
+    if path is not None:
         try:
-            where = str(bundled_file(where))
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"SNAPLLM_PROMPT_PREFIXES: {exc}") from None
-    if where.startswith("/"):
-        try:
-            with open(where, "rb") as file:
+            with path.open("rb") as file:
                 data = file.read(MAX_PREFIXES_BYTES + 1)
         except OSError as exc:
-            raise ConfigurationError(f"SNAPLLM_PROMPT_PREFIXES: {where} could not be read: {exc}") from exc
+            raise ConfigurationError(f"SNAPLLM_PROMPT_PREFIXES: {path} could not be read: {exc}") from exc
         if len(data) > MAX_PREFIXES_BYTES:
             raise ConfigurationError(
-                f"SNAPLLM_PROMPT_PREFIXES: {where} is larger than {MAX_PREFIXES_BYTES} bytes"
+                f"SNAPLLM_PROMPT_PREFIXES: {path} is larger than {MAX_PREFIXES_BYTES} bytes"
             )
-        source = where
+        source = str(path)
     else:
         data = loader.read_object(settings.model.bucket, where, max_bytes=MAX_PREFIXES_BYTES)
         source = f"s3://{settings.model.bucket}/{where}"

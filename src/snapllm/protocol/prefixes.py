@@ -36,8 +36,16 @@ PREFIX_FIELDS = frozenset({"messages", "tools", "tool_choice", "reasoning_effort
 SENTINELS = ("Hello.", "Goodbye.")
 
 
-def bundled_file(where: str) -> Path:
-    """The file ``where`` (``snapllm:NAME``) names; :class:`ConfigurationError` when snapllm ships none."""
+def declared_file(where: str) -> Path | None:
+    """The local file a declared-prefixes source names: one snapllm ships (``snapllm:NAME``;
+    :class:`ConfigurationError` when it ships none of that name) or an absolute path; None for anything
+    else (a key in the model's bucket)."""
+    if where.startswith(BUNDLED):
+        return _bundled_file(where)
+    return Path(where) if where.startswith("/") else None
+
+
+def _bundled_file(where: str) -> Path:
     name = where.removeprefix(BUNDLED)
     known = sorted(path.stem for path in _BUNDLED_FILES.glob("*.json"))
     if name not in known:

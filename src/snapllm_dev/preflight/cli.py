@@ -21,7 +21,7 @@ from typing import Any
 
 from snapllm.engine.settings import EngineSettings
 from snapllm.errors import ConfigurationError
-from snapllm.protocol.prefixes import BUNDLED, bundled_file, read_prefixes
+from snapllm.protocol.prefixes import declared_file, read_prefixes
 from snapllm_dev.preflight.arguments import DESCRIPTION, add_arguments
 from snapllm_dev.preflight.checker import preflight
 from snapllm_dev.preflight.errors import PreflightError
@@ -79,7 +79,8 @@ def _prefixes(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not where:
         return []
     try:
-        path = bundled_file(where) if where.startswith(BUNDLED) else Path(where)
+        # A path here may be relative: it names a file on this machine, not a key in the model bucket.
+        path = declared_file(where) or Path(where)
         return read_prefixes(path.read_bytes(), source=where)
     except (OSError, ConfigurationError) as exc:
         raise PreflightError(f"--prompt-prefixes: {exc}") from None
