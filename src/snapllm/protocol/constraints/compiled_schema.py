@@ -47,6 +47,7 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema_specifications import REGISTRY as METASCHEMAS
 
 from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
+from snapllm.protocol.constraints.formats import FORMAT_CHECKER
 
 #: A schema's size as compact JSON, in characters, above which it is refused before anything compiles it
 #: (a deployment may set a lower limit: :class:`snapllm.protocol.limits.Limits`). Real schemas run large
@@ -186,9 +187,7 @@ def _flat_2020_12() -> Any:
     return {"type": ["object", "boolean"], "properties": properties, "$defs": defs}
 
 
-_METASCHEMA_2020_12 = Draft202012Validator(
-    _flat_2020_12(), format_checker=Draft202012Validator.FORMAT_CHECKER
-)
+_METASCHEMA_2020_12 = Draft202012Validator(_flat_2020_12(), format_checker=FORMAT_CHECKER)
 
 
 #: The metaschemas jsonschema-rs holds, by the ids a ``$schema`` names them with (with or without the
@@ -744,9 +743,9 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
             name = found.group(1).strip()
             places = list(islice(dict.fromkeys(_format_places(schema, name)), 3))
             validated.append(f"format {name!r} (at {', '.join(places)})" if places else f"format {name!r}")
-    # Every format jsonschema knows is checked whatever the draft (a draft-04 schema's "iri" too): a
+    # Every format snapllm checks is checked whatever the draft (a draft-04 schema's "iri" too): a
     # format names one meaning in every draft that has it.
-    validator = cls(judged, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    validator = cls(judged, format_checker=FORMAT_CHECKER)
     COMPILATIONS.count += 1
     return CompiledSchema(
         schema=schema,
