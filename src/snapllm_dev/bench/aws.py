@@ -4,22 +4,7 @@ own REPORT records, with the invocations and dollars it spent.
     snapllm bench aws --stack snapllm-dev --cold 5 --warm 20 --stream 5 --json > aws.json
     snapllm cost --requests-per-day 20000 --from-bench aws.json
 
-- **cold**: each round forces a new execution environment by changing a configuration value (an
-  environment variable ``SNAPLLM_BENCH_NONCE``) and publishing a new version, then invokes that version
-  once: with SnapStart the REPORT has Restore Duration, without it Init Duration;
-- **warm**: invokes of the last version, which reuse its environment;
-- **stream**: time to the first server-sent-event byte through the streaming Function URL (SigV4-signed).
-
-With SnapStart it also reports the figures ``snapllm bench coldstart`` measures locally after a restore:
-the restore's duration, the first token after a restore minus a warm first token, and the first invoke
-over a warm one. ``--prefault MODE`` publishes the cold versions with ``SNAPLLM_PREFAULT=MODE``, so one
-run per mode compares them on AWS.
-
-Each invoke asks for its log tail (``LogType=Tail``), whose REPORT record gives Duration, Billed Duration,
-Init / Restore Duration, Billed Restore Duration and Max Memory Used. Before it starts, it prices the
-worst case (every invoke running to the function's timeout, each version's snapshot cache for its
-3-hour minimum) and asks before spending more than ``--budget-usd``. At the end it deletes the versions
-it published and puts the environment variables back.
+It publishes versions and spends money: docs/benchmarks.md says how it forces cold starts and bounds the cost.
 """
 
 from __future__ import annotations

@@ -1,37 +1,10 @@
 """``snapllm bench coldstart``: where a cold start's time goes, next to the two paths it replaces.
 
-One run measures, interleaved round by round on the same machine so that drift hits every path alike:
-
-- **snapllm**: S3 -> memfd (parallel ranged GETs) -> llama.cpp maps ``/proc/self/fd/N``;
-- **baseline**: one GET of the object into memory, plus llama.cpp loading the same bytes from a
-  page-cached file (the floor: no disk, no parallelism, no verification);
-- **vanilla**: boto3 ``download_file`` to /tmp, then llama.cpp loads it from disk;
-
-then the warm invoke of the real handler (``InferenceRuntime.handle``) against bare ``llama_cpp``
-``create_chat_completion`` with identical parameters and request (the two taking turns at going first; the
-ratio is the median of each invoke's own ratio, with their quartiles), and the full SnapStart lifecycle in
-a separate process (import, S3 -> memfd, load, warm-up, restore, first token, warm invoke). Other ratios
-are medians over rounds; absolute times are shown only to read the ratios against.
-
-**After a restore**, for each ``SNAPLLM_PREFAULT`` mode (one init and snapshot per mode, ``--restores``
-environments restored from it): the restore's duration (the after-restore hooks, prefault included), the
-first request's time to first token minus a warm request's, and the first invoke over a warm invoke. Each
-restored environment answers :data:`FIRST` (its first request), then :data:`OTHER` (same prompt length,
-different text: the warm time to first token), then :data:`FIRST` again, whose prompt :data:`OTHER` has
-pushed out of the KV cache (the warm invoke: the same tokens generated as the first). The two prompts differ
-from their first word on, so every request evaluates the same number of prompt tokens (what the KV cache
-holds shares the beginning-of-sequence token at most with each); a run where they do not is refused as not
-comparable: a single token more is over 10% of a 10-token prompt's evaluation.
-
-``--peer llama-server`` also starts llama.cpp's server on the same file ``--restores`` times (one slot, its
-defaults, the function's threads and context; the file in the page cache, as a warm machine has it): the
-time from its process's start to its first healthy answer, then FIRST, OTHER and FIRST again, as a restored
-environment answers them. A new llama-server process is what a serverful deployment starts where a
-SnapStart function restores: the ratio compares a restore and its first invoke with a start and its first
-request.
-
-``--faults`` measures instead the S3 -> memfd load under transient network faults against a clean load
-(:mod:`snapllm_dev.bench.loadfaults`).
+It interleaves snapllm's S3 -> memfd -> load with a one-GET floor and the vanilla /tmp download, compares
+the real handler's warm invoke with bare ``llama_cpp``, and restores a snapshot per ``SNAPLLM_PREFAULT``
+mode (``--restores``), each environment answering FIRST, OTHER, then FIRST again; ``--peer llama-server``
+starts llama.cpp's server beside, ``--faults`` tests the load under network faults (``loadfaults``).
+docs/benchmarks.md says how each is measured and what it measured.
 """
 
 from __future__ import annotations

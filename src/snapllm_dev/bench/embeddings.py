@@ -3,14 +3,7 @@
     snapllm bench embeddings --peer llama-server      # llama.cpp's own server beside (make llama-server)
     snapllm bench embeddings --inputs 32 --rounds 5 --model smollm2-135m --pooling mean
 
-Each round sends one ``/v1/embeddings`` request of ``--inputs`` short texts to each side, alternating:
-snapllm's embeddings path in this process (request validation, tokenizing, one llama.cpp batch per context
-window, normalising, the OpenAI response: what the model function runs for a routed invoke) and, with ``--peer
-llama-server``, llama.cpp's server (compiled from the llama.cpp that llama-cpp-python vendors) on the same
-model file, threads, context and pooling, over HTTP on loopback. A side's rate is the inputs of one request
-over the median wall time of a request (round 0 warms up and is not counted); the ratio is
-snapllm/llama-server (above 1: snapllm is faster). The peer's time includes its HTTP round trip, which is
-small beside embedding 32 texts.
+docs/benchmarks.md ("Embeddings") says what each side runs, and what it measured.
 """
 
 from __future__ import annotations

@@ -1,50 +1,10 @@
 """``snapllm bench engine``: decode and prefill tokens/s of the engine, llama.cpp alone, bare
-llama-cpp-python and llama-server, at each thread count, as ratios to llama-server as its users run it.
+llama-cpp-python and llama-server, at each thread count, as paired ratios to llama-server's defaults.
 
-    snapllm bench engine                                           # the packaged models, 1..cores threads
-    snapllm bench engine --model llama3.2-1b.gguf --threads 1,2,6 --json engine.json
     snapllm bench engine --side snapllm --side llama-server --loads 4 --rounds 4   # a verdict on one pair
     sudo snapllm bench engine --side snapllm --side llama-server --trace-decode   # where a token's time goes
 
-Five sides run the same token ids on the same model file, with the same threads:
-
-- ``snapllm``: the engine (:class:`snapllm.engine.model.Engine`) with its default settings;
-- ``llama.cpp alone``: ``llama_decode`` and an argmax on the engine's own context (:func:`floor_side`),
-  the least any program running this llama.cpp can do; every other side also gets a ratio to it;
-- ``llama-cpp-python``: ``Llama`` as its users construct it (its own defaults), streamed;
-- ``llama-server (engine kernels)``: llama.cpp's server with the engine's repacking, flash attention and
-  value cache type;
-- ``llama-server``: llama.cpp's server with its own defaults (repacking on, flash attention auto).
-
-Both servers run one slot (``-np 1``, so the context is not split) with the engine's context and batch,
-and are compiled by ``make llama-server`` from the llama.cpp that llama-cpp-python vendors; a machine
-where it is not built yet measures the other sides (this command never starts the 10-15 minute build).
-
-**Decode**: ``--decode-tokens`` tokens (end of generation banned, so every side generates them all) after
-a ``--decode-prompt``-token prompt; the rate counts the tokens after the first, over the time after it.
-**Prefill**: a ``--prefill-tokens`` prompt (at most what the context leaves) and one token; the rate is the
-prompt's tokens over the time to the first token. No side reuses a cached prompt.
-
-**Ratios are paired.** Each round runs every side in turn (in reverse order every other round, so that no
-side always runs next to the baseline), and a side's ratio in that round is its rate over the baseline's
-in the same round: a machine whose speed drifts by 10% over a minute (a shared host's does) moves both.
-A rate is the median of the rounds after each load's warm-up; a ratio is the median of the rounds'
-ratios, shown with the interval it lies in with 95% confidence (``x1.01 [0.98-1.03]``): a difference
-inside that interval is the machine's noise, not the software's.
-
-**Loads** (``--loads``): each side is loaded afresh that many times (the engine and llama-cpp-python in
-this process, a new llama-server process), ``--rounds`` rounds each. A load's memory layout (its
-buffers, the physical pages under them) moves its speed for as long as it runs, which more rounds of the
-same load cannot average out; the interval resamples loads as well as rounds (:class:`PairedRatio`).
-``--side`` picks the sides (all by default). Timing threads on cores that something else uses is
-meaningless (ggml's workers spin-wait on each other): run it on an idle machine, at thread counts up to
-its cores.
-
-**Where the time goes** (``--trace-decode``, root): uprobes on llama.cpp's decode in this process and in
-llama-server (:mod:`snapllm_dev.bench.uprobes`) split each side's time into llama.cpp's decode and the rest
-(a generated token's median, a prompt's total). The sides run the same kernels, whose time carries the
-host's noise; the rest is each program's own. Each side then also gets its rate over llama-server's had
-llama-server's decodes taken as long as its own, a ratio with far less noise than the rates'.
+docs/benchmarks.md ("Engine speed") says what each side runs, how its rates and ratios are taken.
 """
 
 from __future__ import annotations

@@ -3,25 +3,8 @@
     snapllm bench grammar --rounds 3
     snapllm bench grammar --peer llama-server        # llama.cpp's own server beside (make llama-server)
 
-For each model (SmolLM2 135M, Gemma 3 270M) and each way of constraining an answer (a ``json_schema``,
-``json_object``, ``tool_choice: required`` and ``tool_choice: auto``), each chat request runs constrained
-and free back to back (which first alternates by round), in one process on one loaded model, at
-temperature 0 with a fixed seed. Free is the same prompt (its tools and instructions rendered alike) with
-the grammar off, for as many tokens as the constrained answer had: a request with tools has a prompt four
-times longer, and a longer answer decodes more slowly, which would count against the side that has them.
-The decode rate is tokens sampled per second after the first, an answer's end token included (sampling it
-took a decode); the ratio constrained/free, the median of the pairs' ratios, is what the grammar costs
-(1.0: nothing), as far as the machine's noise lets a ratio show it. The engine also times its matcher (its
-checks, masks and the tokens it takes) inside the constrained requests: the median share of their
-decoding time is the grammar's cost without that noise. Tokens per answer is the median length of the
-constrained answers.
-
-``--peer llama-server`` starts llama.cpp's ``llama-server`` (compiled from the llama.cpp that llama-cpp-python
-vendors, same CPU flags) on the same model file with the same threads, sends it the same requests on
-``/v1/chat/completions`` (its free side: the prompt its ``/apply-template`` renders for the request, on
-``/completion``), and shows its own constrained/free ratio, and our constrained rate against its.
-``--eager`` adds a side with the grammar's full mask computed at every step (llguidance's matcher over the
-whole vocabulary, as llama-cpp-python applies its grammars) instead of only when the pick breaks it.
+Each constrained request runs beside the same prompt free, and the engine times its matcher;
+docs/benchmarks.md says how the pairs and the decode rate are counted, and what they measured.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Lambda's per-invoke REPORT records, parsed, priced, and summarised per phase.
 
-Lambda writes one REPORT record per invoke, in the function's log format:
-
-- text: ``REPORT RequestId: <id>\\tDuration: 15.74 ms\\tBilled Duration: 16 ms\\tMemory Size: 128 MB\\t
-  Max Memory Used: 56 MB\\tInit Duration: 130.49 ms`` (fields separated by tabs; ``Init Duration`` only on
-  an on-demand cold start; a SnapStart restore has ``Restore Duration`` and ``Billed Restore Duration``
-  instead);
-- JSON (``LoggingConfig: LogFormat: JSON``, as this project's template sets): ``{"type": "platform.report",
-  "record": {"requestId": ..., "metrics": {"durationMs": ..., "billedDurationMs": ..., "memorySizeMB": ...,
-  "maxMemoryUsedMB": ..., "initDurationMs"?: ..., "restoreDurationMs"?: ..., "billedRestoreDurationMs"?:
-  ...}}}`` (the Telemetry API's ``platform.report`` schema).
-
-A SnapStart cold start costs Restore Duration + Duration of wall time; Lambda bills Billed Restore
-Duration + Billed Duration of GB-s, and each restore's GB restored.
+It reads both log formats (text, and JSON's ``platform.report``), with and without SnapStart;
+docs/benchmarks.md says what a record carries and how a SnapStart cold start is billed.
 """
 
 from __future__ import annotations

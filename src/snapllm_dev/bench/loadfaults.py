@@ -1,13 +1,7 @@
 """``snapllm bench coldstart --faults``: what transient network faults cost the S3 -> memfd load.
 
-Each round loads the model once directly, once cleanly through the fault proxy and once under each
-transient fault (a fresh proxy per load, so a ``once`` fault fires in every round), interleaved so that
-drift hits every case alike. Every load verifies the SHA-256. Each case is reported as the ratio of its
-median to the clean load through the same proxy, with the faults that fired and the retries they cost.
-
-The faults: a reset and a clean close in the middle of a body (at 30 MB, or half a part if parts are
-smaller), ``503 SlowDown`` on every other part, and a stall in the middle of a body. The loader's read
-timeout is 1 s in every case, so the stall costs about a second plus the resumed GET (30 s by default).
+Each round loads the model directly, cleanly through the fault proxy and under each transient fault (a
+reset, a clean close, ``503 SlowDown``, a stall); docs/benchmarks.md says how, and what they cost.
 """
 
 from __future__ import annotations

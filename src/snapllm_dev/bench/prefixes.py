@@ -3,21 +3,8 @@
     snapllm bench prefixes --rounds 3
     snapllm bench prefixes --peer llama-server    # llama.cpp's own server beside (make llama-server)
 
-*Declared prefix*: a system prompt and 32 tools (about 1,700 tokens on SmolLM2), declared on one engine and
-not on another. Each round puts both engines where a snapshot leaves them (the template's start in the KV
-cache, no recent state) and asks each the same new question: the first request after a restore, with and
-without the declared prefix; then a second question on the declared engine, a warm cache hit. *Alternating
-conversations*: two conversations with different system prompts of about 1,000 tokens take turns on one
-engine with the prefix cache and on one without it (``SNAPLLM_PREFIX_CACHE_MB=0``: the live sequence only);
-the turns after each conversation's first are timed. *Follow-up*: a chat's second turn (its first answer
-sent back and a short question) after the engine served the first. Times are the engine's time to first
-token (prompt evaluation, and a state's restore) in one process; a real restore adds paging the snapshot in.
-
-``--peer llama-server`` sends the same prompts, as the engine's own tokens, to llama.cpp's server with one
-slot: its first request (the slot erased, its RAM prompt cache off) and a warm hit after it; and the two
-conversations' turns with its RAM prompt cache (``--cache-ram``, on by default), which saves and restores a
-slot's prompt state as the engine's prefix cache does; and the follow-up after it generated the first
-answer itself. Its times are its prompt evaluation (``timings.prompt_ms``).
+It times a declared prefix after a restore, two alternating conversations and a chat's follow-up;
+docs/benchmarks.md ("Prompt prefixes") says how each is set up, and what they measured.
 """
 
 from __future__ import annotations

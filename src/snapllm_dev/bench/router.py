@@ -3,15 +3,8 @@
     snapllm bench router --requests 300      # p50/p95/p99 in ms; exits 1 if p99 is over --budget-ms
     snapllm bench router --endpoint http://127.0.0.1:8000/v1 --max-tokens 32   # + an always-on target
 
-Each request is an API Gateway HTTP API event through the real router handler (Powertools resolver with
-validation, Logger, Tracer, Metrics; EMF and logs written to /dev/null) and the local inference client,
-which invokes an InferenceFunction environment restored from a local snapshot and generating one token.
-Overhead = handler time - time inside ``InferenceClient.invoke``. The event is built before the clock
-starts: building it is API Gateway's work.
-
-With ``--endpoint``, the same requests alternate between the local Lambda target and an always-on
-OpenAI-compatible server routed as ``always-on`` (the router's per-model targets), and the report adds each
-target's handler time and its ratio to the Lambda target's.
+Overhead is the real handler's time less the time inside ``InferenceClient.invoke``; docs/benchmarks.md
+says what each request runs.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """``snapllm bench schemas DIR``: real-world JSON schemas served, and how right their constraints are.
 
-    snapllm bench schemas /work/shared/jsonschemabench/cases
-    snapllm bench schemas DIR --json
+    snapllm bench schemas /work/shared/jsonschemabench/cases --json
 
-``DIR`` holds JSONSchemaBench cases (``<Dataset>---<id>.json``: a ``schema`` and labelled ``tests``). Per
-dataset:
-
-- *coverage*: the share of schemas
-  :func:`~snapllm.protocol.constraints.compiled_schema.compile_schema` serves;
-- *valid accepted*: the share of valid instances that the constraint accepts (driven byte by byte through
-  llguidance's matcher) and the answer's validation passes, each instance written compactly, with
-  ``json.dumps``' default spacing and indented by 2;
-- *invalid stopped*: the share of invalid instances that could never come back as a 200: the constraint
-  refuses every spacing of it, or the validation catches it;
-- compile p50/p99 in ms (no cache), and the mask's time per token in µs: llguidance's mask over a real
-  vocabulary (Qwen3's 151k tokens, the test models' tokenizer), along the tokens of each schema's first
-  valid instance.
-
-The checks without a model (:func:`check_case`) are also the fast test tier
-(``tests/unit/test_jsonschemabench.py``).
+``DIR`` holds JSONSchemaBench cases (``<Dataset>---<id>.json``: a ``schema`` and labelled ``tests``). The
+checks without a model (:func:`check_case`) are also the fast tier, ``tests/unit/test_jsonschemabench.py``.
+docs/structured-output.md ("Measured on JSONSchemaBench") says what each figure counts, and the results.
 """
 
 from __future__ import annotations

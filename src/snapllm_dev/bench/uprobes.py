@@ -1,18 +1,10 @@
-"""Where a side's time per generated token goes: inside llama.cpp's decode, or outside it.
-
-Every side of ``snapllm bench engine`` runs the same llama.cpp kernels; what differs is the program around
-them (the engine's sampling and text in Python, llama-server's sampler chain and slot loop in C++). A
-wall-clock rate mixes the two, and the machine's noise (about 10% from one request to the next on a
-shared host) hides the part a program adds. Linux's user-space probes split them: a probe on entry to
-llama.cpp's ``llama_context::decode`` and one on its return, in the Python process's ``libllama.so`` and
-in the llama-server binary alike, timestamp every decode by the kernel::
+"""Where a side's time per generated token goes: inside llama.cpp's ``llama_context::decode``, or outside it.
 
     with DecodeTracer([libllama, server_binary]) as tracer:
         result, calls = tracer.calls(lambda: side(prompt, 64))
     calls.split()   # DecodeSplit(inside_ms=19.3, outside_us=248.0, tokens=63)
 
-It needs root and tracefs (mounted here at ``/sys/kernel/tracing`` when it is not yet): a probe costs a
-few microseconds a call, the same on every side.
+Uprobes on the decode's entry and return; root and tracefs. docs/benchmarks.md says why.
 """
 
 from __future__ import annotations
