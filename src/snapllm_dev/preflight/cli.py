@@ -1,14 +1,9 @@
 """``snapllm preflight [BUILD_DIR]``: checks a ``sam build`` output for everything that would fail a deploy.
 
-Exit code 0 when no rule found an error, 1 otherwise, 2 when the build directory cannot be read.
+    snapllm preflight .aws-sam/build
+    python -m snapllm_dev.preflight --parameter-overrides Architecture=x86_64
 
-Example:
-    $ snapllm preflight .aws-sam/build
-    $ python -m snapllm_dev.preflight --parameter-overrides Architecture=x86_64
-
-    >>> from snapllm_dev.preflight.cli import main
-    >>> main([".aws-sam/build", "--no-zip"])  # doctest: +SKIP
-    0
+Exits 0 when no rule found an error, 1 otherwise, 2 when the build directory cannot be read.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Reads what a Lambda deploy cares about from an ELF shared object, through pyelftools (no binutils).
 
-Only three facts are read: the machine the code is for, the libraries it needs (``DT_NEEDED``) and the symbol
-versions it needs from each (``.gnu.version_r``, e.g. ``GLIBC_2.34``). Those decide whether the dynamic
-loader of the Lambda runtime can load the file.
+Three facts: the machine the code is for, the libraries it needs (``DT_NEEDED``) and the symbol versions
+it needs from each (``.gnu.version_r``, e.g. ``GLIBC_2.34``), which decide whether the runtime can load it.
 
-Example:
-    >>> from pathlib import Path
-    >>> from snapllm_dev.preflight.elf import is_elf, read_elf
-    >>> info = read_elf(Path("layer/python/llama_cpp/lib/libllama.so"))  # doctest: +SKIP
-    >>> info.machine, info.max_version("GLIBC")  # doctest: +SKIP
-    ('aarch64', (2, 34))
+    info = read_elf(Path("layer/python/llama_cpp/lib/libllama.so"))
+    info.machine, info.max_version("GLIBC")     # ('aarch64', (2, 34))
 """
 
 from __future__ import annotations

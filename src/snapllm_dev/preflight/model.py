@@ -1,13 +1,9 @@
 """What a user's model is, read before it is deployed: its family, chat template, thinking and tool-call
-format, what its template refuses, and the memory it needs.
+format, what its template refuses (tried through snapllm's own renderer on the requests the warm-up and
+common clients send), and the memory it needs (docs/models.md, "Before you deploy").
 
     profile = ModelProfile.read(Path("model.gguf"), n_ctx=2048)
-    profile.family                 # {"family": "qwen3", "tool_calls": "hermes", ...}
-    profile.refusals               # {"tools": "the model's chat template rejected the messages: ..."}
-    profile.memory_mb              # weights + KV cache + compute buffers + runtime
-
-The template is exercised through snapllm's own renderer (what the function will run), on the requests
-the warm-up and common clients send; the memory is an estimate from the file's shape (see ``memory_mb``).
+    profile.family, profile.refusals, profile.memory_mb
 """
 
 from __future__ import annotations

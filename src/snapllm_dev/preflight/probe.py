@@ -2,22 +2,9 @@
 
     docker exec -i CONTAINER /var/lang/bin/python3.13 - < src/snapllm_dev/preflight/probe.py
 
-It finds the runtime's own process (the runtime interface client that imported the handler), then starts an
-interpreter with exactly that process's environment and working directory, so the search path it reports is
-the runtime's, not one this script chose. It imports nothing of the function: it only locates modules.
-
-Output (:class:`snapllm_dev.preflight.container.ContainerView` reads it)::
-
-    {"runtime": {"pid": 17, "cwd": "/var/task", "handler": "app.handler"},
-     "environment": {"SNAPLLM_MODEL_KEY": "...", ...},
-     "sys_path": ["/var/task", "/opt/python/lib/python3.13/site-packages", "/opt/python", ...],
-     "modules": {"llama_cpp": {"origin": "/opt/python/llama_cpp/__init__.py",
-                               "candidates": ["/opt/python/llama_cpp"]}, ...},
-     "opt_python": true}
-
-``modules`` has every top-level name that the function's code, a layer or the runtime provides, with the
-place the runtime imports it from (``origin``) and every place on the path that provides it (``candidates``,
-in path order): more than one candidate means one copy shadows another.
+It reports the runtime process's search path (through an interpreter started with that process's
+environment and working directory) and, per top-level module, where it is imported from and every copy
+on the path. It imports nothing of the function. ``preflight.container.ContainerView`` reads it.
 """
 
 import json

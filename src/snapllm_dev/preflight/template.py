@@ -1,18 +1,10 @@
-"""Reads the template that ``sam build`` wrote (through :mod:`snapllm_dev.sam`) and resolves what each
-function
-will deploy with.
+"""Reads the template that ``sam build`` wrote and resolves what each function will deploy with.
 
-The built template is a SAM template whose ``CodeUri``/``ContentUri`` point into the build directory.
-:func:`snapllm_dev.sam.load` resolves parameters (overrides, then defaults), conditions and ``Globals``;
-pseudo-parameters stay unresolved here (the deploy region is not known), so an external layer keeps the
-ARN as written. This module adds what is particular to a build: the built code and layer folders.
+:func:`snapllm_dev.sam.load` resolves parameters, conditions and ``Globals`` (pseudo-parameters stay as
+written: the deploy region is not known); this module adds the built code and layer folders.
 
-Example:
-    >>> from pathlib import Path
-    >>> from snapllm_dev.preflight.template import load_build
-    >>> build = load_build(Path(".aws-sam/build"))  # doctest: +SKIP
-    >>> [(f.name, f.architecture, [x.name for x in f.layers]) for f in build.functions]  # doctest: +SKIP
-    [('InferenceFunction', 'arm64', ['SnapllmLayerArm64', 'LlamaCppLayerArm64'])]
+    build = load_build(Path(".aws-sam/build"))
+    [(f.name, f.architecture, [x.name for x in f.layers]) for f in build.functions]
 """
 
 from __future__ import annotations
