@@ -3,14 +3,8 @@
     calls = aws_calls(template.function("RouterFunction"))
     {call.action for call in calls}           # {"lambda:InvokeFunction", ...}
 
-From the handler module, every ``snapllm`` module it imports (directly or not) is read with ``ast``. A
-module that creates a client (``boto3.client("s3")``, ``session.client("lambda")``) names a service; a call
-``x.get_object(...)`` anywhere in the function's modules is a call of that service when ``get_object`` is
-one of the service's operations (botocore's model), and so is an operation's name passed as a call's first
-argument (``getattr`` dispatch such as ``self._call("get_object", ...)``, paginators). boto3's managed
-transfers (``upload_file``...) count as the operations they make. A library that calls AWS itself (the
-durable execution SDK) is listed in :data:`LIBRARY_CALLS`, since its source is not this project's, and a
-module that signs plain HTTP requests to an AWS service in :data:`SIGNED_CALLS`.
+Read with ``ast`` against botocore's service models; libraries that call AWS themselves are listed in
+:data:`LIBRARY_CALLS`, signed HTTP requests in :data:`SIGNED_CALLS`. docs/redeploys.md says how.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""``snapllm deploy-check``: the deploy rules (:mod:`snapllm_dev.deploycheck.rules`) on the template as
-CloudFormation would receive it, once as given and once with ``ModelSource`` set (the stack then puts the
-model in place itself, and its SnapStart versions must wait for it); then the redeploy check
-(:mod:`snapllm_dev.deploycheck.redeploy`): a one-line change to each code folder and a new value of each
-parameter must publish new versions of exactly the functions whose code or configuration it changes.
+"""``snapllm deploy-check``: the deploy rules on the template as CloudFormation would receive it, as given
+and with ``ModelSource`` set, then the redeploy check (:mod:`snapllm_dev.deploycheck.redeploy`).
 
     snapllm deploy-check                                   # template.yaml, default parameters
     snapllm deploy-check --parameter-overrides Architecture=x86_64 ApiAuth=JWT
 
-Prints each function's AWS calls and the findings; exits 1 on any error, 2 when the template cannot be
-transformed. ``make deploy-check`` runs it after ``sam build``, ``sam validate --lint``, ``snapllm
-preflight`` and checkov.
+Prints each function's AWS calls and the findings. docs/deploy.md lists the checks.
 """
 
 from __future__ import annotations

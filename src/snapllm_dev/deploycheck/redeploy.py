@@ -3,19 +3,7 @@ new version of it, and no other change may.
 
     findings = check_redeploys(Path("template.yaml"), {"Architecture": "arm64"})
 
-The template is transformed (SAM's own translator, :mod:`snapllm_dev.deploycheck.transform`) once as given and
-once per change: a one-line change to each code folder it names (``src/snapllm`` through SnapllmLayer*,
-the llama.cpp layer's build, each function's own folder), and a new value of each parameter. For every
-function with an alias, two things are compared with the first transform:
-
-- **what it runs**: the properties a published version captures (code, layers, architecture, memory,
-  timeout, environment...), resolved under the parameters;
-- **its version**: the ``AWS::Lambda::Version``'s logical ID and its properties (every one of them
-  replaces the version when it changes), a ``!GetAtt`` of the ``VersionDigests`` custom resource standing
-  for the value it digests (:mod:`snapllm.deploy.version_digest`).
-
-A change of the first without the second is the redeploy defect: ``$LATEST`` changes and the alias keeps
-the old version. The second without the first publishes a version that runs nothing new.
+docs/redeploys.md ("The offline proof") says which changes are tried and what is compared.
 """
 
 from __future__ import annotations

@@ -4,12 +4,7 @@
     stack = Stack.of(document, parameters)          # resources that exist under these parameters
     stack.depends_on("InferenceFunctionVersion...")  # every logical ID it waits for, directly or not
 
-``sam deploy`` uploads the code first and then submits the template with S3 locations; the translator
-needs those, so local ``CodeUri``/``ContentUri`` folders become placeholder S3 URIs named, as ``sam
-package`` names its uploads, after a digest of the folder's content (:func:`folder_digest`): a change of
-code changes the location, and SAM's translator names a new layer version after it. Managed policies
-named by their short name would need IAM to resolve; this template names them by ARN. The region and
-account are placeholders: no call leaves this machine.
+Code folders become placeholder S3 URIs named after their content's digest; docs/redeploys.md says why.
 """
 
 from __future__ import annotations
