@@ -1,17 +1,10 @@
 """``snapllm model push FILE --stack NAME``: a model on disk into a deployed stack's bucket, then a stack
 update that publishes new SnapStart versions loading it.
 
-    stack = DeployedStack.read(cloudformation, "snapllm")
-    pushed = push_model(Path("model.gguf"), stack, s3, progress=print_progress)
+    pushed = push_model(Path("model.gguf"), stack, s3, progress=print_progress)   # DeployedStack.read(...)
     update_model_digest(cloudformation, stack, pushed.sha256)
 
-The file's SHA-256 is computed first (the upload's metadata must name it from its first request), then the
-file goes up as a multipart upload (:class:`~snapllm.deploy.upload.ModelUpload`: completed only when the
-digest of the bytes sent matches, aborted otherwise). An object with that digest already at the key is not
-uploaded again. The update keeps the stack's template and every parameter but ``ModelSha256`` (the new
-digest: the functions' configuration changes, so a new version is published and its init loads the new
-model), ``ModelKey`` (when pushed under another key) and ``ModelSource`` (emptied: the model no longer comes
-from a URL, and the custom resource must not copy the old one over it).
+docs/redeploys.md ("A new model") says how the upload is verified and which parameters the update changes.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""Everything `sam local` needs on this machine besides Docker: the local S3 with the model and the agent's
-documents, `sam local start-lambda` serving the model function to the router and the agent, the durable
-emulator, and the files that hand their addresses to SAM.
+"""Everything `sam local` needs here besides Docker: the local S3 with the model and the agent's documents,
+`sam local start-lambda` serving the model function to the router and the agent, the durable emulator,
+and the files that hand their addresses to SAM (``SamLocalStage.start(build_dir, sam=..., host=...)``).
 
-    with SamLocalStage.start(build_dir, sam=Path(".tools/bin/sam"), host="172.17.0.1", logs=logs) as stage:
-        stage.sam.invoke("InferenceFunction", Path("events/inference/chat.json"))
-
-How each part reaches the others:
-
-- Containers reach this machine at ``host``, Docker's bridge gateway. The local S3 (moto), ``sam local
-  start-lambda`` and the durable emulator listen there; SAM itself reaches its containers on 127.0.0.1.
-- SAM passes a function only the variables its template declares, so the local values go in two files
-  beside the build: ``template.sam-local.json`` is the built template with the local-only variables declared
-  (empty), and ``env.sam-local.json`` holds every local value, as ``sam local invoke --env-vars`` takes it.
-- The router's routing table names the model function by its logical ID, and its Lambda client
-  (``AWS_ENDPOINT_URL_LAMBDA``) points at ``start-lambda``. The agent's inference client takes the same
-  address from ``SNAPLLM_AGENT_INFERENCE_ENDPOINT_URL``, because SAM points the durable function's
-  ``AWS_ENDPOINT_URL_LAMBDA`` at the durable emulator.
+docs/testing.md says how the parts reach each other. The agent reads start-lambda's address from
+``SNAPLLM_AGENT_INFERENCE_ENDPOINT_URL``: SAM points its ``AWS_ENDPOINT_URL_LAMBDA`` at the emulator.
 """
 
 from __future__ import annotations

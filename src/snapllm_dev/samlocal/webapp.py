@@ -1,14 +1,10 @@
 """A web-adapter function (StreamFunction) in a Lambda container, as far as it runs without the adapter.
 
-``sam local invoke`` cannot run it: its Lambda Web Adapter layer is a published layer that SAM downloads
-from AWS. Everything behind the adapter runs here as on Lambda: the base image, the function's own layers
-copied to ``/opt`` and its code to ``/var/task`` (what SAM's image for a function holds), the template's
-variables, and the handler script (``run.sh``) started the way the adapter starts it, with Lambda's
-environment and no ``PYTHONPATH`` of the runtime's. :mod:`snapllm_dev.samlocal.adapter_driver` then plays the
-adapter from inside the container: readiness check, SnapStart hooks, a streamed completion, a refusal.
-
     with WebAdapterContainer.start(build, "StreamFunction", image=BASE_IMAGE, variables=env) as container:
         report = container.drive()
+
+docs/testing.md ("StreamFunction runs without its adapter") says what runs in the container and what the
+driver (:mod:`snapllm_dev.samlocal.adapter_driver`) checks.
 """
 
 from __future__ import annotations
