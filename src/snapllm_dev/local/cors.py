@@ -1,16 +1,10 @@
 """CORS as a deployment answers it, for ``snapllm local serve --cors-origin``: the HTTP API's
-``CorsConfiguration`` and the streaming Function URL's ``Cors``, read from the template loaded with the
-origins as its ``CorsAllowedOrigins``.
+``CorsConfiguration`` and the streaming Function URL's ``Cors``, read from the template.
 
     template = sam.load(path, overrides={CORS_PARAMETER: "https://app.example.com"})
-    policies = CorsPolicies.of(template)
-    policies.http_api.apply(request_headers, response_headers, preflight=True)
+    CorsPolicies.of(template).http_api.apply(request_headers, response_headers, preflight=True)
 
-What both services do (API Gateway's "Configuring CORS for an HTTP API", Lambda's ``Cors``): a request
-with an ``Origin`` in ``AllowOrigins`` (or ``*``) gets ``Access-Control-Allow-Origin``; a preflight (OPTIONS
-with ``Origin`` and ``Access-Control-Request-Method``) also the allowed methods and headers and
-``Access-Control-Max-Age``, any other request ``Access-Control-Expose-Headers``. The CORS headers of the
-function's own answer are dropped, as API Gateway ignores them.
+docs/api-keys.md ("CORS", "Locally") says which headers each answer gets.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Run durable functions locally: a real durable execution in this process, the real model, the local S3.
 
-The SDK's testing runner plays the durable service (checkpoints, replays, retries; waits and retry
-delays are fast-forwarded), the model function runs restored from its local snapshot, and documents
-and artifacts live on the local S3 endpoint::
-
-    template = sam.load(Path("template.yaml"))
-    with LocalAgent.start(template) as agent:
+    with LocalAgent.start(sam.load(Path("template.yaml"))) as agent:
         agent.upload_documents(Path("events/agent/documents"))
-        run = agent.run(event, decide=approve("alice"))
-        run.output, print(run.report.render())
+        run = agent.run(event, decide=approve("alice"))   # decide: the approval's answer, or None
 
-A function with ``DurableConfig`` runs the agent workflow of this package (:mod:`snapllm.agent.handler`)
-with its own template variables; where the deployed handler builds clients of deployed resources, the
-local one gets the local S3 and a client of the restored model function.
-
-``decide`` receives the review the agent wrote for the approver and returns the answer to send to the
-approval callback, or ``None`` to leave it unanswered (the callback then times out).
+docs/testing.md ("The local stack") says what plays the durable service and what the handler gets.
 """
 
 from __future__ import annotations

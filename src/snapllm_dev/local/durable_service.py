@@ -1,22 +1,9 @@
 """A local stand-in for the Lambda durable-execution calls :class:`~snapllm.agent.runs.AgentRuns` makes.
 
-It answers with the service's response shapes from the SDK's in-process testing runner, so the run service
-and the HTTP routes run unchanged against real durable executions of the agent::
+It answers in the service's shapes from the SDK's testing runner (one per published version), so the run
+service runs unchanged against real durable executions (docs/testing.md, "The local stack")::
 
     lambda_client = LocalDurableLambda(runner, function_arn="arn:aws:lambda:...:function:agent:live")
-    runs = AgentRuns(lambda_client, function_arn=lambda_client.function_arn, records=...)
-
-**Published versions.** Each published version of the function has a runner of its own (its own code);
-the alias points at the newest. :meth:`LocalDurableLambda.publish` publishes another, as a redeploy does:
-executions started on an older version keep running there, addressed by their ARN
-(``function:NAME:VERSION/durable-execution/NAME/ID``, the version resolved from the alias at the start).
-``list_durable_executions_by_function`` with the alias as ``Qualifier`` lists only the executions of the
-version the alias points at now: whether the service does the same is not documented, so the run service
-does not depend on it.
-
-The testing runner does not deduplicate executions by name; this stand-in implements the documented rule
-of ``Invoke`` with ``DurableExecutionName``: the same name and payload on the same version return the
-existing execution, the same name with another payload raises ``DurableExecutionAlreadyStartedException``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """The variables a function runs with on this machine: the one place the caller's shell overrides a template.
 
-    env = function_environment(
-        template.function("InferenceFunction"),
-        local={"SNAPLLM_MODEL_BUCKET": "snapllm-models-local"},   # what only a deployment resolves
-        overrides={"SNAPLLM_THREADS": "1"},                       # --env NAME=VALUE
-    )
-
-Sources, lowest precedence first:
-
-1. the template's values (``Globals`` merged, intrinsics resolved: :mod:`snapllm_dev.sam`);
-2. ``local``: local stand-ins for what only a deployment knows (the local S3 endpoint and bucket...);
-3. ``SNAPLLM_*`` and ``POWERTOOLS_*`` variables of the caller's environment, as ``sam local invoke
-   --env-vars`` overrides a template's values;
-4. ``overrides``: the command line's ``--env``, and wiring the local runner must hold.
-
-A template value left :class:`~snapllm_dev.sam.Unresolved` must be supplied by 2-4 or be named in ``wired``
-(the runner connects that part itself, e.g. the agent's inference alias becomes a local client).
-``function`` None gives 2-4 alone (for code that runs a function's logic in this process).
+Sources, lowest precedence first: 1. the template's values (:mod:`snapllm_dev.sam`); 2. ``local``
+stand-ins for what only a deployment knows; 3. the caller's ``SNAPLLM_*`` and ``POWERTOOLS_*`` variables;
+4. ``overrides`` (``--env`` and the runner's wiring). A value left :class:`~snapllm_dev.sam.Unresolved`
+must come from 2-4 or be named in ``wired``; ``function`` None gives 2-4 alone. docs/testing.md has more.
 """
 
 from __future__ import annotations

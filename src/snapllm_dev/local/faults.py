@@ -1,33 +1,10 @@
 """Fault injection for the local S3 endpoint: a real HTTP/TCP proxy on 127.0.0.1 that breaks responses.
 
-moto answers correctly every time. Real S3 and the network between it and Lambda sometimes reset a
-connection, end a body early, stall, crawl or answer ``503 SlowDown``. Requests sent through this proxy
-are forwarded to the local endpoint over real HTTP, and the faults are done to the real TCP stream::
-
     with FaultProxy(s3.endpoint_url, [parse_fault("reset@30MB")]) as proxy:
         boto3.client("s3", endpoint_url=proxy.url)
 
-Fault specs (``snapllm local invoke --s3-fault SPEC``, ``snapllm bench coldstart --faults``)::
-
-    reset@30MB              after 30 MB of a GET body: RST (SO_LINGER on with 0 s, then close)
-    close@30MB              after 30 MB of a GET body: clean FIN, fewer bytes than Content-Length said
-    stall@10MB              after 10 MB: stop sending, keep the socket open until the proxy stops
-    stall@10MB:for=5s       ... for 5 s, then send the rest
-    slow@1MB/s              send GET bodies at 1 MB/s
-    status=503              answer a GET with 503 and an S3 error document (code SlowDown)
-    status=500:InternalError        the code is any word that is not an option (default by status)
-    status=503:SlowDown:every=3     throttle the first attempt of every third part: parts 1, 4, 7...
-
-Options, after a colon: ``once`` (the default: the first GET body that reaches the offset, or the first
-GET), ``always`` (every GET), ``every=K`` (status faults only: the first request for every K-th distinct
-range, so a part's retry of the same range passes), ``for=Ns`` (stall only). Sizes are binary
-(``1MB`` = 1 MiB, as the loader's part sizes); ``B``, ``KB``, ``MB``, ``GB`` (or ``KiB``...) are
-accepted. Offsets count the body bytes of one response. Spec faults apply to GET requests only: they are
-the object downloads. For any other matching, pass a ``rule``: a function of the request that returns a
-:class:`Fault` (it also offers the ``etag`` rewrite).
-
-The proxy refuses an upstream that is not a loopback address and listens on 127.0.0.1 only. ``stop()``
-(or leaving the ``with`` block) ends every connection and joins every thread it started.
+Fault specs (``reset@30MB``, ``stall@10MB:for=5s``, ``slow@1MB/s``, ``status=503:SlowDown:every=3``...)
+are those of ``snapllm local invoke --s3-fault``: docs/testing.md ("Faults in the local S3") lists them.
 """
 
 from __future__ import annotations

@@ -3,18 +3,8 @@
     with LocalStack.start(sam.load(Path("template.yaml"))) as stack:
         serve(stack, listen(3000))   # http://127.0.0.1:3000/v1 for any OpenAI client
 
-One local gateway plays both front doors of a deployment:
-
-- like API Gateway, it turns each request into an HTTP API (payload 2.0) event, with the key authorizer's
-  verdict when the stack has keys (``ApiAuth=KEY``), and calls the HTTP API function's handler
-  (:class:`~snapllm.router.app.RouterApp`, Logger/Tracer/Metrics included), whose inference client
-  invokes an environment of the model function restored from a local snapshot;
-- like the streaming Function URL with Lambda Web Adapter, it forwards completions with
-  ``"stream": true`` to the web-adapter function's ASGI app, which runs under uvicorn in its own process
-  (:mod:`snapllm_dev.local.lwa`).
-
-With ``--cors-origin`` both play the template's CORS configurations (:mod:`snapllm_dev.local.cors`). On AWS
-the two are different URLs: the HTTP API buffers, only the Function URL streams.
+It plays API Gateway's HTTP API (in front of the router) and the streaming Function URL (in front of the
+web-adapter app) on one port; docs/testing.md ("The local stack") says how.
 """
 
 from __future__ import annotations

@@ -3,23 +3,8 @@
     kind_of(template, template.function("RouterFunction"))   # Kind.HTTP_API
     model_function(template).name                           # "InferenceFunction"
 
-The first rule that matches decides:
-
-1. :attr:`Kind.DURABLE`: the function has ``DurableConfig``. It runs as a durable execution on the SDK's
-   testing runner (:mod:`snapllm_dev.local.durable`), with the agent workflow of this package.
-2. :attr:`Kind.WEB_ADAPTER`: its code runs under Lambda Web Adapter (``AWS_LAMBDA_EXEC_WRAPPER`` is
-   ``/opt/bootstrap``, or one of its layers is AWS's ``LambdaAdapterLayer...``). Its ASGI app (``app:app``
-   in its CodeUri, what LWA's ``run.sh`` starts) runs under uvicorn behind ``snapllm local serve``.
-3. :attr:`Kind.HTTP_API`: an API Gateway HTTP API invokes it: an ``HttpApi`` SAM event, or an
-   ``AWS::ApiGatewayV2::Integration`` whose ``IntegrationUri`` names the function. It gets API Gateway
-   events through the local stack (:mod:`snapllm_dev.local.stack`), with the router of this package.
-4. :attr:`Kind.DIRECT`: anything else is invoked directly, through the Lambda lifecycle (init, snapshot,
-   restore, invoke: :mod:`snapllm_dev.local.lifecycle`).
-
-The *model function*, the one the local stack restores for the router and the agent to call, is a
-:attr:`Kind.DIRECT` function that sets ``SNAPLLM_MODEL_KEY``: the first (in template order) that the
-callers' variables name (the router's routing table ``SNAPLLM_ROUTES``, the agent's
-``SNAPLLM_AGENT_INFERENCE_FUNCTION``), else the first such function in the template.
+The model function is the direct-invoke function with ``SNAPLLM_MODEL_KEY`` that the router and the agent
+call. docs/testing.md ("The local stack") has the rules, in the order they are tried.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Play a Lambda function's lifecycle locally: init, before-snapshot, restore, invoke.
 
-    spec = sam.load(Path("template.yaml")).function("InferenceFunction")
-    local = {"SNAPLLM_MODEL_BUCKET": "models", "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000"}
-    with LocalFunction(spec, local=local, overrides={"SNAPLLM_THREADS": "1"}) as function:
-        function.init()                      # module init in a fresh interpreter
-        function.snapshot()                  # before-snapshot hooks
-        with function.restore() as env_a:    # a restored environment (a fork of the snapshot)
-            result = env_a.invoke({"prompt": "Hello", "max_tokens": 8})
+Each restore forks the snapshotted process, so restored environments start from identical memory::
 
-Each :meth:`LocalFunction.restore` forks the snapshotted process, so several restored environments start
-from identical memory, as on AWS. The function runs in its own interpreter with its own environment
-variables; its stdout and logs go to this process's stderr, like ``sam local invoke``.
+    with LocalFunction(spec, local=local, overrides={"SNAPLLM_THREADS": "1"}) as function:
+        function.init(); function.snapshot()    # module init in a fresh interpreter, before-snapshot hooks
+        with function.restore() as env: env.invoke({"prompt": "Hello", "max_tokens": 8})
 """
 
 from __future__ import annotations

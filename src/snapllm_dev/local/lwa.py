@@ -2,16 +2,9 @@
 
     process = WebAdapterProcess.start(template.function("StreamFunction"), environment)
     httpx.post(f"{process.url}/v1/chat/completions", json={..., "stream": True})
-    process.stop()
 
-On AWS, LWA (the layer, via ``AWS_LAMBDA_EXEC_WRAPPER``) runs the function's ``run.sh``, which starts
-uvicorn with ``app:app`` from the code folder; LWA waits for the readiness check, calls the SnapStart
-hook paths around the snapshot, then proxies each invoke to the app over HTTP. Locally the app runs the
-same way in its own process (module init included), without a snapshot between the hooks.
-
-On AWS only LWA, inside the function's microVM, reaches the app's port. Locally the app listens on a unix
-socket in a folder only its owner may enter (``process.transport()`` reaches it), not on a TCP port: the
-readiness check and the SnapStart hooks, which the app answers without a key, are no one else's to call.
+The app listens on a unix socket only its owner may reach (``process.transport()``), not on a TCP port;
+docs/testing.md ("The local stack") says what is played of LWA's lifecycle.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """A local deployment: the local S3 endpoint with the model uploaded, and functions wired to it.
 
-    template = sam.load(Path("template.yaml"))
-    with LocalDeployment.start(template) as deployment:
+    with LocalDeployment.start(sam.load(Path("template.yaml"))) as deployment:
         with deployment.function("InferenceFunction") as function:
             function.init(); function.snapshot()
-            with function.restore() as environment:
-                environment.invoke(event)
 
-The model is uploaded under every key the template's functions configure (``SNAPLLM_MODEL_KEY``), with
-its SHA-256 as object metadata (as the deploy instructions do), so every local init verifies the checksum
-like a deployed one.
+The model is uploaded with its SHA-256 as metadata, so every local init verifies it as a deployed one does.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The local stack: every function of the template that ``snapllm local serve`` puts behind one port.
 
-    template = sam.load(Path("template.yaml"))
-    with LocalStack.start(template) as stack:
+    with LocalStack.start(sam.load(Path("template.yaml"))) as stack:
         stack.router.handler(http_api_event("GET", "/v1/models"), context)
 
-Which function plays which part is read from the template (:mod:`snapllm_dev.local.kinds`), not from names:
-
-- the model function (a direct-invoke function with ``SNAPLLM_MODEL_KEY``) is initialised, snapshotted and
-  restored once; one :class:`~snapllm_dev.local.inference.LocalInferenceClient` of that environment serves the
-  router and the agent, so their requests queue for it as for one Lambda environment;
-- the HTTP API function runs the router of this package (:class:`~snapllm.router.app.RouterApp`) with its
-  template variables, its routing table pointing at the local client;
-- a durable function, if any, serves the router's ``/v1/agent/runs``
-  (:func:`~snapllm_dev.local.durable.agent_runs`);
-- a web-adapter function, if any and ``streaming`` is on, runs its ASGI app (:mod:`snapllm_dev.local.lwa`).
+The model function is restored once, and one client of it serves the router and the agent; which function
+plays which part is read from the template (:mod:`snapllm_dev.local.kinds`). docs/testing.md has more.
 """
 
 from __future__ import annotations
