@@ -1,22 +1,8 @@
 """``snapllm replay``: each event through its function, compared with the answer recorded beside it.
 
-snapllm replay                              # every event under events/ (make replay)
-snapllm replay events/router/chat.json      # some events, or folders of them
-snapllm replay --update events/router       # re-record after a deliberate change; prints what changed
-
-A replay runs the events on the local stack (:mod:`snapllm_dev.replay.runner`), masks what varies between runs
-(:mod:`snapllm_dev.replay.masks`) and compares the rest with ``NAME.expected.json``. A difference prints as a
-unified diff of the two JSON documents, and the command exits 1; a missing recording fails the same way.
-Results go to stdout; the functions' logs go to stderr.
-
-How fast the machine is changes no verdict silently. Generation stops at the invoke's deadline and returns
-what it has, so on a machine too slow or too loaded for an event the answer is cut where the time ran out:
-such an answer (``deadline_reached``, a timeout error, a durable run that did not finish) is not compared
-but reported as ``DEADLINE``, naming where it says so, and the command exits 1. Replay it again on a less
-loaded machine. A recording that itself holds a deadline (an event about deadlines) is compared as usual.
-
-The settings an answer depends on (the thread count) are pinned by the manifest's ``[settings]``, whatever
-the machine has or the shell sets, so a replay answers as the recording did on any machine of this kind.
+It runs the events on the local stack (:mod:`snapllm_dev.replay.runner`), masks what varies between runs
+(:mod:`snapllm_dev.replay.masks`) and compares the rest with ``NAME.expected.json``; ``--update``
+re-records. docs/testing.md ("Replay events") says what is compared and when a replay exits 1.
 """
 
 from __future__ import annotations

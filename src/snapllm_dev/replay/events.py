@@ -4,10 +4,7 @@
     for event in manifest.events([Path("events/router")]):
         event.function, event.path, event.expected_path, event.approval
 
-The manifest (``events/replay.toml``) maps each folder of ``events/`` to a function's logical ID, says
-how a durable run's approval is answered, and pins the settings the recordings were made under (the thread
-count: see docs/testing.md). Every ``*.json`` file in a mapped folder is an event, except the recordings
-(``*.expected.json``); other folders (``agent/documents``) are data, not events.
+docs/testing.md ("Replay events") says what the manifest, ``events/replay.toml``, holds.
 """
 
 from __future__ import annotations

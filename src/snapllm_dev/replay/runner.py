@@ -3,16 +3,7 @@
     with Replayer.start(template, model_path=None) as replayer:
         outcome = replayer.answer(event)     # what the function answered, as compared and recorded
 
-The stack (:class:`~snapllm_dev.local.stack.LocalStack`) is the one ``snapllm local serve`` runs: the model
-function initialised, snapshotted and restored once; the router in front of it; durable agent runs against
-it. Each event goes in as a deployed function would receive it:
-
-- a direct-invoke event, as its JSON text, to the restored model environment (which decodes it, as Lambda's
-  runtime does: a malformed event gets ``Runtime.UnmarshalError``);
-- an API Gateway HTTP API event (payload 2.0, ``isBase64Encoded`` bodies included) to the router's handler;
-- a durable function's event as a new execution, answered at its approval as the manifest says. An event
-  captured from a deployed durable function (the invocation envelope: ``DurableExecutionArn``,
-  ``CheckpointToken``, ``InitialExecutionState``) replays the execution's input payload.
+Each event goes in as a deployed function would receive it: docs/testing.md ("Replay events") says how.
 """
 
 from __future__ import annotations
