@@ -1,13 +1,9 @@
 """Writing a family's test model: random weights in its architecture, its real tokenizer and template.
 
     model = build("qwen3")          # TestModel(path=..., tokenizer_json=..., bos_token=..., ...)
-    models = build_all()            # every family of :data:`TEST_MODEL_FAMILIES`
     reranker = build("qwen3-reranker")   # a reranker of :data:`RERANKERS` (rank pooling, a score head)
 
-The weights are random (seeded by the family's name, so a rebuild writes the same file): the model
-generates noise, but it tokenizes, renders, stops and follows grammars exactly as the real model's file
-does. A file is cached under ``<cache>/test-models/models`` with a name that carries the hash of its recipe
-(family, shape, package versions, builder version), so a second build only finds it.
+Files are cached by the hash of their recipe; docs/testing.md ("Test models of each family") says more.
 """
 
 from __future__ import annotations

