@@ -1,16 +1,9 @@
 """Value types for the ``snapllm`` subcommands' arguments: a bad value ends in argparse's usage error.
 
-argparse turns an ``ArgumentTypeError`` into exit 2 and one line naming the argument
-(``snapllm cost: error: argument --ttft-ms: must be a finite number, got 'nan'``), before any
-implementation module is imported or anything is started. This module imports nothing heavy: the parsers
-that use it are built on every ``snapllm`` call, ``--help`` included.
-
-    parser.add_argument("--port", type=port)
     parser.add_argument("--requests", type=integer(1, 1_000_000))
-    parser.add_argument("--threads", type=integers(1, 1024))          # 1,2,6
-    parser.add_argument("--ttft-ms", type=number(0, 600_000))
-    parser.add_argument("--route", type=pair, action="append")
-    parser.add_argument("--model", type=gguf_file)
+
+Imports nothing heavy: the parsers that use it are built on every ``snapllm`` call, ``--help`` included
+(docs/cli.md, "How the parser stays fast").
 """
 
 from __future__ import annotations

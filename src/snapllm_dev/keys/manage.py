@@ -1,13 +1,9 @@
-"""A stack's API keys in SSM Parameter Store: made, listed and deleted (the functions only read them,
-:mod:`snapllm.api_keys`).
+"""A stack's API keys in SSM Parameter Store: made, listed and deleted (the functions only read them).
 
     keys = StackKeys("my-stack", boto3.client("ssm"))
     key, record = keys.create()      # the key (shown once) and what is stored: a salted hash
-    keys.list()                      # [KeyRecord(key_id=..., prefix=..., created=...)]
-    keys.revoke(record.key_id)
 
-Each key is a SecureString parameter ``/snapllm/<stack>/api-keys/<id>`` holding its record (JSON). The
-stack's authorizer and streaming function are allowed ``ssm:GetParameter`` under that path and nothing else.
+docs/api-keys.md ("Keys") says where they are stored and who may read them.
 """
 
 from __future__ import annotations
