@@ -1,17 +1,9 @@
 """A deploy's declared prompt prefixes (``SNAPLLM_PROMPT_PREFIXES``): chat requests without their last user
-turn, whose rendered tokens the engine evaluates before the snapshot and keeps
-(:mod:`snapllm.engine.prefixes`).
-
-The file is a JSON array; each entry is an OpenAI chat request's ``messages`` (a system prompt, earlier
-turns) and, optionally, its ``tools``, ``tool_choice``, ``reasoning_effort`` and ``chat_template_kwargs``::
+turn, read and rendered to the tokens whose state the engine keeps (:mod:`snapllm.engine.prefixes`).
 
     [{"messages": [{"role": "system", "content": "You are..."}], "tools": [...]}]
 
-``snapllm:agent`` names the file snapllm ships with the agent function's own system prompts.
-
-An entry's prefix is what the model's own template writes for it up to where the next user turn's text
-begins: the entry is rendered twice, each time with a different sentinel user turn appended, and the prefix
-is the tokens both renders share. A request whose prompt starts with them restores the saved state.
+docs/architecture.md ("Declared prompt prefixes") says what an entry holds and where its prefix ends.
 """
 
 from __future__ import annotations

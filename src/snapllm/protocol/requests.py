@@ -1,17 +1,9 @@
-"""The inference contract: OpenAI-style requests in, OpenAI-style responses out.
-
-The same pydantic models validate direct invokes of the inference function and, in the router, HTTP
-bodies, so both reject bad input with the same messages::
+"""The inference contract: OpenAI-style requests, one set of pydantic models for direct invokes and HTTP.
 
     request = parse_request({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16})
     isinstance(request, ChatCompletionRequest)  # True
 
-Unknown fields are refused (a typo such as ``max_token`` would otherwise be silently ignored); fields
-that OpenAI clients commonly send but that change nothing here are accepted. Types are strict, as OpenAI's
-are: ``"max_tokens": "10"`` or ``true`` is a 400, not a silent conversion. Every top-level request model
-first runs :func:`snapllm.protocol.http.edge.check_json_value` on its raw input (nesting depth, unpaired
-surrogates in
-any field), so a direct invoke is held to the same rules as an HTTP body.
+Both entry points get the same 400s; docs/api.md says which fields are taken and how strictly.
 """
 
 from __future__ import annotations

@@ -3,15 +3,8 @@
     serving = OpenAIServing(engine, max_tokens=512, max_prompt_chars=32_000)
     request = serving.parse(body, required="messages")     # refuses another model's name
     answer, generation = serving.complete(request, deadline=Deadline.after(25.0))
-    items, encoder = serving.open_stream(request, deadline=...)   # TokenDelta items, then a Generation
 
-A request becomes an :class:`~snapllm.engine.types.EngineRequest` here: the chat rendered by the model's
-template (:mod:`snapllm.protocol.completions.chat`) and tokenized, its limits checked against the context
-window, its ``response_format`` and tools turned into one grammar
-(:mod:`snapllm.protocol.completions.constraints`), a seed chosen when the caller gives none (from ``secrets``,
-so environments restored from one snapshot do not answer alike). The engine's completion comes back as a
-:class:`Generation`: a tool-call answer parsed into calls with ``call_`` ids, and the ``system_fingerprint``
-of what generated it.
+docs/architecture.md ("Packages") says what it does with a request and with the engine's completion.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""A chat as the prompt text its model reads: the model's chat template (Jinja) over the messages and tools.
+"""A chat as the prompt text its model reads: the model's Jinja chat template over the messages and tools.
 
     renderer = ChatRenderer.for_model(engine.metadata, *engine.special_tokens())
     chat = renderer.render(request)   # chat.prompt: text with the template's special tokens; chat.stop
 
-The template is the GGUF file's own (``tokenizer.chat_template``), else the model family's
-(:mod:`snapllm.protocol.completions.chat_templates`); a model with neither serves text completions only.
-Templates run in Jinja's immutable sandbox, with what Hugging Face chat templates expect: ``bos_token``,
-``eos_token``, ``raise_exception``, ``strftime_now``, ``add_generation_prompt``, a ``tojson`` filter that
-keeps non-ASCII text, and the ``{% generation %}`` block (rendered as its body).
-
-A template that mentions ``tools`` gets them, and earlier tool calls and results, the way Hugging Face
-templates expect. Any other gets the generic format of :mod:`snapllm.protocol.constraints.structured`: the
-tools described in the system message, earlier calls as the JSON the model would have generated, and each
-result as a user turn naming the call it answers.
+docs/models.md ("Templates within bounds") says which template runs, what it is given and its bounds.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Chat templates for models whose GGUF file carries none, chosen by the model's family.
 
-A GGUF normally holds its chat template (``tokenizer.chat_template``); some files leave it out (the
-packaged Gemma 3 270M does). Without one a model could only serve text completions, so the engine falls
-back to the template of the model's family, read from ``general.architecture``::
-
     template = family_template({"general.architecture": "gemma3"})
-    template.name      # "gemma-turns"
-    template.stop      # "<end_of_turn>"
+    template.name, template.stop      # "gemma-turns", "<end_of_turn>"
 
-Each template here is written for this project from the family's documented turn format, in the Jinja
-dialect Hugging Face chat templates use (so the engine renders it like a template from a GGUF).
+docs/openai-surface.md ("Models without a chat template") says which families have one.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The grammar a chat request is generated under: its ``response_format``, its tool calls, or both.
 
-Pure (no llama.cpp): the grammar is a llguidance grammar (Lark, with the JSON parts embedded as ``%json``
-schemas), which the engine's matcher enforces::
-
     grammar, tool_calls = chat_grammar(request)
     # (None, None): free text; (grammar, "all"): the answer is tool calls; (grammar, "auto"): it may be
 
-Schemas are compiled once by :func:`snapllm.protocol.constraints.compiled_schema.compile_schema` (JSON with
-bounded spacing between its tokens); tool calls are written in the family's format
-(:mod:`snapllm.protocol.families.tool_formats`), each function's arguments valid against its ``parameters``. A
-model that thinks first thinks freely, up to its end marker; the grammar holds the answer after it.
+A llguidance grammar (Lark, with ``%json`` schemas); docs/structured-output.md and docs/models.md say
+what it holds. Pure: no llama.cpp.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """What snapllm answers, as pydantic models: the single source of every response shape.
 
-The direct invoke, the router, the streaming function and ``/openapi.json`` all use these, so a field
-added here appears in every answer and in the document at once::
-
-    completion = completion_response(request, generation, model="smollm2")
-    completion.model_dump(mode="json")     # the chat.completion / text_completion object
+    completion_response(request, generation, model="smollm2")   # chat.completion / text_completion
+    response_object(request, generation, model="smollm2")       # a Responses API answer
     ModelList.of(["smollm2"], created=0, owned_by="snapllm")
 
-A Responses request (``POST /v1/responses``) is answered with a :class:`ResponseObject`
-(``response_object(request, generation, model=...)``).
-
-snapllm adds ``timings`` and ``seed`` (and ``deadline_reached`` when generation stopped at the caller's
-deadline) to OpenAI's objects; clients ignore fields they do not know.
+The invoke, the router, the stream and ``/openapi.json`` use these: a field added here shows in them all.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """A request's JSON schema compiled once: the constraint llguidance enforces, and the rest validated.
 
-Every place that turns a schema into something (the router's check, the function's request validation,
-the grammar the decode loop follows, the answer's check) asks :func:`compile_schema`, which keeps each
-compiled schema in a bounded LRU keyed by its compact JSON::
-
-    compiled = compile_schema({"type": "object", "properties": {"city": {"type": "string"}}},
-                              param="response_format")
-    compiled.grammar          # a whole llguidance grammar: the answer is this JSON alone
-    compiled.lark()           # '%json {...}': the schema inside a larger Lark grammar (tool calls)
+    compiled = compile_schema({"type": "string", "maxLength": 8}, param="response_format")
+    compiled.grammar, compiled.lark()   # a whole llguidance grammar; '%json {...}' inside a larger one
     compiled.check_answer(text, param="response_format")   # 422 when the finished answer breaks it
 
-What is enforced, what is validated (:attr:`CompiledSchema.validated`), what is refused, and the bounds
-are in docs/structured-output.md.
+docs/structured-output.md says who asks for it, what is enforced, validated or refused, and the bounds.
 """
 
 from __future__ import annotations

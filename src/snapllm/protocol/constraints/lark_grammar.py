@@ -1,15 +1,10 @@
 """Pieces of the Lark grammars llguidance enforces: literal text, the model's special tokens, spacing.
 
-A marker a family writes (``<tool_call>``, ``<|channel|>``, ``[TOOL_CALLS]``) is often one special token of
-the model: llguidance matches such a token only by its id, never as text, so a grammar spells it as the
-token where the model has it and as text where it does not::
-
-    specials = marker_tokens(["<|channel|>final"], control=..., user=..., tokenize=...)
-    # {"<|channel|>": 200005}: the markers' special tokens
+    specials = marker_tokens(markers, control=..., user=..., tokenize=...)   # {"<|channel|>": 200005}
     spelled("<|channel|>final", specials)        # '<[200005]> "final"'
     spelled("<tool_call>", {})                   # '"<tool_call>"'
 
-Pure: no llama.cpp.
+docs/models.md says why a marker is spelled as its special token. Pure: no llama.cpp.
 """
 
 from __future__ import annotations

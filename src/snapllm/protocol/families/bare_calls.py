@@ -1,12 +1,10 @@
 """A tool call written without its family's tags: an answer that is one bare JSON call, read as the call.
 
     >>> tools = (("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}),)
-    >>> bare_call(' {"name": "get_weather", "arguments": {"city": "Paris"}}\n', tools)
+    >>> bare_call(' {"name": "get_weather", "arguments": {"city": "Paris"}} ', tools)
     ('get_weather', '{"city": "Paris"}')
-    >>> bare_call('Call {"name": "get_weather", "arguments": {"city": "Paris"}}', tools) is None
-    True
 
-When such an answer is a call (and when it is an answer) is in docs/models.md. Pure: no llama.cpp.
+When such an answer is a call (and when it is text) is in docs/models.md. Pure: no llama.cpp.
 """
 
 from __future__ import annotations

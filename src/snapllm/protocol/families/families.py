@@ -1,17 +1,10 @@
 """Model families: what a family's chat template, thinking and native tool calls look like.
 
-One small class per family, in one registry (:data:`FAMILIES`, first match wins), chosen from the chat
-template the model carries (and its architecture, for a model without one)::
+    family = detect_family(template, architecture="qwen3")   # by the template; the architecture without one
+    family.thinking, family.tool_calls                        # ThinkingMarkers("<think>", ...), HERMES
 
-    family = detect_family(template, architecture="qwen3")
-    family.name                          # "qwen3"
-    family.thinking                      # ThinkingMarkers("<think>", "</think>")
-    family.tool_calls                    # HERMES: <tool_call>{...}</tool_call>
-    family.template_kwargs("none")       # {"enable_thinking": False}
-    family.template_tool({"name": "f"})  # a tool as the family's template reads it
-
-Everything that differs by family is declared here; the serving code asks the family and never branches on
-a family's name. Pure: no llama.cpp.
+Everything that differs by family is declared here, one class per family in :data:`FAMILIES`: the serving
+code asks the family and never branches on its name. docs/models.md lists the families. Pure: no llama.cpp.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""A reasoning model's thinking, told apart from its answer.
-
-Models such as Qwen3 and DeepSeek-R1 write their thinking first, between two markers, then the answer::
+"""A reasoning model's thinking (Qwen3's, DeepSeek-R1's...), told apart from its answer. Pure: no llama.cpp.
 
     markers = ThinkingMarkers("<think>", "</think>")
-    markers.prompt_state(prompt)        # "open": the template opened the thinking; "closed"; "optional"
     markers.split("<think>Hm.</think>\\n\\nParis.", state="optional")   # ("Hm.", "Paris.")
+    ReasoningSplitter(markers, state="optional").feed("<thi")          # []: held back, it may be the marker
 
-    splitter = ReasoningSplitter(markers, state="optional")
-    splitter.feed("<thi")               # []: held back, it may be the opening marker
-    splitter.feed("nk>Hm")              # [("reasoning", "Hm")]
-
-The thinking goes to ``reasoning_content`` (chat), ``delta.reasoning_content`` (streamed chat) and a
-``reasoning`` item (Responses API); the answer to ``content``. Pure: no llama.cpp.
+docs/models.md ("Thinking") says where the thinking goes in each kind of answer.
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 
     fmt = HERMES                       # Qwen2.5, Qwen3, Hermes, SmolLM3: <tool_call>{...}</tool_call>
     rules = fmt.grammar(functions, parallel=True, specials={})    # Lark rules: "calls" (and "calls_opened")
-    fmt.parse('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>', {"f"})   # [("f", "{}")]
+    fmt.parse('<tool_call>{"name": "f", "arguments": {}}</tool_call>', {"f"})   # [("f", "{}")]
 
-The grammar takes a call as the family writes it, with the spacing its template shows and its models write,
-each gap bounded; arguments are ``%json`` of the function's ``parameters``. docs/models.md says how openers,
-text before calls and spacing work. Pure: no llama.cpp.
+docs/models.md says how openers, text before calls and spacing are taken. Pure: no llama.cpp.
 """
 
 from __future__ import annotations
