@@ -1,19 +1,10 @@
 """AWS credentials for HTTP clients: SigV4 request signing, and API keys kept in Secrets Manager.
 
-SigV4 signs requests to IAM-protected endpoints: this project's own HTTP API (service ``execute-api``)
-and streaming Function URL (service ``lambda``), which refuse unsigned requests with the default
-``ApiAuth=IAM``, and AWS-hosted MCP gateways (Bedrock AgentCore Gateway, service ``bedrock-agentcore``).
-Sign with the caller's AWS credentials: a :class:`SigV4` is a callable auth, which ``httpx`` and ``httpx2``
-both take, so this module needs neither (the functions that use it do not ship ``httpx``)::
+    client = openai.OpenAI(base_url=stack_output["OpenAIBaseUrl"], api_key="unused",  # IAM authenticates
+                           http_client=httpx.Client(auth=SigV4(region="us-east-1", service="execute-api")))
 
-    import httpx, openai
-    from snapllm.aws_auth import SigV4
-
-    client = openai.OpenAI(
-        base_url=stack_output["OpenAIBaseUrl"],
-        api_key="unused",  # IAM authenticates; the key is ignored but the client requires one
-        http_client=httpx.Client(auth=SigV4(region="us-east-1", service="execute-api")),
-    )
+A :class:`SigV4` is a callable auth that ``httpx`` and ``httpx2`` both take, so this module imports neither
+(the functions that use it do not ship ``httpx``). docs/api.md and docs/agents.md say which endpoints sign.
 """
 
 from __future__ import annotations

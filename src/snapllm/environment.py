@@ -2,9 +2,6 @@
 (:class:`EnvironmentSettings`), both validated by pydantic.
 
     class EngineEnvironment(EngineSettings, EnvironmentSettings): ...
-
-    EngineSettings(n_ctx=512, threads=1)                            # values only
-    EngineEnvironment.from_env()                                    # os.environ
     EngineEnvironment.from_env({"SNAPLLM_N_CTX": "0"})              # ConfigurationError naming it
 
 docs/architecture.md ("Settings") says how a setting is declared once and read from its variable.

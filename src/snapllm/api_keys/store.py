@@ -1,13 +1,10 @@
 """Where a function reads its API keys' records: SSM Parameter Store (a deployment) or a file (``snapllm local
-serve``), chosen by the function's variables::
+serve``), chosen by the function's variables.
 
     verifier = ApiKeyEnvironment.from_env().verifier()    # None: this function checks no keys
     verifier.verify(headers.get("authorization"))
 
-Parameter Store rather than Secrets Manager: a standard SecureString costs nothing to keep (Secrets Manager
-charges per secret and month, so per key), a ``GetParameter`` takes milliseconds, and IAM scopes a role to
-a path (``parameter/snapllm/<stack>/api-keys/*``). The AWS managed key ``aws/ssm`` encrypts the values;
-the roles need no KMS permission of their own for it.
+docs/api-keys.md says why Parameter Store, and how records are cached and lookups bounded.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The router: OpenAI-compatible HTTP routes (API Gateway HTTP API) in front of the inference aliases.
 
-``functions/router/app.py`` is the thin Lambda handler around this module::
+    router = RouterApp.from_env(routers=[agent_routes.router])   # another module's Powertools routes join
+    handler = router.handler   # functions/router/app.py: Logger + Tracer + Metrics around the resolver
 
-    router = RouterApp.from_env()           # routing table and limits from SNAPLLM_* variables
-    handler = router.handler                # Logger + Tracer + Metrics around the resolver
-
-Locally, ``snapllm local serve`` builds the same :class:`RouterApp` with clients that invoke restored local
-environments instead of Lambda aliases. Another module's Powertools ``Router`` joins with one argument::
-
-    router = RouterApp.from_env(routers=[agent_routes.router])
-
-Every error is an OpenAI error body with a 4xx/5xx status; limits are checked before anything is invoked.
+``snapllm local serve`` builds the same app with clients of local environments. docs/api.md has its routes,
+limits and errors.
 """
 
 from __future__ import annotations

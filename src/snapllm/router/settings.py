@@ -1,16 +1,10 @@
 """Settings of the router function (:class:`RouterSettings`), read once from environment variables
 (:class:`RouterEnvironment`).
 
-The routing table maps the ``model`` a client sends to the qualified ARN of the inference alias that
-serves it, so several models can be deployed side by side, each its own SnapStart function; or to the base
-URL of an always-on OpenAI-compatible endpoint (llama-server, vLLM) that serves it instead. A fallback
-order names, per model, the routes to try when its target is throttled (429) or unavailable (503)::
-
-    SNAPLLM_ROUTES='{"smollm2-135m-instruct": "arn:aws:lambda:...:function:snapllm-Inference:live",
-                     "smollm2-always-on": "https://llm.internal.example/v1"}'
-    SNAPLLM_FALLBACKS='{"smollm2-always-on": ["smollm2-135m-instruct"]}'
-    settings = RouterSettings.from_env()
+    settings = RouterSettings.from_env()     # SNAPLLM_ROUTES, SNAPLLM_FALLBACKS, the limits...
     settings.routes["smollm2-135m-instruct"], settings.default_model, settings.max_body_bytes
+
+docs/api.md says how a request's ``model`` is routed and falls back; docs/configuration.md has each variable.
 """
 
 from __future__ import annotations

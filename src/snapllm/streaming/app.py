@@ -1,14 +1,9 @@
 """The streaming function's web app: an ASGI app that Lambda Web Adapter (LWA) runs behind a Function URL.
 
-``functions/stream/app.py`` wires it; ``run.sh`` starts it with uvicorn on 127.0.0.1:$PORT::
-
     runtime = InferenceRuntime.initialize()   # the same S3 -> memfd -> llama.cpp init as InferenceFunction
-    app = create_app(runtime)
+    app = create_app(runtime)                 # functions/stream/app.py; run.sh serves it on 127.0.0.1:$PORT
 
-LWA replaces the Python runtime client, so the SnapStart hooks run as two HTTP routes it calls
-(``/_snapllm/snapstart/before-checkpoint`` and ``.../after-restore``), which answer 403 to anything that
-came through an invoke (LWA adds ``x-amzn-request-context`` to those). The routes and their answers are the
-router's, streamed with ``stream: true`` (docs/api.md).
+Its routes are the router's, streamed; the SnapStart hooks are two routes only LWA may call (docs/api.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The request edge: what every entry point checks in raw input before a request model reads it.
 
-A request reaches snapllm through API Gateway (the router), a Function URL (the streaming app), a direct
-invoke, or ``snapllm local``. Each hands its raw input to the same functions here, so one hostile body
-gets the same structured 4xx everywhere::
-
     check_content_type(headers.get("content-type"))      # 415 unless JSON
     body = decode_json(raw, max_bytes=256 * 1024)         # 413, or 400 for bad UTF-8 / JSON / nesting
     route = routes.match(method, path)                    # the route, or 404 / 405 with Allow
 
-The request models call :func:`check_json_value` on what they are given (a decoded body or a direct
-invoke's event), which bounds nesting and refuses text that is not Unicode (lone surrogates) in any
-field, so a direct invoke is held to the same rules as an HTTP body.
+The request models run :func:`check_json_value` on a direct invoke too; docs/api.md lists what is refused.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The routes a model function answers besides the completions: tokens, token counts, embeddings, reranking.
 
-A completion's direct invoke is the request body itself (``messages``, ``prompt`` or ``input`` tells which
-kind). Every other route is invoked as a *routed event*, the route's path and its body, since a body alone
-cannot tell them apart (an embeddings request has ``input`` as a Responses request does)::
-
     routed_event("/tokenize", {"content": "Hello"})     # {"route": "/tokenize", "body": {...}}
     routes = ModelRoutes(model_name="smollm2", vocabulary=engine, serving=serving, max_chars=32_000)
     routes.answer("/tokenize", {"content": "Hello"})   # {"tokens": [...]}
 
-The router, the streaming app and ``snapllm local serve`` answer these paths over HTTP with the same
-bodies (:data:`ROUTED_PATHS`).
+A direct invoke names its route (docs/api.md says why); HTTP serves :data:`ROUTED_PATHS` with these bodies.
 """
 
 from __future__ import annotations

@@ -2,13 +2,9 @@
 without generating (``/v1/chat/completions/input_tokens``).
 
     tokenize(engine, TokenizeRequest(content="Hello"), max_chars=32_000)    # {"tokens": [19556]}
-    detokenize(engine, DetokenizeRequest(tokens=[19556]))                  # {"content": "Hello"}
     count_chat_tokens(serving, {"messages": [...]})                        # {"input_tokens": 31, ...}
 
-The count runs the request through :meth:`~snapllm.protocol.serving.OpenAIServing.prepare`, the very path
-that gives the engine a chat's tokens (template, tools, thinking, limits), so the number is the
-``usage.prompt_tokens`` the completion would report, and a request the completion would refuse (a prompt
-that does not fit the context window, ``max_tokens`` over the limit) gets the same 4xx.
+The count takes a completion's own path (``OpenAIServing.prepare``): docs/api.md says why that makes it exact.
 """
 
 from __future__ import annotations

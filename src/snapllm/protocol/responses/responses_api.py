@@ -1,14 +1,10 @@
-"""The Responses API request (``POST /v1/responses``), served statelessly as a chat completion.
-
-A Responses request is validated here, with OpenAI's field names, then translated into the
-:class:`~snapllm.protocol.requests.ChatCompletionRequest` that is served::
+"""The Responses API request (``POST /v1/responses``), validated with OpenAI's field names and served
+statelessly as the chat completion it translates to.
 
     request = parse_invoke({"input": "Name three colours.", "max_output_tokens": 32})
-    isinstance(request, ResponsesRequest)    # True
-    serving.generate(request.chat)           # the chat translation
+    serving.generate(request.chat)           # the ChatCompletionRequest served
 
-Which input items are taken, and what is refused because nothing is stored, is in docs/api.md ("The
-Responses API").
+docs/api.md ("The Responses API") says which input items are taken and what is refused.
 """
 
 from __future__ import annotations
