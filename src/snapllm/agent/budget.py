@@ -1,16 +1,10 @@
-"""Keep checkpointed state lean: every step result is measured, and a large one goes to S3.
-
-The service stores each operation's result (at most 256 KB) and replays it on every resume; the local
-test runner does not enforce that limit, so the agent enforces its own, smaller budget. A value over
-the budget is written to the run's S3 prefix and only its reference is checkpointed::
+"""Keep checkpointed state lean: every step result is measured, and one over the budget goes to S3.
 
     budget = StateBudget(store, limit_bytes=64 * 1024, run_id="3f2a...")
-    kept = budget.fit("excerpt report.md", {"text": "..." * 100_000})
-    # kept == {"$artifact": {"bucket", "key", "size", "sha256"}}
+    kept = budget.fit("excerpt report.md", {"text": "..." * 100_000})   # {"$artifact": {...}}
     value = budget.resolve(kept)          # reads it back only where a later step needs it
 
-Sizes are measured exactly as :class:`~aws_durable_execution_sdk_python.serdes.JsonSerDes` encodes the
-value (``json.dumps`` with its defaults), which is the serializer every agent step uses.
+Sizes are measured as ``JsonSerDes`` encodes the value, the serializer every agent step uses.
 """
 
 from __future__ import annotations

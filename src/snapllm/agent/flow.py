@@ -1,20 +1,8 @@
-"""The agent's durable flow. Every side effect runs inside a named durable operation.
+"""The agent's durable flow (:func:`run_agent`): documents, tool lists, plan, tool calls, approval, answer.
 
-::
-
-    inspect documents (map: one S3 HEAD per document)
-    list tools NAME   (step per MCP server: its tools/list)
-    plan              (step: the model drafts a plan, JSON constrained to real tools and documents)
-    run tools         (child context, per plan step:)
-      choose call N   (step: the model answers with a tool call)
-      approve call N  (callback, only for a tool that needs approval) + request approval call N (step)
-      call N TOOL     (step: the tool runs; its answer goes back to the model)
-    approval          (callback, with a timeout) + request approval (step: writes the review to S3)
-    answer            (step: the model answers from the plan and the findings)
-
-Each resume re-runs :func:`run_agent` from the top; finished operations return their checkpointed
-results, so the control flow below depends only on the input and on durable results. Every step result
-goes through :class:`~snapllm.agent.budget.StateBudget` before it is checkpointed.
+Every side effect runs inside a named durable operation (docs/agents.md lists them). Each resume runs
+:func:`run_agent` again from the top and finished operations return their checkpointed results, so its
+control flow may depend only on the input and on durable results.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Wire the durable flow to Lambda: dependencies from the environment, a thin durable handler.
 
-``functions/agent/app.py`` is just::
+    handler = build_handler()      # all of functions/agent/app.py
 
-    from snapllm.agent.handler import build_handler
-    handler = build_handler()
-
-Tests and the local runner pass their own dependencies (a local inference environment, the local S3)::
+Tests and the local runner pass their own (a local inference environment, the local S3)::
 
     handler = build_handler(lambda: AgentDependencies(settings, store, LocalInferenceClient(env)))
 """

@@ -1,19 +1,10 @@
-"""Chat completions through the :class:`~snapllm.inference.client.InferenceClient` protocol.
-
-The agent never loads a model: it invokes the inference alias (or, locally, a restored environment)::
+"""Chat completions for the agent through the :class:`~snapllm.inference.client.InferenceClient` protocol.
 
     reply = chat(client, system="Be brief.", user="Summarize: ...", max_tokens=40)
-    reply.text, reply.completion_tokens
-
-    # the same, constrained: JSON valid against a schema, or tool calls valid against the tools' schemas
-    reply = complete(client, messages, max_tokens=160, response_format={"type": "json_schema", ...})
-    reply.json()
     reply = complete(client, messages, max_tokens=96, tools=[...], tool_choice={"type": "function", ...})
-    reply.tool_calls   # [{"id", "name", "arguments": {...}}]
+    reply.text, reply.json(), reply.tool_calls
 
-Every request carries a seed derived from the request itself (:func:`request_seed`), so the same question
-gets the same answer and an execution, and a replay of its event, is reproducible; and ``cache_prompt``, so
-it still reuses the inference function's prompt cache (its declared prefixes, the run's earlier turns).
+Every request carries a seed derived from itself and ``cache_prompt``: docs/agents.md says why.
 """
 
 from __future__ import annotations

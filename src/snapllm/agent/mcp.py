@@ -1,15 +1,10 @@
-"""Tools from MCP servers, over the streamable HTTP transport of the official ``mcp`` SDK.
-
-Each configured server (:class:`~snapllm.agent.settings.McpServerConfig`) is a
-:class:`~snapllm.agent.tools.ToolSource`: ``tools/list`` gives the tools' specs, ``tools/call`` runs one::
+"""Tools from MCP servers, over the streamable HTTP transport of the official ``mcp`` SDK: each configured
+server is a :class:`~snapllm.agent.tools.ToolSource` (``tools/list``, ``tools/call``).
 
     source = McpToolSource(McpServerConfig(name="docs", url="http://127.0.0.1:8931/mcp"))
-    specs = source.list_tools(ctx)            # names as the model sees them: "docs__search"
-    result = source.call("search", {"q": "snapstart"}, ctx, idempotency_key="3f2a...")
+    source.call("search", {"q": "snapstart"}, ctx, idempotency_key="3f2a...")
 
-Every call opens its own connection and carries its durable step's idempotency key in ``_meta``. Failures
-are sorted by what a retry may do (unreachable, broken after sending, rejected, not JSON-RPC), each its own
-error class; docs/agents.md says which are retried and why.
+Each call opens its own connection; docs/agents.md says how failures are sorted and which are retried.
 """
 
 from __future__ import annotations

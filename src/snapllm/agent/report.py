@@ -1,13 +1,10 @@
-"""Per-operation report of a durable run: name, type, status, attempts and checkpointed bytes.
-
-Built from the operations the local runner recorded (the same operations the service keeps)::
+"""Per-operation report of a durable run (name, type, status, attempts, checkpointed bytes), built from the
+operations the local runner recorded, which are those the service keeps.
 
     report = OperationReport.from_test_result(result, input_payload=json.dumps(event), budget_bytes=65536)
     print(report.render())
-    report.largest.bytes <= report.budget_bytes
 
-Checkpointed bytes of an operation are the bytes of its stored result (or error) payload: what the
-service limits to 256 KB per operation and replays on every resume.
+What an operation's checkpointed bytes are: docs/agents.md.
 """
 
 from __future__ import annotations

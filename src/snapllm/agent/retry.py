@@ -1,18 +1,10 @@
-"""Retry strategies, one per kind of step.
-
-- ``inference``: throttles, timeouts and 5xx of the inference alias pass, and so may an answer cut at the
-  invoke's deadline; back off and try again.
-- ``storage``: S3 hiccups pass; a missing or forbidden object does not.
-- ``tool``: a call to an idempotent tool: a server that cannot be reached, a broken-off call and a 5xx
-  pass; back off and call again (the call carries the same idempotency key).
-- ``tool_once``: a call to a tool that is not idempotent: only a server that could not be reached (nothing
-  was sent) is retried; a call that broke off after it was sent may have taken effect and is not repeated.
-- ``never``: pure bookkeeping steps whose failure is a bug or a bad input.
-
-Permanent errors (:class:`~snapllm.agent.errors.PermanentAgentError`, e.g. a 4xx from the model or a
-missing document) are never retried: only the listed transient types are::
+"""Retry strategies, one per kind of step: ``inference``, ``storage``, ``tool`` (an idempotent tool),
+``tool_once`` (any other tool: retried only when nothing was sent) and ``never`` (bookkeeping).
 
     StepConfig(retry_strategy=RETRY["inference"], serdes=JsonSerDes())
+
+Only the listed transient errors are retried, never a :class:`~snapllm.agent.errors.PermanentAgentError`;
+docs/agents.md says what each kind retries.
 """
 
 from __future__ import annotations

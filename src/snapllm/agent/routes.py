@@ -1,21 +1,9 @@
-"""HTTP routes of the agent, as a Powertools router the OpenAI router mounts next to its own routes.
+"""HTTP routes of the agent (start a run, its status, its approval), as a Powertools router that the
+OpenAI router mounts next to its own: ``RouterApp.from_env(routers=[agent_routes.router])``.
 
-- ``POST /v1/agent/runs`` (header ``Idempotency-Key``, body ``{task, documents, approval}``): 202 and the
-  run's id; the same key never starts two runs.
-- ``GET /v1/agent/runs/{run_id}``: status, whether it waits for approval, result or error.
-- ``POST /v1/agent/runs/{run_id}/approval`` (body ``{"approved": bool, "approver": str, "reason": str}``).
-
-Mounting (``snapllm.router.app``)::
-
-    from snapllm.agent import routes as agent_routes
-    router = RouterApp.from_env(routers=[agent_routes.router])
-
-The service comes from ``SNAPLLM_AGENT_FUNCTION_ARN`` (the agent alias) and
-``SNAPLLM_AGENT_ARTIFACTS_BUCKET`` / ``_PREFIX`` (where each run's execution ARN is kept) unless
-:func:`configure` set one.
-Errors are :class:`~snapllm.agent.runs.RunError` request errors, which the router renders (and logs and
-counts) like its own: 400 bad input, 404 unknown run, 409 not waiting / already answered / idempotency
-conflict.
+The runs service comes from the environment (docs/configuration.md) unless :func:`configure` set one.
+Errors are :class:`~snapllm.agent.runs.RunError` request errors, rendered like the router's own;
+docs/agents.md lists the routes and their statuses.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Start, inspect and approve agent runs through Lambda's durable execution API::
+"""Start, inspect and approve agent runs through Lambda's durable execution API (:class:`AgentRuns`).
 
-    records = RunRecords(boto3.client("s3"), bucket="snapllm-models-...", prefix="agent/")
-    runs = AgentRuns(boto3.client("lambda"), function_arn=alias_arn, records=records)
     run = runs.start("order-1234-review", {"task": "...", "documents": [...], "approval": {...}})
-    runs.get(run["id"])                     # {"id", "status", "waiting_for_approval", "result", "error"}
-    runs.decide(run["id"], approved=True, approver="alice", reason="ok")
+    runs.get(run["id"]); runs.decide(run["id"], approved=True, approver="alice", reason="ok")
 
-A run's id is its ``DurableExecutionName``, derived from the client's idempotency key. Each run's execution
-ARN is kept in S3 (:class:`RunRecords`), so a run outlives a redeploy: docs/redeploys.md says why.
+A run's id is its ``DurableExecutionName``, derived from the idempotency key. Its execution ARN is kept in
+S3 (:class:`RunRecords`), so a run outlives a redeploy (docs/redeploys.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """JSON schemas the agent asks the model to fill: tool parameters, and the plan.
 
-The inference function enforces a schema with a grammar and refuses constructs the grammar cannot keep
-(:func:`snapllm.protocol.constraints.structured.check_schema`). Tool parameters come from pydantic models
-(built-in tools) or from MCP servers, which use such constructs freely (``minimum``, ``format: uri``...), so
-:func:`enforceable` rewrites a parameter schema into one the grammar keeps: a small integer range
-becomes an ``enum``, other value constraints are dropped, and the arguments object takes only the
-properties it declares. Dropping one loses nothing: the tool still validates its arguments (pydantic for
-built-in tools, the server for MCP tools) and answers an invalid call with an error the model sees::
-
-    enforceable(ChunkInput.model_json_schema())
+    enforceable(ChunkInput.model_json_schema())   # rewritten into what the inference grammar keeps
     plan_schema([spec, ...], max_steps=4)   # {"steps": [{"tool": "read_excerpt", "arguments": {...}}]}
+
+What :func:`enforceable` rewrites, and why nothing is lost: docs/agents.md ("Tools from MCP servers").
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The agent's tools, behind one interface whatever serves them.
+"""The agent's tools behind one interface, whatever serves them: a :class:`ToolSource` lists
+:class:`ToolSpec` s and runs calls. The built-in tools (:class:`BuiltinTools`) are one source; each MCP
+server (:mod:`snapllm.agent.mcp`) is another::
 
-A :class:`ToolSource` lists :class:`ToolSpec` s (name, description, JSON schema of the parameters, and
-how a call may be retried) and runs calls, answering a :class:`ToolResult`. The built-in tools
-(:class:`BuiltinTools`) are one source; each MCP server (:mod:`snapllm.agent.mcp`) is another::
-
-    tools = BuiltinTools()
-    [spec.name for spec in tools.list_tools(ctx)]           # ["read_excerpt", "summarize_chunk"]
     tools.call("read_excerpt", {"uri": "s3://b/agent/documents/a.md"}, ctx, idempotency_key="...")
 
-Built-in tools take *references* (``s3://`` URIs, a chunk number) and read only the bytes they need;
-they never take or return a whole document. Their parameters are derived from their pydantic input
-models (:func:`~snapllm.agent.schemas.enforceable`), so what the model is told and what is validated
-are one definition.
+Built-in tools take references and read only the bytes they need: docs/agents.md.
 """
 
 from __future__ import annotations
