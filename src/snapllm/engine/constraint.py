@@ -1,14 +1,10 @@
 """The constraint engine: llguidance's matcher over llama.cpp's vocabulary, with bounded cost.
 
-    tokenizer = vocabulary_tokenizer(llama)      # once per loaded model (about 1 s: before the snapshot)
+    tokenizer = vocabulary_tokenizer(llama)      # once per loaded model (before the snapshot)
     constraint = Constraint(tokenizer, grammar)  # per request; ValueError for a grammar it refuses
-    if not constraint.allows(token):             # the pick broke the grammar: mask and pick again
-        logits[~constraint.allowed()] = -np.inf
+    constraint.allows(token), constraint.allowed()   # one token; the mask, only when the pick is refused
 
-A grammar is a llguidance grammar string (what ``LLMatcher.grammar_from_lark`` or
-``LLMatcher.grammar_from_json_schema`` return). Every matcher runs under :data:`LIMITS`: the grammar's size,
-the lexer's states and the work of one mask are capped, and a grammar that reaches a cap stops the request
-with a :class:`~snapllm.errors.UnsupportedParameterError` (the decode loop frees everything it holds).
+How it is checked, and what :data:`LIMITS` caps: docs/decoding.md ("The constraint engine", "Bounds").
 """
 
 from __future__ import annotations

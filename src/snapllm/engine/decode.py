@@ -1,15 +1,10 @@
 """Token by token decoding over llama.cpp's C API: the KV cache, the sampler chain and the grammar.
 
-    decoder = Decoder(llama)
-    grammar = LLMatcher.grammar_from_json_schema(schema)    # any llguidance grammar string
     for token in decoder.tokens(prompt, Sampling(temperature=0.0, top_p=1.0, seed=1), grammar=grammar):
         ...  # stop iterating to stop: the last token yielded is never evaluated
 
-It knows tokens, samplers and grammars, and nothing of the requests that ask for them. The sampler chain is
-llama-cpp-python's ``create_completion`` chain, with its fixed values as :class:`Sampling`'s defaults. How
-the grammar is checked (the pick first, the full mask only when it is refused) and prompt-lookup drafting:
-docs/decoding.md; the batches that keep temperature-0 answers independent of the cache (``min_batch``, in
-groups of four rows): docs/benchmarks.md, "Engine speed".
+It knows tokens, samplers and grammars, nothing of requests. docs/decoding.md says how it samples, checks
+grammars and drafts; docs/benchmarks.md ("Engine speed") why prompts go in batches (``min_batch``).
 """
 
 from __future__ import annotations

@@ -2,18 +2,9 @@
 
     engine = EmbeddingEngine.load(model.path, EngineSettings(embedding_pooling="mean"), model_name="e5")
     vectors = engine.embed([engine.tokenize("Hello", add_bos=True), [1, 2, 3]])   # one per input
-    scores = reranker.score([pair_tokens, other_pair_tokens])   # rank pooling: one score per sequence
 
-Inputs are token lists (the protocol tokenizes text); as many as fit go through llama.cpp in one batch, one
-sequence each, and llama.cpp pools each sequence's token vectors (mean, CLS or last token) into one. The
-vectors come back as the model computes them, not normalised. A sequence must fit the context window,
-which is also the batch size: a model with non-causal attention (BERT) sees a whole sequence at once.
-
-A reranker is the same engine with rank pooling: llama.cpp pools each sequence (its first token, or its last
-with causal attention, as Qwen3-based rerankers have) and applies the model's classification head; the
-first value of a sequence's output is its score. The engine scores token sequences; building a query and
-a document into one is the protocol's (:mod:`snapllm.protocol.model_routes.rerank`), from what the engine says
-of its vocabulary (:attr:`~EmbeddingEngine.rerank_template`, the BOS, EOS and SEP tokens).
+With rank pooling it is a reranker (``score``: one score per sequence). It takes token lists only: text, and a
+query joined with a document, are the protocol's. How it batches and pools: docs/decoding.md.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@
     with loader.load(ModelSource(bucket="models", key="smollm2.gguf")) as model:
         llama = Llama(model_path=model.path)   # /proc/self/fd/N
 
-Parallel ranged GETs land at their offsets in a shared mapping of the memfd while the contiguous prefix is
-hashed; a part that breaks off resumes from its last byte, and a fault that persists is a named error
-within :attr:`~snapllm.engine.settings.LoaderSettings.failure_bound_s`. ``load`` returns or raises with the
-mapping closed, the memfd closed on failure and none of its threads left. The design: docs/architecture.md,
-"Loader".
+``load`` leaves none of its threads, and closes the memfd if it fails: docs/architecture.md ("Loader").
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The engine: one llama.cpp model that generates for one request at a time.
 
     engine = Engine.load(model.path, EngineSettings(), model_name="smollm2")
-    tokens = engine.tokenize("Hello, my name is", add_bos=True)
-    completion = engine.generate(EngineRequest(tuple(tokens), Sampling(0.0, 1.0, seed=1), max_tokens=16))
-    completion.text, completion.finish, completion.timings
+    completion = engine.generate(EngineRequest(tokens, Sampling(0.0, 1.0, seed=1), max_tokens=16))
 
-It takes tokens, sampling settings, stop strings and a grammar (:mod:`snapllm.engine.types`), and knows no
-OpenAI request: chats, tools and structured output become tokens and grammars in
-:mod:`snapllm.protocol.serving`. It stops between tokens at a deadline with what it has, rather than letting
-the invoke time out, and stops before a stop string or ``max_tokens`` without evaluating the token that
-ended the answer. A prompt whose evaluation would run past the deadline (or whose deadline is cancelled:
-the client has gone) stops between two of its batches with a :class:`DeadlineExceededError`.
+It takes tokens, sampling settings, stop strings and a grammar, and knows no OpenAI request (that is
+:mod:`snapllm.protocol.serving`'s). docs/decoding.md says how it stops: at a deadline, a stop, a limit.
 """
 
 from __future__ import annotations

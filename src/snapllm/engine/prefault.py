@@ -1,16 +1,9 @@
-"""Fault a restored environment's memory in before the first request needs it.
-
-After a SnapStart restore the hypervisor loads each page of the snapshot on its first touch (locally, a
-forked child maps or copies it then); the after-restore hook touches them first, so the first request does
-not pay for it::
+"""Fault a restored environment's memory in before the first request needs it (the after-restore hook).
 
     stats = prefault("weights", threads=2)   # the model's memfd mapping
     stats.bytes, stats.seconds, stats.advice
 
-``SNAPLLM_PREFAULT``: ``none``, ``weights`` (the model's memfd: ``MADV_POPULATE_READ``, then a byte of every
-page read) or ``all`` (also every private writable page that holds data: ``MADV_POPULATE_WRITE``). The work
-is split over ``threads`` in 64 MiB slices and stops at a time budget, since Lambda fails a restore whose
-hooks take over 10 s. What each mode costs and saves: docs/benchmarks.md.
+The modes (``SNAPLLM_PREFAULT``), its time budget, and what each mode costs and saves: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""Saved prompt prefixes: the KV state of sequences the decoder evaluated, kept in RAM so that a prompt that
-starts with one restores it and evaluates only the rest.
+"""Saved prompt prefixes: KV states kept in RAM, so a prompt that starts with one evaluates only the rest.
 
     cache = PrefixCache(budget_bytes=256 * MiB)
     cache.add(decoder.save(), pinned=True)     # a declared prefix, evaluated before the snapshot
     state = cache.best(lambda state: decoder.reused_from(state, prompt))
 
-Two kinds of entries: pinned ones (the deploy's declared prefixes, evaluated at init and held by the
-snapshot) are never evicted and do not count toward the budget; the others (recent conversations' prefixes,
-saved when a request moves the decoder off them) are dropped least recently used first, so that their bytes
-never exceed the budget. A state is llama.cpp's own serialisation of one sequence
-(``llama_state_seq_get_data``), with the tokens it holds and how the decoder computed each position, so that
-the decoder's reuse rule applies to it as to the live sequence.
+What is kept, and for how long: docs/decoding.md ("The prompt cache").
 """
 
 from __future__ import annotations

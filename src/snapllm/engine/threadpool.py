@@ -1,13 +1,10 @@
 """A persistent ggml thread pool for a llama.cpp context, so a token does not start and join its threads.
 
     pool = CpuThreadPool(llama, threads=6)
-    with pool.running():        # one request's decodes; the workers sleep when it ends
-        ...
+    with pool.running(): ...    # one request's decodes; the workers sleep when it ends
     pool.close()                # detaches, then joins the threads
 
-llama-cpp-python does not wrap ``llama_attach_threadpool``: this module binds it and ggml's pool functions
-from the same shared libraries, through ctypes. docs/architecture.md ("The decode thread pool") says why,
-what an idle pool costs and what a fork does to it.
+Bound through ctypes (llama-cpp-python does not wrap it). docs/architecture.md says why and what it costs.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Call the inference function on AWS, through Lambda ``Invoke`` (locally:
-:mod:`snapllm_dev.local.inference`),
-or an always-on OpenAI-compatible HTTP endpoint (llama-server, vLLM, ``llama_cpp.server``) in its place.
+"""Call the inference function through Lambda ``Invoke`` (locally: :mod:`snapllm_dev.local.inference`), or
+an always-on OpenAI-compatible HTTP endpoint in its place, behind one :class:`InferenceClient` protocol.
 
-The router and the agent depend on the :class:`InferenceClient` protocol only::
+    response = LambdaInferenceClient(function_arn=alias_arn).invoke({"messages": [...], "max_tokens": 64})
 
-    client = LambdaInferenceClient(function_arn="arn:aws:lambda:...:function:snapllm-Inference:live")
-    response = client.invoke({"messages": [...], "max_tokens": 64})
-
-``invoke`` returns the function's completion. Everything else raises a
-:class:`~snapllm.errors.RequestError` that carries the HTTP status to answer with: the function's own
-error answer (a 4xx such as ``ContextLengthExceededError``, rebuilt as the class it was raised as), or an
-:class:`~snapllm.errors.InferenceInvokeError` for a throttle (429), a timeout (504) or a failure (502). No
-caller decodes a status from a payload: that happens here, once.
+``invoke`` returns the completion or raises a :class:`~snapllm.errors.RequestError` with the status to answer
+(the function's 4xx as the class it was raised as; else 429, 504 or 502): no caller reads a payload's status.
 """
 
 from __future__ import annotations

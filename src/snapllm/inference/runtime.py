@@ -1,15 +1,10 @@
-"""The inference function's lifecycle: init, SnapStart hooks, invoke.
-
-``functions/inference/app.py`` is three lines of wiring around this module::
+"""The inference function's lifecycle: init, SnapStart hooks, invoke (``functions/inference/app.py``).
 
     runtime = InferenceRuntime.initialize()      # S3 -> memfd -> llama.cpp, at module init
     runtime.register_snapstart_hooks()           # warm-up before the snapshot, re-seed after restore
-    def handler(event, context):
-        return runtime.handle(event, context)    # only generates tokens
+    runtime.handle(event, context)               # the handler: only generates tokens
 
-Init downloads and loads; a request never does. Every error a caller causes comes back as a structured
-error with a 4xx ``statusCode``; anything unexpected as a 500 whose message holds no stack trace, and the
-environment keeps serving.
+Init downloads and loads; a request never does. Errors are answers: a 4xx, or a 500 without a stack trace.
 """
 
 from __future__ import annotations
