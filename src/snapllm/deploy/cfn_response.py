@@ -1,13 +1,10 @@
-"""Answers to CloudFormation's custom resource requests, delivered before the function's deadline.
-
-Both of the stack's custom resources (``ModelObject``, ``VersionDigests``) answer through
-:func:`send_response`: a PUT of the response body to the request's pre-signed ``ResponseURL``, retried on
-connection failures, stalls and 5xx, with every attempt and pause cut to end :data:`RESPONSE_RESERVE_S`
-before the function's deadline (:func:`deadline_from`), so an answer is never sent by a function that
-Lambda has already stopped. The module imports nothing but the standard library: ``snapllm deploy-check``
-reads a function's imports to list the AWS calls its role must allow, and answering makes none.
+"""Answers to CloudFormation's custom resource requests: a PUT to the request's ``ResponseURL``, retried, each
+attempt ending before the function's deadline (docs/deploy.md).
 
     send_response(event["ResponseURL"], body, deadline=deadline_from(context, RESPONSE_RESERVE_S))
+
+Standard library only: ``snapllm deploy-check`` reads a function's imports to list the AWS calls its role
+must allow, and answering makes none.
 """
 
 from __future__ import annotations

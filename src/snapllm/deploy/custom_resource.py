@@ -1,15 +1,9 @@
-"""The ``ModelObject`` custom resource: the ``ModelSource`` URL copied into the model bucket during deploy.
+"""The ``ModelObject`` custom resource: the ``ModelSource`` URL copied into the model bucket during deploy
+(``functions/model_source/app.py`` calls :meth:`ModelObjectResource.handle`).
 
-``functions/model_source/app.py`` wires it::
-
-    resource = ModelObjectResource.from_env()
-    def handler(event, context):
-        resource.handle(event, context)
-
-Properties (strings, as CloudFormation passes them): ``Bucket``, ``Key``, ``Url`` (``https://``),
-``Sha256`` and optionally ``PartSizeMiB`` (5-5120, default 64). Data (``!GetAtt ModelObject.<Name>``):
-``Sha256``, ``Size``, ``VersionId``, ``Copied``; the physical ID is ``s3://bucket/key``. What Create,
-Update and Delete do, and how the answer reaches CloudFormation before the deadline: docs/deploy.md.
+Properties: ``Bucket``, ``Key``, ``Url``, ``Sha256`` and ``PartSizeMiB`` (5-5120, default 64). Data:
+``Sha256``, ``Size``, ``VersionId``, ``Copied``; the physical ID is ``s3://bucket/key``. What Create, Update
+and Delete do, and how the answer reaches CloudFormation in time: docs/deploy.md.
 """
 
 from __future__ import annotations

@@ -3,11 +3,8 @@
     with HTTPSource("https://huggingface.co/org/repo/resolve/main/model.gguf") as source:
         while n := source.readinto(view):   # 0 at the end of the file
             ...
-    source.size, source.offset, source.resumes, source.retries
 
-How it resumes, what it refuses and why are in docs/deploy.md ("How the copy resumes"). It speaks plain
-http too, so that tests can put the fault proxy of :mod:`snapllm_dev.local.faults` in the path; the
-custom resource accepts https:// only.
+How it resumes and what it refuses: docs/deploy.md. It speaks plain http too, for the tests' fault proxy.
 """
 
 from __future__ import annotations

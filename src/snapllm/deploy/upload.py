@@ -4,13 +4,7 @@
     if upload.existing() is None:                       # HEAD: is that digest there already?
         result = upload.write(source.readinto, size=source.size, deadline=deadline)
 
-Parts of ``part_size`` bytes are read one after another and hashed as they arrive; up to ``concurrency``
-of them are uploaded while the next one is read, so memory stays at about ``part_size x (concurrency + 1)``
-whatever the model's size. The object gets the expected digest as its ``sha256`` metadata (the loader
-verifies the download against it). Only when every byte is in, the count matches what the source
-announced and the SHA-256 matches the expected one is the upload completed: any failure, a mismatch
-included, aborts it, so S3 holds neither a half-written object nor a pending upload's parts, and an
-object already at the key stays as it was.
+Its memory, and what a failure leaves in S3: docs/deploy.md ("How the copy is written").
 """
 
 from __future__ import annotations
