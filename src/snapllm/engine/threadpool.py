@@ -4,7 +4,7 @@
     with pool.running(): ...    # one request's decodes; the workers sleep when it ends
     pool.close()                # detaches, then joins the threads
 
-Bound through ctypes (llama-cpp-python does not wrap it). docs/architecture.md says why and what it costs.
+Binds ``llama_attach_threadpool`` through ctypes (llama-cpp-python does not); why: docs/architecture.md.
 """
 
 from __future__ import annotations
