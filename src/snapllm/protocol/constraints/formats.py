@@ -7,6 +7,7 @@ reference). docs/structured-output.md lists which formats are enforced and which
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import quote
 
 from jsonschema import FormatChecker
@@ -42,20 +43,18 @@ def as_uri(iri: str) -> str | None:
     return "".join(out)
 
 
+def _iri_check(rule: str) -> Callable[[object], bool]:
+    """A check of an IRI by rfc3986-validator's ``rule`` for the URI it maps to."""
+
+    def check(instance: object) -> bool:
+        if not isinstance(instance, str):
+            return True
+        uri = as_uri(instance)
+        return uri is not None and bool(validate_rfc3986(uri, rule=rule))
+
+    return check
+
+
 FORMAT_CHECKER = FormatChecker()
-
-
-@FORMAT_CHECKER.checks("iri", raises=ValueError)
-def is_iri(instance: object) -> bool:
-    if not isinstance(instance, str):
-        return True
-    uri = as_uri(instance)
-    return uri is not None and bool(validate_rfc3986(uri, rule="URI"))
-
-
-@FORMAT_CHECKER.checks("iri-reference", raises=ValueError)
-def is_iri_reference(instance: object) -> bool:
-    if not isinstance(instance, str):
-        return True
-    uri = as_uri(instance)
-    return uri is not None and bool(validate_rfc3986(uri, rule="URI_reference"))
+FORMAT_CHECKER.checks("iri", raises=ValueError)(_iri_check("URI"))
+FORMAT_CHECKER.checks("iri-reference", raises=ValueError)(_iri_check("URI_reference"))
