@@ -16,8 +16,10 @@ import json
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, local_store
@@ -830,20 +832,20 @@ def test_a_good_rerank_succeeds_after_the_table(entry_points, entry, path):
     assert answer["results"][0]["index"] in (0, 1)
 
 
-def test_a_client_that_leaves_mid_upload_leaves_no_traceback(tmp_path):
-    log = tmp_path / "serve.log"
-    with log.open("wb") as sink, ServeProcess.start(env=SERVE_ENV, stdout=sink, stderr=sink) as server:
-        host, port = server.url.removeprefix("http://").split(":")
-        for path in (CHAT, "/v1/agent/runs"):
-            with socket.create_connection((host, int(port)), timeout=10) as sock:
-                sock.sendall(
-                    f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                    'content-length: 1000\r\n\r\n{"messages": ['.encode()
-                )
-        # The server still serves, and has had the time to log whatever the two left behind.
-        status, _headers, _body = _http(server.url)(Case("health", b"", 200, method="GET", path="/health"))
-        assert status == 200
-    assert "Traceback" not in log.read_text(errors="replace")
+def test_a_client_that_leaves_mid_upload_leaves_no_traceback(keyed_server):
+    server, log = keyed_server
+    host, port = server.url.removeprefix("http://").split(":")
+    for path in (CHAT, "/v1/agent/runs"):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                f"POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {KEY}\r\n"
+                "content-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+                '{"messages": ['.encode()
+            )
+    # The server still serves, and has had the time to log whatever the two left behind.
+    assert httpx.get(f"{server.url}/health", headers={"authorization": f"Bearer {KEY}"}).status_code == 200
+    text = log.read_text(errors="replace")
+    assert "snapllm-router" in text and "Traceback" not in text  # the server's logs, and no traceback
 
 
 def test_an_event_too_deep_to_decode_is_the_runtimes_unmarshal_error(environment):
@@ -946,12 +948,21 @@ def _keyed_router(environment: Any, keys: Any) -> Callable[[KeyCase], Answer]:
 
 
 @pytest.fixture(scope="module")
-def key_entry_points(runtime, environment) -> Iterator[dict[str, Callable[[KeyCase], Answer]]]:
-    keys = ApiKeyVerifier(local_store([KEY]), realm=LOCAL_REALM)
+def keyed_server(tmp_path_factory) -> Iterator[tuple[ServeProcess, Path]]:
+    """``snapllm local serve`` with the key, and the file its output goes to."""
+    log = tmp_path_factory.mktemp("keyed") / "serve.log"
     with (
-        ServeProcess.start(env=SERVE_ENV, api_key=KEY) as keyed,
-        stream_server(runtime, max_body_bytes=MAX_BODY_BYTES, api_keys=keys) as stream_url,
+        log.open("wb") as sink,
+        ServeProcess.start(env=SERVE_ENV, api_key=KEY, stdout=sink, stderr=sink) as keyed,
     ):
+        yield keyed, log
+
+
+@pytest.fixture(scope="module")
+def key_entry_points(runtime, environment, keyed_server) -> Iterator[dict[str, Callable[[KeyCase], Answer]]]:
+    keys = ApiKeyVerifier(local_store([KEY]), realm=LOCAL_REALM)
+    keyed, _log = keyed_server
+    with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES, api_keys=keys) as stream_url:
         yield {
             "http": _keyed_http(keyed.url, stream=False),
             "http-stream": _keyed_http(keyed.url, stream=True),
