@@ -87,12 +87,21 @@ class GrammarSampler:
         """The allowed token with the highest logit whose bytes keep the text valid UTF-8 (a token may end
         inside a character: the matcher allows it when a later token can complete it)."""
         best = int(np.argmax(logits))
-        for index in (best, *(int(i) for i in np.argsort(-logits, kind="stable") if i != best)):
-            token = int(ids[index])
-            state = utf8.getstate()
-            try:
-                utf8.decode(self._bytes[token])
-                return token
-            except UnicodeDecodeError:
-                utf8.setstate(state)
+        if self._keeps_utf8(int(ids[best]), utf8):
+            return int(ids[best])
+        # Rarely reached: the rest in order, sorted only now (a sort of the whole vocabulary each step
+        # cost more than the matcher's masks).
+        for index in np.argsort(-logits, kind="stable"):
+            if index != best and self._keeps_utf8(int(ids[index]), utf8):
+                return int(ids[index])
         raise AssertionError("every token the grammar allows breaks UTF-8")
+
+    def _keeps_utf8(self, token: int, utf8: codecs.IncrementalDecoder) -> bool:
+        """Whether ``token``'s bytes keep the text valid UTF-8; if so, ``utf8`` has taken them."""
+        state = utf8.getstate()
+        try:
+            utf8.decode(self._bytes[token])
+        except UnicodeDecodeError:
+            utf8.setstate(state)
+            return False
+        return True

@@ -200,7 +200,14 @@ def test_the_grammar_lets_the_model_think_first_then_holds_the_answer(state, too
     grammar, calls = chat_grammar(request, tool_format=HERMES, thinking=THINK_TAGS, state=state)
     assert grammar is not None and sampler.accepts(grammar)
     assert calls == ("all" if tool_choice == "required" else "auto")
-    for text in sampler.texts(grammar, count=6, seed=7, max_tokens=200):
+    texts = list(sampler.texts(grammar, count=6, seed=7, max_tokens=200))
+    if state == "open":
+        # Random tokens seldom close a thought opened by the prompt: a model's thought, then its call.
+        texts = ['It is about Paris.</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+                 '{"city": "Paris"}}\n</tool_call>']  # fmt: skip
+        assert sampler.allows(grammar, texts[0])
+    assert texts
+    for text in texts:
         reasoning, answer = THINK_TAGS.split(text, state=state)
         if state == "open":
             assert reasoning is not None
