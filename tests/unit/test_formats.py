@@ -50,6 +50,8 @@ def test_a_validated_format_catches_a_wrong_answer(name):
         ("https://example.test/ü", "https://example.test/%C3%BC"),
         ("https://例子.测试/?q=\ue000", "https://%E4%BE%8B%E5%AD%90.%E6%B5%8B%E8%AF%95/?q=%EE%80%80"),
         ("https://example.test/\ue000", None),  # private use outside the query
+        ("https://example.test/?q#\ue000", None),  # or in the fragment after it
+        ("https://example.test/#a?\ue000", None),  # a "?" in the fragment starts no query
         ("https://example.test/\ufffe", None),  # a noncharacter
         ("https://example.test/\u0085", None),  # a C1 control
     ],

@@ -31,12 +31,13 @@ def _within(character: str, ranges: tuple[tuple[int, int], ...]) -> bool:
 
 def as_uri(iri: str) -> str | None:
     """``iri`` mapped to a URI (RFC 3987 section 3.1), or None when it holds a character no IRI may."""
-    query = iri.find("?")
+    fragment = len(iri) if (hash_at := iri.find("#")) < 0 else hash_at
+    query = iri.find("?", 0, fragment)
     out = []
     for at, character in enumerate(iri):
         if character.isascii():
             out.append(character)
-        elif _within(character, UCSCHAR) or (0 <= query < at and _within(character, IPRIVATE)):
+        elif _within(character, UCSCHAR) or (0 <= query < at < fragment and _within(character, IPRIVATE)):
             out.append(quote(character, safe=""))
         else:
             return None
