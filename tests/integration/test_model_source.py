@@ -95,6 +95,18 @@ def s3(local_s3):
     return client
 
 
+@pytest.fixture(autouse=True)
+def empty_bucket(s3):
+    """Each test starts on an empty bucket: moto lists versions and uploads by reading every one it holds,
+    so copies of the model left by earlier tests would make each listing take seconds."""
+    yield
+    for upload in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []):
+        s3.abort_multipart_upload(Bucket=BUCKET, Key=upload["Key"], UploadId=upload["UploadId"])
+    listing = s3.list_object_versions(Bucket=BUCKET)
+    for version in listing.get("Versions", []) + listing.get("DeleteMarkers", []):
+        s3.delete_object(Bucket=BUCKET, Key=version["Key"], VersionId=version["VersionId"])
+
+
 @pytest.fixture
 def resource(s3, client_tls):
     return ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)

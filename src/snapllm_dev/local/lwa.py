@@ -61,16 +61,35 @@ class WebAdapterProcess:
     #: The URL requests name; they reach the app through :meth:`transport`, whatever its host.
     url = "http://web-adapter.local"
 
-    def __init__(self, process: subprocess.Popen[bytes], socket_path: Path, function: Function) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        socket_path: Path,
+        function: Function,
+        env: Mapping[str, str],
+        timeout_s: float,
+    ) -> None:
         self.process = process
         self.socket_path = socket_path
         self.function = function
+        self._env = env
+        self._timeout_s = timeout_s
 
     @classmethod
     def start(
         cls, function: Function, environment: Mapping[str, str], *, timeout_s: float = 120.0
     ) -> WebAdapterProcess:
         """Start ``function``'s app with ``environment`` (its variables, complete) and run LWA's lifecycle."""
+        started = cls.launch(function, environment, timeout_s=timeout_s)
+        started.wait_ready()
+        return started
+
+    @classmethod
+    def launch(
+        cls, function: Function, environment: Mapping[str, str], *, timeout_s: float = 120.0
+    ) -> WebAdapterProcess:
+        """Start ``function``'s process and return at once; :meth:`wait_ready` runs LWA's lifecycle, so the
+        app's init runs while the caller starts other parts."""
         # mkdtemp's folder is its owner's alone (0700); uvicorn makes the socket itself writable by all.
         socket_path = Path(tempfile.mkdtemp(prefix="snapllm-lwa-")) / "app.sock"
         env = {
@@ -85,13 +104,16 @@ class WebAdapterProcess:
             "--no-access-log", "--log-level", "warning", "--app-dir", str(function.code_dir), "app:app",
         ]  # fmt: skip
         process = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno())
-        started = cls(process, socket_path, function)
+        return cls(process, socket_path, function, env, timeout_s)
+
+    def wait_ready(self) -> None:
+        """LWA's lifecycle after :meth:`launch` (a LocalServeError names the phase that failed); on failure
+        the process is stopped."""
         try:
-            started._lifecycle(env, timeout_s)
+            self._lifecycle(self._env, self._timeout_s)
         except BaseException:
-            started.stop()
+            self.stop()
             raise
-        return started
 
     def transport(self) -> httpx.HTTPTransport:
         """A transport to the app's socket, for an :class:`httpx.Client`."""

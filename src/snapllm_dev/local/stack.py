@@ -121,6 +121,14 @@ class LocalStack(Closing):
             # A model given as a file is served and listed under its own name, not the template's (whose
             # name is the packaged model's).
             named = {MODEL_NAME_VARIABLE: model_name(model_path)} if _another_model(model_path) else {}
+            # The web-adapter function loads its own copy of the model: its process starts first, so its
+            # init runs beside the model function's.
+            stream = None
+            web_adapter = of_kind(template, Kind.WEB_ADAPTER)
+            if streaming and web_adapter:
+                keys = {"SNAPLLM_API_KEYS_FILE": str(api_keys_file or "")}
+                stream = cls._web_adapter(deployment, web_adapter[0], {**named, **keys}, start_timeout_s)
+                resources.callback(stream.stop)
             inference = resources.enter_context(deployment.function(model_fn.name, **named))
             inference.init()
             inference.snapshot()
@@ -141,12 +149,8 @@ class LocalStack(Closing):
             router = cls._router(
                 router_function, model, model_fn, client, endpoints or {}, fallbacks or {}, auth, others
             )
-            stream = None
-            web_adapter = of_kind(template, Kind.WEB_ADAPTER)
-            if streaming and web_adapter:
-                keys = {"SNAPLLM_API_KEYS_FILE": str(api_keys_file or "")}
-                stream = cls._web_adapter(deployment, web_adapter[0], {**named, **keys}, start_timeout_s)
-                resources.callback(stream.stop)
+            if stream is not None:
+                stream.wait_ready()
             # Once all are up, the stack owns them.
             owned = resources.pop_all()
         return cls(
@@ -245,7 +249,7 @@ class LocalStack(Closing):
         )
         if timeout_s is None:
             timeout_s = default_start_timeout_s(deployment.model_path.stat().st_size)
-        return WebAdapterProcess.start(function, env, timeout_s=timeout_s)
+        return WebAdapterProcess.launch(function, env, timeout_s=timeout_s)
 
     def close(self) -> None:
         self.resources.close()
