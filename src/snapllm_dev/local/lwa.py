@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,6 +75,14 @@ class WebAdapterProcess:
         self.function = function
         self._env = env
         self._timeout_s = timeout_s
+        # The readiness check runs from the process's start, beside whatever the caller starts meanwhile, so
+        # the init phase is timed from its start however long the caller takes to wait for it.
+        self._stopping = threading.Event()
+        self._init_error: LocalServeError | None = None
+        self._readiness = threading.Thread(
+            target=self._await_readiness, name=f"lwa-readiness-{function.name}", daemon=True
+        )
+        self._readiness.start()
 
     @classmethod
     def start(
@@ -88,8 +97,8 @@ class WebAdapterProcess:
     def launch(
         cls, function: Function, environment: Mapping[str, str], *, timeout_s: float = 120.0
     ) -> WebAdapterProcess:
-        """Start ``function``'s process and return at once; :meth:`wait_ready` runs LWA's lifecycle, so the
-        app's init runs while the caller starts other parts."""
+        """Start ``function``'s process and its readiness check, and return at once; :meth:`wait_ready` runs
+        the rest of LWA's lifecycle, so the app's init runs while the caller starts other parts."""
         # mkdtemp's folder is its owner's alone (0700); uvicorn makes the socket itself writable by all.
         socket_path = Path(tempfile.mkdtemp(prefix="snapllm-lwa-")) / "app.sock"
         env = {
@@ -107,10 +116,13 @@ class WebAdapterProcess:
         return cls(process, socket_path, function, env, timeout_s)
 
     def wait_ready(self) -> None:
-        """LWA's lifecycle after :meth:`launch` (a LocalServeError names the phase that failed); on failure
-        the process is stopped."""
+        """The rest of LWA's lifecycle after :meth:`launch`: the readiness check's end, then the SnapStart
+        hooks (a LocalServeError names the phase that failed, and the process is stopped)."""
         try:
-            self._lifecycle(self._env, self._timeout_s)
+            self._readiness.join()
+            if self._init_error is not None:
+                raise self._init_error
+            self._hooks()
         except BaseException:
             self.stop()
             raise
@@ -123,28 +135,39 @@ class WebAdapterProcess:
         """A transport to the app's socket, for an :class:`httpx.AsyncClient`."""
         return httpx.AsyncHTTPTransport(uds=str(self.socket_path))
 
-    def _lifecycle(self, env: Mapping[str, str], timeout_s: float) -> None:
-        # What LWA does on AWS: wait for the readiness check, then (SnapStart) the before-checkpoint hook,
-        # the snapshot, the restore and the after-restore hook. Locally the process is not forked between.
-        # Each phase has ``timeout_s``; one that overruns it, or a process that dies in it, is one line.
-        name = self.function.name
+    # What LWA does on AWS: wait for the readiness check, then (SnapStart) the before-checkpoint hook, the
+    # snapshot, the restore and the after-restore hook. Locally the process is not forked between. Each phase
+    # has the start's limit; one that overruns it, or a process that dies in it, is one line.
+
+    def _await_readiness(self) -> None:
+        name, timeout_s = self.function.name, self._timeout_s
         deadline = time.monotonic() + timeout_s
+        path = self._env.get(READINESS_CHECK_PATH) or "/"
         with httpx.Client(base_url=self.url, transport=self.transport(), timeout=timeout_s) as client:
-            while True:
+            while not self._stopping.is_set():
                 if self.process.poll() is not None:
-                    raise LocalServeError(f"{name} exited during init (code {self.process.returncode})")
+                    self._init_error = LocalServeError(
+                        f"{name} exited during init (code {self.process.returncode})"
+                    )
+                    return
                 with contextlib.suppress(httpx.TransportError):
-                    if client.get(env.get(READINESS_CHECK_PATH) or "/").status_code == 200:
-                        break
+                    if client.get(path).status_code == 200:
+                        return
                 if time.monotonic() > deadline:
-                    raise LocalServeError(too_slow(name, "init (loading the model)", timeout_s))
-                time.sleep(0.1)
-            if not self.function.snapstart:
-                return
-            hooks = (
-                ("before-checkpoint hook (the warm-up)", env.get(BEFORE_CHECKPOINT_PATH)),
-                ("after-restore hook", env.get(AFTER_RESTORE_PATH)),
-            )
+                    self._init_error = LocalServeError(too_slow(name, "init (loading the model)", timeout_s))
+                    return
+                self._stopping.wait(0.1)
+        self._init_error = LocalServeError(f"{name} was stopped during init")
+
+    def _hooks(self) -> None:
+        if not self.function.snapstart:
+            return
+        name, timeout_s = self.function.name, self._timeout_s
+        hooks = (
+            ("before-checkpoint hook (the warm-up)", self._env.get(BEFORE_CHECKPOINT_PATH)),
+            ("after-restore hook", self._env.get(AFTER_RESTORE_PATH)),
+        )
+        with httpx.Client(base_url=self.url, transport=self.transport(), timeout=timeout_s) as client:
             for phase, path in hooks:
                 if not path:
                     continue
@@ -160,5 +183,8 @@ class WebAdapterProcess:
                     raise LocalServeError(f"{name}'s {phase} ({path}) answered {response.status_code}")
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._readiness is not threading.current_thread():
+            self._readiness.join()
         stop_process(self.process)
         shutil.rmtree(self.socket_path.parent, ignore_errors=True)
