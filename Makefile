@@ -37,7 +37,7 @@ test: setup tools
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) -m "not alone" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) -m "not alone" $(PYTEST_ARGS)
 	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS)
 
 # Before each commit: the lint, the import contracts and the unit tests (no server, no full lifecycle; the
@@ -46,7 +46,7 @@ test-fast: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
-	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) -m "not slow" tests/unit
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) -m "not slow" tests/unit
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or unlisted page.
 docs: setup

@@ -1,10 +1,12 @@
 """Fixtures of every test: one local S3 endpoint (moto server over real HTTP), the packaged model and the
 local deployment of the template per session; generation on one thread (:mod:`tests.support.generation`
-says why)."""
+says why). Modules run longest first (``tests/durations.json``), so the parallel run ends on short ones."""
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,18 @@ from tests.support.generation import TEST_THREADS
 from tests.support.paths import TEMPLATE
 
 os.environ.setdefault("SNAPLLM_THREADS", TEST_THREADS)
+
+#: Each module's seconds in a full run (scripts/test_durations.py writes it from CI's log).
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # pytest-xdist hands whole modules out in this order (the Makefile turns its own reordering off): the
+    # longest first, so no worker starts a long one while the others finish. The sort is stable, so each
+    # module's tests keep their order; a module not yet timed counts as a median one.
+    seconds = json.loads(DURATIONS.read_text())
+    unknown = statistics.median(seconds.values())
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], unknown))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ would fail to import is checked too.
 from __future__ import annotations
 
 import ast
+import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,25 @@ def test_imports_of_support_and_of_the_code_under_test_are_allowed(tmp_path):
         },
     )
     assert layout_violations(root) == []
+
+
+# --- The order of the parallel run --------------------------------------------------------------------------
+
+
+def test_the_recorded_durations_name_test_modules_that_exist():
+    durations = json.loads((TESTS / "durations.json").read_text())
+    missing = [module for module in durations if not (TESTS.parent / module).is_file()]
+    assert not missing, f"tests/durations.json names modules that are gone: {missing}"
+    assert all(isinstance(seconds, int) and seconds >= 0 for seconds in durations.values())
+
+
+def test_the_durations_script_sums_each_modules_setup_call_and_teardown():
+    script = runpy.run_path(str(TESTS.parent / "scripts/test_durations.py"))
+    log = [
+        "12.50s setup    tests/integration/test_a.py::test_one[x]",
+        "3.20s call     tests/integration/test_a.py::test_one[x]",
+        "0.40s teardown tests/integration/test_a.py::test_two",
+        "20.00s call     tests/unit/test_b.py::TestB::test_three",
+        "(8 durations < 0.005s hidden.  Use -vv to show these durations.)",
+    ]
+    assert script["module_seconds"](log) == {"tests/unit/test_b.py": 20, "tests/integration/test_a.py": 16}
