@@ -183,8 +183,9 @@ class WebAdapterProcess:
                     raise LocalServeError(f"{name}'s {phase} ({path}) answered {response.status_code}")
 
     def stop(self) -> None:
+        # The process goes first, so a readiness check waiting on its answer ends at once.
         self._stopping.set()
+        stop_process(self.process)
         if self._readiness is not threading.current_thread():
             self._readiness.join()
-        stop_process(self.process)
         shutil.rmtree(self.socket_path.parent, ignore_errors=True)
