@@ -26,9 +26,10 @@ demo: setup
 	$(VENV)/bin/snapllm local invoke InferenceFunction -e events/inference/chat.json
 	$(VENV)/bin/snapllm local invoke AgentFunction -e events/agent/review.json --approve
 
-# The suite's parallel workers (pytest-xdist), each given whole test files, whose module fixtures (a loaded
-# model, a restored function, a server) are made once; 1 runs it in one process. The tests marked `alone`
-# load the whole machine and run after the others, by themselves. PYTEST_ARGS: more of pytest's options
+# The suite's parallel workers (pytest-xdist), each given whole test files (or a group of files that share a
+# server: tests/conftest.py), whose module fixtures (a loaded model, a restored function, a server) are made
+# once; 1 runs it in one process. The tests marked `alone` load the whole machine and run after the others,
+# by themselves. PYTEST_ARGS: more of pytest's options
 # (CI lists every test's duration).
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
@@ -37,7 +38,7 @@ test: setup tools
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) -m "not alone" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) -m "not alone" $(PYTEST_ARGS)
 	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS)
 
 # Before each commit: the lint, the import contracts and the unit tests (no server, no full lifecycle; the
@@ -46,7 +47,7 @@ test-fast: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
-	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) -m "not slow" tests/unit
+	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) -m "not slow" tests/unit
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or unlisted page.
 docs: setup

@@ -25,13 +25,28 @@ os.environ.setdefault("SNAPLLM_THREADS", TEST_THREADS)
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # pytest-xdist hands whole modules out in this order (the Makefile turns its own reordering off): the
-    # longest first, so no worker starts a long one while the others finish. The sort is stable, so each
-    # module's tests keep their order; a module not yet timed counts as a median one.
+    # pytest-xdist (``--dist loadgroup``) gives each group to one worker: a module is a group of its own,
+    # unless it names one (``pytest.mark.xdist_group``) to share a server with the other modules of it.
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_module(item)))
+    # The groups go out in this order (the Makefile turns xdist's own reordering off): the longest first,
+    # by the sum of its modules' times, so no worker starts a long one while the others finish. The sort
+    # is stable, so each module's tests keep their order; a module not yet timed counts as a median one.
     seconds = json.loads(DURATIONS.read_text())
     unknown = statistics.median(seconds.values())
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], unknown))
+    group = {item: item.get_closest_marker("xdist_group").args[0] for item in items}
+    modules: dict[str, set[str]] = {}
+    for item in items:
+        modules.setdefault(group[item], set()).add(_module(item))
+    total = {name: sum(seconds.get(module, unknown) for module in names) for name, names in modules.items()}
+    items.sort(key=lambda item: (-total[group[item]], group[item]))
 
 
 @pytest.fixture(scope="session")

@@ -24,17 +24,9 @@ from snapllm.protocol.http.routes import EMBEDDINGS, TOKENIZE
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes.model_routes import routed_event
 from tests.support.generation import TEST_THREADS
-from tests.support.paths import TEMPLATE
-from tests.support.serve import (
-    EMBEDDING_LIMITS,
-    EMBEDDING_MODEL,
-    MODEL,
-    SERVE_ENV,
-    ServeProcess,
-    embedding_serve_args,
-)
+from tests.support.serve import API_KEY, EMBEDDING_MODEL, EMBEDDING_SERVERS_GROUP, MODEL
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(EMBEDDING_SERVERS_GROUP)]
 
 TEXTS = ["The cat sat on the mat.", "Stock markets fell sharply today.", "A kitten slept on the rug."]
 
@@ -176,15 +168,10 @@ def test_langchain_embeds_documents_and_queries(embedding_server):
     assert cosine(query, documents[0]) > 0.9999
 
 
-def test_with_an_api_key_the_sdk_embeds_and_a_wrong_key_gets_401(model_path):
-    key = "sk-embeddings-0123456789abcdef"
-    args = [*embedding_serve_args(model_path), "--no-stream"]
-    with ServeProcess.start(
-        template=TEMPLATE, env={**SERVE_ENV, **EMBEDDING_LIMITS}, api_key=key, args=args
-    ) as keyed:
-        sdk = openai.OpenAI(base_url=keyed.base_url, api_key=key, max_retries=0, timeout=120)
-        answer = sdk.embeddings.create(model=EMBEDDING_MODEL, input=TEXTS[:2])
-        assert [len(e.embedding) for e in answer.data] == [576, 576]
-        wrong = openai.OpenAI(base_url=keyed.base_url, api_key=key + "x", max_retries=0, timeout=120)
-        with pytest.raises(openai.AuthenticationError):
-            wrong.embeddings.create(model=EMBEDDING_MODEL, input="x")
+def test_with_an_api_key_the_sdk_embeds_and_a_wrong_key_gets_401(keyed_server):
+    sdk = openai.OpenAI(base_url=keyed_server.base_url, api_key=API_KEY, max_retries=0, timeout=120)
+    answer = sdk.embeddings.create(model=EMBEDDING_MODEL, input=TEXTS[:2])
+    assert [len(e.embedding) for e in answer.data] == [576, 576]
+    wrong = openai.OpenAI(base_url=keyed_server.base_url, api_key=API_KEY + "x", max_retries=0, timeout=120)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.embeddings.create(model=EMBEDDING_MODEL, input="x")

@@ -16,7 +16,6 @@ import json
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,10 +41,17 @@ from snapllm.streaming.app import create_app
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
 from tests.support.hostile_schemas import HOSTILE
-from tests.support.serve import EMBEDDING_MODEL, MODEL, RERANK_MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import (
+    API_KEY,
+    EMBEDDING_MODEL,
+    EMBEDDING_SERVERS_GROUP,
+    MODEL,
+    RERANK_MODEL,
+    SERVE_ENV,
+)
 from tests.support.stream_server import stream_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(EMBEDDING_SERVERS_GROUP)]
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -833,7 +839,7 @@ def test_a_good_rerank_succeeds_after_the_table(entry_points, entry, path):
 
 
 def test_a_client_that_leaves_mid_upload_leaves_no_traceback(keyed_server):
-    server, log = keyed_server
+    server, log = keyed_server, keyed_server.log
     host, port = server.url.removeprefix("http://").split(":")
     for path in (CHAT, "/v1/agent/runs"):
         with socket.create_connection((host, int(port)), timeout=10) as sock:
@@ -859,7 +865,7 @@ def test_an_event_too_deep_to_decode_is_the_runtimes_unmarshal_error(environment
 
 # --- Headers with ApiAuth=KEY -----------------------------------------------------------------------------
 
-KEY = "sk-hostile-0123456789abcdef0123"
+KEY = API_KEY
 # A key of this project's form that another deployment (another realm, another salt) could have made.
 ANOTHER_STACKS_KEY = "sk-snapllm-0a1b2c3d4e5f-" + "Q" * 43
 NO_HEADER = "no-authorization"
@@ -948,20 +954,9 @@ def _keyed_router(environment: Any, keys: Any) -> Callable[[KeyCase], Answer]:
 
 
 @pytest.fixture(scope="module")
-def keyed_server(tmp_path_factory) -> Iterator[tuple[ServeProcess, Path]]:
-    """``snapllm local serve`` with the key, and the file its output goes to."""
-    log = tmp_path_factory.mktemp("keyed") / "serve.log"
-    with (
-        log.open("wb") as sink,
-        ServeProcess.start(env=SERVE_ENV, api_key=KEY, stdout=sink, stderr=sink) as keyed,
-    ):
-        yield keyed, log
-
-
-@pytest.fixture(scope="module")
 def key_entry_points(runtime, environment, keyed_server) -> Iterator[dict[str, Callable[[KeyCase], Answer]]]:
     keys = ApiKeyVerifier(local_store([KEY]), realm=LOCAL_REALM)
-    keyed, _log = keyed_server
+    keyed = keyed_server
     with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES, api_keys=keys) as stream_url:
         yield {
             "http": _keyed_http(keyed.url, stream=False),

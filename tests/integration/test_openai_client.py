@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
-from tests.support.serve import MODEL
+from tests.support.serve import MODEL, SERVER_GROUP
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SERVER_GROUP)]
 
 MESSAGES = [{"role": "user", "content": "Say hello in three words."}]
 

@@ -15,9 +15,9 @@ from snapllm.errors import ConfigurationError
 from snapllm_dev.local.stack import model_name
 from snapllm_dev.packaged_models import gemma3_270m_path
 from tests.support.paths import TEMPLATE
-from tests.support.serve import MODEL, SERVE_ENV, ServeProcess
+from tests.support.serve import MODEL, SERVE_ENV, SERVER_GROUP, ServeProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SERVER_GROUP)]
 
 CITY = {
     "type": "object",

@@ -26,9 +26,9 @@ import pytest
 from snapllm.protocol.constraints.answer_check import answer_violations
 from snapllm.protocol.constraints.compiled_schema import compile_schema
 from tests.support.hostile_schemas import HOSTILE
-from tests.support.serve import MODEL
+from tests.support.serve import MODEL, SERVER_GROUP
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SERVER_GROUP)]
 
 HOSTILE_BOUND_S = 60.0
 OTHERS_BOUND_S = 60.0

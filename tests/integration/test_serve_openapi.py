@@ -18,9 +18,9 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from tests.support.serve import ServeProcess
+from tests.support.serve import SERVER_GROUP, ServeProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SERVER_GROUP)]
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 OPERATIONS = [

@@ -11,9 +11,9 @@ from snapllm.errors import ContextLengthExceededError, InvalidRequestError, Unkn
 from snapllm.protocol.http.routes import CHAT_INPUT_TOKENS, DETOKENIZE, TOKENIZE
 from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event
 from snapllm.protocol.requests import ChatCompletionRequest
-from tests.support.serve import MODEL
+from tests.support.serve import MODEL, SERVER_GROUP
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SERVER_GROUP)]
 
 TEXT = "Hello, world! Ünïcode and <|im_start|> too."
 WEATHER_TOOL = {

@@ -1,8 +1,11 @@
 """``snapllm local serve`` as a child process: the whole local stack over real TCP, as a user starts it, for
 the tests that talk to it as a client would (OpenAI SDK, LangChain, schemathesis, httpx).
 
-:func:`shared_server` is one such server per test session, shared by the modules that need no settings of
-their own (``tests/integration/conftest.py`` hands it out as the ``server`` fixture).
+:func:`shared_server` is one such server per test process, shared by the modules that need no settings of
+their own (``tests/integration/conftest.py`` hands it out as the ``server`` fixture);
+:func:`shared_embedding_server` and :func:`shared_keyed_server` serve the embedding model beside the chat
+model, the second behind a key. Each is started once per worker, and the modules that share one run on
+the same worker (:data:`SERVER_GROUP`, :data:`EMBEDDING_SERVERS_GROUP`).
 
 Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too)
 and the error paths are easy to reach (64 KB bodies, 2,000-character prompts).
@@ -13,10 +16,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ import httpx
 from snapllm_dev.local.lwa import LocalServeError
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.s3 import free_port
+from snapllm_dev.packaged_models import default_model_path
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import TEMPLATE
 
@@ -53,6 +59,15 @@ EMBEDDING_FUNCTION_ENV = {
     **EMBEDDING_LIMITS,
 }
 
+
+#: The key :func:`shared_keyed_server` takes from ``$SNAPLLM_API_KEY``, and the one browser origin it serves
+#: CORS for (``--cors-origin``, as ``CorsAllowedOrigins`` does).
+API_KEY = "sk-local-test-0123456789abcdef"
+CORS_ORIGIN = "http://localhost:5173"
+#: The modules that share :func:`shared_server` are one group (``pytest.mark.xdist_group``), so one worker
+#: starts it once; so are those that share :func:`shared_embedding_server` and :func:`shared_keyed_server`.
+SERVER_GROUP = "server"
+EMBEDDING_SERVERS_GROUP = "embedding-servers"
 
 #: The test-model builder's reranker (:mod:`tests.support.family_models`), served under its own name.
 RERANK_MODEL = "qwen3-reranker"
@@ -89,6 +104,8 @@ class ServeProcess:
     def __init__(self, process: subprocess.Popen[bytes], port: int) -> None:
         self.process = process
         self.port = port
+        #: The file its output goes to, where the starter gave one.
+        self.log: Path | None = None
         self.url = f"http://127.0.0.1:{port}"
         self.base_url = f"{self.url}/v1"
 
@@ -147,25 +164,70 @@ class ServeProcess:
         self.stop()
 
 
-_server: ServeProcess | None = None
+_shared: dict[str, ServeProcess] = {}
+
+
+def _per_process(name: str, start: Callable[[], ServeProcess]) -> ServeProcess:
+    """The server ``name`` of this test process, started on first use (or again, if it has exited)."""
+    server = _shared.get(name)
+    if server is None or server.process.poll() is not None:
+        server = _shared[name] = start()
+        atexit.register(server.stop)
+    return server
 
 
 def shared_server() -> ServeProcess:
-    global _server
-    if _server is None or _server.process.poll() is not None:
-        # The router's EMF metrics and JSON logs go to stderr with the functions' logs (shown on failure).
-        _server = ServeProcess.start(template=TEMPLATE, env=SERVE_ENV, stdout=sys.stderr.fileno())
-        atexit.register(_server.stop)
-    return _server
+    # The router's EMF metrics and JSON logs go to stderr with the functions' logs (shown on failure).
+    return _per_process(
+        "plain", lambda: ServeProcess.start(template=TEMPLATE, env=SERVE_ENV, stdout=sys.stderr.fileno())
+    )
+
+
+def shared_embedding_server() -> ServeProcess:
+    """The packaged model as the chat model and, beside it, as :data:`EMBEDDING_MODEL` (mean pooling)."""
+    args = embedding_serve_args(default_model_path())
+    env = {**SERVE_ENV, **EMBEDDING_LIMITS}
+    return _per_process("embedding", lambda: ServeProcess.start(template=TEMPLATE, env=env, args=args))
+
+
+def shared_keyed_server() -> ServeProcess:
+    """:func:`shared_embedding_server`'s models behind :data:`API_KEY` (from ``$SNAPLLM_API_KEY``, so on no
+    command line), with CORS for :data:`CORS_ORIGIN`; its output goes to the file :attr:`ServeProcess.log`."""
+
+    def start() -> ServeProcess:
+        folder = Path(tempfile.mkdtemp(prefix="snapllm-keyed-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        log = folder / "serve.log"
+        args = [*embedding_serve_args(default_model_path()), "--cors-origin", CORS_ORIGIN]
+        with log.open("wb") as sink:
+            server = ServeProcess.start(
+                template=TEMPLATE,
+                env={**SERVE_ENV, **EMBEDDING_LIMITS},
+                stdout=sink,
+                stderr=sink,
+                args=args,
+                api_key=API_KEY,
+                api_key_variable=True,
+            )
+        server.log = log
+        return server
+
+    return _per_process("keyed", start)
 
 
 __all__ = [
+    "API_KEY",
+    "CORS_ORIGIN",
     "EMBEDDING_FUNCTION_ENV",
     "EMBEDDING_LIMITS",
     "EMBEDDING_MODEL",
+    "EMBEDDING_SERVERS_GROUP",
     "MODEL",
+    "SERVER_GROUP",
     "SERVE_ENV",
     "ServeProcess",
     "embedding_serve_args",
+    "shared_embedding_server",
+    "shared_keyed_server",
     "shared_server",
 ]

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,8 +169,36 @@ def test_the_durations_script_sums_each_modules_setup_call_and_teardown():
     log = [
         "12.50s setup    tests/integration/test_a.py::test_one[x]",
         "3.20s call     tests/integration/test_a.py::test_one[x]",
-        "0.40s teardown tests/integration/test_a.py::test_two",
+        "0.40s teardown tests/integration/test_a.py::test_two@embedding-servers",
         "20.00s call     tests/unit/test_b.py::TestB::test_three",
         "(8 durations < 0.005s hidden.  Use -vv to show these durations.)",
     ]
     assert script["module_seconds"](log) == {"tests/unit/test_b.py": 20, "tests/integration/test_a.py": 16}
+
+
+def test_a_group_of_modules_runs_on_one_worker(tmp_path):
+    # What `make test` relies on to start a shared server once (`--dist loadgroup`): two modules of one
+    # group, whose tests the workers would otherwise share out one by one.
+    suite, seen = tmp_path / "suite", tmp_path / "seen"
+    suite.mkdir()
+    seen.mkdir()
+    for name in ("a", "b"):
+        (suite / f"test_{name}.py").write_text(
+            "import os, pathlib, pytest\n"
+            "pytestmark = pytest.mark.xdist_group('shared')\n"
+            "@pytest.mark.parametrize('n', range(4))\n"
+            "def test_worker(n):\n"
+            f"    path = pathlib.Path(os.environ['SEEN']) / f'{name}{{n}}'\n"
+            "    path.write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+        )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"],
+        cwd=suite,
+        env={**os.environ, "SEEN": str(seen)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    workers = {path.name: path.read_text() for path in seen.iterdir()}
+    assert len(workers) == 8 and len(set(workers.values())) == 1, workers
