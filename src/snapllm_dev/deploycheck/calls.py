@@ -135,6 +135,8 @@ def _operations(service: str) -> dict[str, str]:
 def _modules(function: Function) -> Iterator[tuple[str, _ModuleFacts]]:
     """The handler module and every snapllm module it imports, each once."""
     seen: set[Path] = set()
+    # Most modules import the same few (snapllm.errors...): each name's files are looked for once.
+    looked_for: set[str] = set()
     # A web-adapter function's handler is a script (run.sh) that starts the app: its Python is its code.
     handler = function.handler_file
     todo = [handler] if handler.is_file() else sorted(function.code_dir.glob("*.py"))
@@ -146,7 +148,9 @@ def _modules(function: Function) -> Iterator[tuple[str, _ModuleFacts]]:
         facts = _facts(path)
         yield _module_name(function, path), facts
         for module in facts.imports:
-            todo.extend(_module_files(module))
+            if module not in looked_for:
+                looked_for.add(module)
+                todo.extend(_module_files(module))
 
 
 def _module_name(function: Function, path: Path) -> str:
@@ -166,14 +170,17 @@ def _imported_modules(tree: ast.Module) -> Iterable[str]:
             yield from (f"{node.module}.{alias.name}" for alias in node.names)
 
 
-def _module_files(module: str) -> list[Path]:
+@cache
+def _module_files(module: str) -> tuple[Path, ...]:
+    """The files that may hold ``module`` and the packages above it (named only: whether they exist is
+    looked at by the caller, each time)."""
     parts = module.split(".")
     if parts[0] != PACKAGE:
-        return []
+        return ()
     base = PACKAGE_ROOT.joinpath(*parts[1:])
     # A package's __init__ runs when any of its modules is imported.
     parents = [PACKAGE_ROOT.joinpath(*parts[1:i], "__init__.py") for i in range(1, len(parts))]
-    return [base.with_suffix(".py"), base / "__init__.py", *parents]
+    return (base.with_suffix(".py"), base / "__init__.py", *parents)
 
 
 def _created_services(tree: ast.Module) -> set[str]:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from snapllm.errors import ConfigurationError
 from snapllm_dev import sam
-from snapllm_dev.deploycheck.calls import aws_calls
-from snapllm_dev.deploycheck.redeploy import check_redeploys
+from snapllm_dev.deploycheck.calls import AwsCall, aws_calls
+from snapllm_dev.deploycheck.redeploy import check_redeploys, code_folders
 from snapllm_dev.deploycheck.rules import DeployView, run_deploy_rules
-from snapllm_dev.deploycheck.transform import Stack, transformed
+from snapllm_dev.deploycheck.transform import Stack, folder_digest, transformed
 from snapllm_dev.preflight.regions import region_of, region_problems
 from snapllm_dev.preflight.rules import Finding
 
@@ -67,10 +67,22 @@ def check(
     the template cannot be read or transformed."""
     results = []
     printed: set[str] = set()
+    # What is the same in every scenario is read once: the template, its code folders' digests, and each
+    # function's calls (they depend on its code only).
+    document = sam.read(template)
+    digests = {folder: folder_digest(template.parent / folder) for folder in code_folders(template)}
+    known: dict[tuple[str, Path, Path], list[AwsCall]] = {}
+
+    def calls_of(fn: sam.Function) -> list[AwsCall]:
+        key = (fn.name, fn.handler_file, fn.code_dir)
+        if key not in known:
+            known[key] = aws_calls(fn)
+        return list(known[key])
+
     for name, parameters in scenarios(template, overrides):
-        stack = Stack.of(transformed(template, parameters), parameters, path=template)
-        source = sam.load(template, overrides=parameters)
-        calls = {fn.name: aws_calls(fn) for fn in source.functions if fn.name in stack.resources}
+        stack = Stack.of(transformed(template, parameters, code_digests=digests), parameters, path=template)
+        source = sam.from_document(document, template, overrides=parameters)
+        calls = {fn.name: calls_of(fn) for fn in source.functions if fn.name in stack.resources}
         view = DeployView(stack, calls, places_model=bool(parameters.get("ModelSource")))
         # The template's Rules: CloudFormation stops such a deploy before creating anything (by design).
         stops = [
