@@ -1,22 +1,99 @@
-"""`snapllm replay` (what `make replay` runs), as a subprocess: every event in events/ through its function on
-the local stack, with the real model, against the answers recorded beside them."""
+"""`snapllm replay` (what `make replay` runs), called in this process through ``main(argv)``: every event in
+events/ through its function on the local stack, with the real model, against the answers recorded beside
+them; an altered recording beside an unusable event, and a replay slowed past its deadlines. Each replay
+must leave no thread or child process behind, as its own process would on exit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import shutil
-import subprocess
-import sys
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.cli import ENV, snapllm
+import pytest
+
+from snapllm_dev.cli import main
+from tests.support.generation import TEST_THREADS
 from tests.support.paths import REPO
+from tests.support.procfs import descendants
 
 
-def test_every_event_in_the_repository_replays_as_recorded():
+@dataclass(frozen=True)
+class Replay:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Replayer = Callable[..., Replay]
+LAST_RESORT = logging.Formatter()
+
+
+@pytest.fixture
+def snapllm_replay(capfd, caplog, monkeypatch) -> Replayer:
+    """``snapllm replay ARGS`` as its process would run it: in the repository, generating on the tests' one
+    thread, with ``env`` over the environment.
+
+    Its output is read at the file descriptors, where the functions' processes write too; ``stderr`` also
+    holds the warnings logged in this process, which pytest takes and the process would print there."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("SNAPLLM_THREADS", TEST_THREADS)
+
+    def replay(*args: str, env: dict[str, str] | None = None) -> Replay:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        children, threads = descendants(os.getpid()), set(threading.enumerate())
+        sigterm = signal.getsignal(signal.SIGTERM)
+        capfd.readouterr()
+        caplog.clear()
+        try:
+            code = main(["replay", *args])
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)  # main() installs the command's own handler
+        out, err = capfd.readouterr()
+        # What Python's last-resort handler prints of them: WARNING and above, with any trace.
+        logged = "".join(
+            LAST_RESORT.format(record) + "\n"
+            for record in caplog.records
+            if record.levelno >= logging.WARNING
+        )
+        left = _left_behind(children, threads)
+        assert not left, f"left running: {left}\n{err[-3000:]}"
+        return Replay(code, out, err + logged)
+
+    return replay
+
+
+def _left_behind(children: set[int], threads: set[threading.Thread]) -> list[str]:
+    """The processes and threads started since ``children`` and ``threads`` that still run; the processes are
+    killed, not to be left to the next test."""
+
+    def running() -> tuple[set[int], list[str]]:
+        started = set(threading.enumerate()) - threads
+        return descendants(os.getpid()) - children, [t.name for t in started if t.is_alive()]
+
+    deadline = time.monotonic() + 1  # what the command stopped on its way out is gone within a moment
+    processes, names = running()
+    while (processes or names) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        processes, names = running()
+    for pid in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return [f"process {pid}" for pid in sorted(processes)] + [f"thread {name}" for name in names]
+
+
+def test_every_event_in_the_repository_replays_as_recorded(snapllm_replay):
     # At the machine's two threads, as `make replay` runs: the manifest pins the thread count the events were
     # recorded at (the agent's answers differ at two threads).
-    run = snapllm("replay", timeout=600, env={"SNAPLLM_THREADS": "2"})
+    run = snapllm_replay(env={"SNAPLLM_THREADS": "2"})
     assert run.returncode == 0, run.stdout + run.stderr[-4000:]
     assert "FAILED" not in run.stdout and "passed" in run.stdout
     # The recorded AWS shapes are among them: an IAM-authorized, base64 API Gateway event, the router's
@@ -40,23 +117,30 @@ def _copy_events(tmp_path: Path, *names: str) -> Path:
     return root
 
 
-def test_an_altered_expectation_fails_with_a_readable_diff_and_update_restores_it(tmp_path):
-    root = _copy_events(tmp_path, "inference/completion.json", "router/models.json")
+def test_an_altered_expectation_fails_with_a_diff_beside_an_unusable_event_named_and_update_restores_it(
+    tmp_path, snapllm_replay
+):
+    root = _copy_events(tmp_path, "inference/completion.json", "router/models.json", "router/health.json")
     expected = root / "inference/completion.expected.json"
     recorded = json.loads(expected.read_text())
     true_text = recorded["response"]["choices"][0]["text"]
     recorded["response"]["choices"][0]["text"] = "an altered expectation"
     expected.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    # An event that cannot be replayed is named, and the others still run.
+    (root / "router/broken.json").write_text("{not json")
 
-    failing = snapllm("replay", "--events", str(root), timeout=300)
+    failing = snapllm_replay("--events", str(root))
     assert failing.returncode == 1, failing.stdout + failing.stderr[-3000:]
     assert "FAILED  inference/completion.json" in failing.stdout
     assert "passed  router/models.json" in failing.stdout
     assert '-        "text": "an altered expectation"' in failing.stdout
     assert f'+        "text": {json.dumps(true_text)}' in failing.stdout
     assert "snapllm replay --update" in failing.stdout and "Traceback" not in failing.stdout + failing.stderr
+    assert "UNUSABLE  router/broken.json" in failing.stdout and "is not valid JSON" in failing.stdout
+    assert "passed  router/health.json" in failing.stdout
 
-    update = snapllm("replay", "--events", str(root), "--update", timeout=300)
+    (root / "router/broken.json").unlink()
+    update = snapllm_replay("--events", str(root), "--update")
     assert update.returncode == 0, update.stdout + update.stderr[-3000:]
     assert (
         "recorded  inference/completion.json" in update.stdout
@@ -65,30 +149,14 @@ def test_an_altered_expectation_fails_with_a_readable_diff_and_update_restores_i
     assert expected.read_text() == (REPO / "events/inference/completion.expected.json").read_text()
 
 
-def test_an_unusable_event_is_named_without_stopping_the_others(tmp_path):
-    root = _copy_events(tmp_path, "router/health.json")
-    (root / "router/broken.json").write_text("{not json")
-    run = snapllm("replay", "--events", str(root), timeout=300)
-    assert run.returncode == 1
-    assert "UNUSABLE  router/broken.json" in run.stdout and "is not valid JSON" in run.stdout
-    assert "passed  router/health.json" in run.stdout and "Traceback" not in run.stdout + run.stderr
-
-
-def test_a_replay_slowed_past_its_deadlines_reports_them_by_name(tmp_path):
+def test_a_replay_slowed_past_its_deadlines_reports_them_by_name(tmp_path, snapllm_replay):
     # The pace of a machine far too slow for the events: the engine keeps back all but 20 ms of each invoke's
     # time (the inference function's 120 s; the router's 27 s is gone at once), so every generation stops
     # at its deadline. A direct invoke and a router request come back cut; the agent's run retries its
     # timed-out plan and then fails naming the timeout. None of them may pass or fail as a different text.
     names = ("inference/completion.json", "router/chat.json", "agent/quick.json", "router/models.json")
     root = _copy_events(tmp_path, *names)
-    run = subprocess.run(
-        [sys.executable, "-m", "snapllm_dev.cli", "replay", "--events", str(root)],
-        cwd=REPO,
-        env={**ENV, "SNAPLLM_DEADLINE_MARGIN_MS": "119980"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = snapllm_replay("--events", str(root), env={"SNAPLLM_DEADLINE_MARGIN_MS": "119980"})
 
     assert run.returncode == 1, run.stdout + run.stderr[-3000:]
     for name, where in (

@@ -169,7 +169,7 @@ def invoke_http_api(args: argparse.Namespace, template: Template, function: Func
         return 2
     os.environ.update(dict(args.env))
     try:
-        # The router's Logger binds its stream when the stack builds it: keep stdout for the response.
+        # The router logs to stdout, as on Lambda: keep stdout for the response.
         with (
             contextlib.redirect_stdout(sys.stderr),
             LocalStack.start(template, function, model_path=args.model, streaming=False) as stack,

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from aws_lambda_powertools import Logger
 
 from snapllm.agent import routes as agent_routes
 from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, FileKeyStore
@@ -202,7 +205,11 @@ class LocalStack(Closing):
         clients: dict[str, InferenceClient] = {model: client, **others}
         for name, url in endpoints.items():
             clients[name] = HttpInferenceClient(url, read_timeout_s=settings.invoke_timeout_s)
-        return RouterApp(settings, clients, routers=[agent_routes.router])
+        # The router logs to stdout as on Lambda, but to the stdout of each record's moment: Powertools keeps
+        # one handler per service for the process's life, and a command that redirects stdout while it
+        # runs (``snapllm replay``) or runs twice in one process must not leave it writing to a stream gone.
+        logger = Logger(service=settings.service, stream=_CurrentStdout())
+        return RouterApp(settings, clients, logger=logger, routers=[agent_routes.router])
 
     @staticmethod
     def _router_settings(
@@ -253,6 +260,16 @@ class LocalStack(Closing):
 
     def close(self) -> None:
         self.resources.close()
+
+
+class _CurrentStdout:
+    """``sys.stdout`` as it is at each write (as ``print()`` finds it), for a log handler."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
 
 
 def _another_model(path: Path | None) -> bool:
