@@ -35,6 +35,10 @@ from tests.support.mcp_server import (
 
 pytestmark = pytest.mark.slow
 
+# The MCP calls' timeout where a fault may hold one: a stalled call costs this. A healthy session with the
+# test server (connect, initialize, the call) takes under 0.2 s on a busy 2-core machine.
+FAULT_TIMEOUT_S = 3
+
 
 @pytest.fixture
 def server() -> Iterator[ToolServer]:
@@ -53,9 +57,10 @@ def _run(
     steps: int = 1,
     wrap_handler: Any = None,
     more_servers: tuple[McpServerConfig, ...] = (),
+    timeout_s: float = 10,
     **server: Any,
 ) -> LocalRun:
-    config = McpServerConfig(name="ops", url=url, tools=tools, timeout_s=10, **server)
+    config = McpServerConfig(name="ops", url=url, tools=tools, timeout_s=timeout_s, **server)
     settings = agent.with_settings(mcp_servers=(config, *more_servers), max_tool_calls=steps)
     event = {"task": task, "approval": {"required": approval, "timeout": "1h"}}
     run = agent.run(
@@ -120,7 +125,7 @@ def test_a_tool_error_goes_back_to_the_model_and_the_run_finishes(agent, server)
         Fault(status=503),
         Fault(stream=StreamFault.RESET, after=0),
         Fault(stream=StreamFault.CLOSE, after=0),
-        # Held until the call's timeout (10 s here) ends the attempt.
+        # Held until the call's timeout (FAULT_TIMEOUT_S) ends the attempt.
         Fault(stream=StreamFault.STALL, after=0),
     ],
     ids=[
@@ -140,7 +145,8 @@ def test_a_transport_failure_of_an_idempotent_tool_is_retried_with_the_same_key(
         return None
 
     with FaultProxy(server.url.removesuffix("/mcp"), rule=once) as proxy:
-        run = _run(agent, f"{proxy.url}/mcp", f"mcp-fault-{fault.status or fault.stream.value}", "lookup")
+        name = f"mcp-fault-{fault.status or fault.stream.value}"
+        run = _run(agent, f"{proxy.url}/mcp", name, "lookup", timeout_s=FAULT_TIMEOUT_S)
 
     assert fired and run.status == "SUCCEEDED", run.error
     (call,) = _calls(run, "ops__lookup")

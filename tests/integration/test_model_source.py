@@ -13,6 +13,7 @@ import json
 import shutil
 import ssl
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -455,11 +456,16 @@ def test_the_download_survives_transient_faults(plain_server, s3, model_path, sp
     assert stored(s3, key)[0] == digest and pending_uploads(s3, key) == []
 
 
+# A fault that persists fails the copy whatever the read timeout: a stall costs three of these, and a read
+# that times out early on a busy machine is one more failed attempt, as the fault's own would be.
+PERSISTENT = replace(FAST, read_timeout_s=0.5)
+
+
 @pytest.mark.parametrize("spec", ["status=503:always", "stall@0MB:always", "reset@0MB:always"])
 def test_a_download_fault_that_persists_fails_and_writes_nothing(plain_server, s3, model_path, spec):
     key = "models/persistent-fault.gguf"
     with FaultProxy(plain_server.base_url, [parse_fault(spec)]) as proxy:
-        source = HTTPSource(proxy.url + "/model.gguf", settings=FAST)
+        source = HTTPSource(proxy.url + "/model.gguf", settings=PERSISTENT)
         upload = ModelUpload(s3, bucket=BUCKET, key=key, sha256=sha256(model_path))
         started = time.monotonic()
         with pytest.raises(ModelSourceDownloadError, match="3 attempts in a row failed"), source:
@@ -535,17 +541,17 @@ def test_an_unreachable_response_url_fails_after_its_attempts():
 
 @pytest.mark.parametrize("answer", ["stall", "trickle"])
 def test_a_stalled_response_url_is_given_up_before_the_functions_deadline(s3, cloudformation, answer):
-    # The default sender (5 attempts of up to 10 s, with backoff) and a function with 8 s left: every attempt
-    # ends, and the handler returns, before the deadline, with the reserve kept.
+    # The default sender (5 attempts of up to 10 s, with backoff) and a function with 4.5 s left: every
+    # attempt ends, and the handler returns, before the deadline, with the reserve kept.
     cloudformation.answers = [answer] * 10
-    resource = ModelObjectResource(s3, margin_s=6.0)
-    context = FakeContext(remaining_s=8.0)
+    resource = ModelObjectResource(s3, margin_s=3.0)
+    context = FakeContext(remaining_s=4.5)
     request = event("Delete", cloudformation, physical=f"s3://{BUCKET}/models/kept.gguf")
 
-    # One attempt of the 6 s there are (8 s less the reserve), cut there: the URL never answered in full.
+    # One attempt of the 2.5 s there are (4.5 s less the reserve), cut there: the URL never answered in full.
     expected = (
         r"cannot deliver the response to CloudFormation before the function's deadline after 1 attempts: "
-        r"no complete answer within [56]\.\d s"
+        r"no complete answer within [12]\.\d s"
     )
     with pytest.raises(CustomResourceResponseError, match=expected):
         resource.handle(request, context)
@@ -570,12 +576,17 @@ def test_the_retry_schedule_is_cut_to_the_deadline(cloudformation, monkeypatch):
     started = time.monotonic()
     with pytest.raises(CustomResourceResponseError, match="before the function's deadline after 2 attempts"):
         send_response(
-            cloudformation.url("stalled"), {"Status": "SUCCESS"}, deadline=started + 4.0, timeout_s=1.5
+            cloudformation.url("stalled"),
+            {"Status": "SUCCESS"},
+            deadline=started + 2.5,
+            timeout_s=1.0,
+            backoff_s=0.5,
         )
     elapsed = time.monotonic() - started
-    # 1.5 s, 1 s of backoff, 1.5 s: the third attempt would not fit before the deadline (the last one ends at
-    # it, give or take the time to close a socket).
-    assert 3.5 < elapsed < 4.3 and len(cloudformation.arrivals) == 2
+    # 1 s, 0.5 s of backoff, 1 s: the third attempt (after 1 s of backoff) would not fit before the deadline
+    # (the last one ends at it, give or take the time to close a socket). The second starts if the first
+    # ends up to 0.5 s late.
+    assert 2.0 < elapsed < 2.8 and len(cloudformation.arrivals) == 2
 
 
 def test_a_slow_response_url_that_answers_in_time_gets_the_response(s3, cloudformation):

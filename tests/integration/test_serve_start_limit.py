@@ -25,9 +25,10 @@ from tests.support.serve import SERVE_ENV
 pytestmark = pytest.mark.slow
 
 # A web-adapter function whose warm-up outlasts its limit, as a 491 MB model's did on a busy 2-core machine
-# (over 120 s): that slowness cannot be had on demand here, so the hook sleeps. The app, the process, the
-# HTTP calls and the lifecycle that times them are the real ones.
-SLOW_WARM_UP_APP = """
+# (over 120 s): that slowness cannot be had on demand here, so the hook sleeps, twice the limit the test
+# sets. The app, the process, the HTTP calls and the lifecycle that times them are the real ones.
+START_LIMIT_S = 4
+SLOW_WARM_UP_APP = f"""
 import time
 
 from starlette.applications import Starlette
@@ -40,7 +41,7 @@ def ready(request):
 
 
 def warm_up(request):
-    time.sleep(120)
+    time.sleep({2 * START_LIMIT_S})
     return PlainTextResponse("warm")
 
 
@@ -57,15 +58,17 @@ def test_a_warm_up_past_the_limit_is_one_line_naming_the_phase_and_the_limit(tmp
     env = {READINESS_CHECK_PATH: "/ready", BEFORE_CHECKPOINT_PATH: "/before", AFTER_RESTORE_PATH: "/after"}
     started = time.monotonic()
     with pytest.raises(LocalServeError) as caught:
-        WebAdapterProcess.start(function, env, timeout_s=8)
+        WebAdapterProcess.start(function, env, timeout_s=START_LIMIT_S)
     elapsed = time.monotonic() - started
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(
-        "SlowWarmUpFunction's before-checkpoint hook (the warm-up) did not finish within 8 s"
+        f"SlowWarmUpFunction's before-checkpoint hook (the warm-up) did not finish within {START_LIMIT_S} s"
     )
     assert "--start-timeout SECONDS or SNAPLLM_LOCAL_START_TIMEOUT_S" in message
-    assert elapsed < 2 * 8 + 10, elapsed  # the readiness check, then the hook's 8 s
+    # The readiness check, then the hook's limit, then the stop: the process exits when the hook's sleep
+    # ends, about one limit later (one that did not exit would be killed 10 s after it was asked to).
+    assert elapsed < 2 * START_LIMIT_S + 10, elapsed
 
 
 def test_serve_past_its_start_limit_exits_2_with_one_line_and_no_traceback():
