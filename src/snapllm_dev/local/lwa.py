@@ -75,14 +75,15 @@ class WebAdapterProcess:
         self.function = function
         self._env = env
         self._timeout_s = timeout_s
-        # The readiness check runs from the process's start, beside whatever the caller starts meanwhile, so
-        # the init phase is timed from its start however long the caller takes to wait for it.
+        # LWA's lifecycle (the readiness check, then the hooks) runs from the process's start, beside whatever
+        # the caller starts meanwhile, as LWA runs it on AWS: the init phase is timed from the process's start
+        # however long the caller takes to wait for it, and the warm-up runs beside the caller's own work.
         self._stopping = threading.Event()
-        self._init_error: LocalServeError | None = None
-        self._readiness = threading.Thread(
-            target=self._await_readiness, name=f"lwa-readiness-{function.name}", daemon=True
+        self._start_error: LocalServeError | None = None
+        self._lifecycle = threading.Thread(
+            target=self._run_lifecycle, name=f"lwa-lifecycle-{function.name}", daemon=True
         )
-        self._readiness.start()
+        self._lifecycle.start()
 
     @classmethod
     def start(
@@ -97,8 +98,9 @@ class WebAdapterProcess:
     def launch(
         cls, function: Function, environment: Mapping[str, str], *, timeout_s: float = 120.0
     ) -> WebAdapterProcess:
-        """Start ``function``'s process and its readiness check, and return at once; :meth:`wait_ready` runs
-        the rest of LWA's lifecycle, so the app's init runs while the caller starts other parts."""
+        """Start ``function``'s process and LWA's lifecycle (the readiness check and the hooks), and return at
+        once, so the app's init and warm-up run while the caller starts other parts; :meth:`wait_ready` waits
+        for their end."""
         # mkdtemp's folder is its owner's alone (0700); uvicorn makes the socket itself writable by all.
         socket_path = Path(tempfile.mkdtemp(prefix="snapllm-lwa-")) / "app.sock"
         env = {
@@ -116,13 +118,12 @@ class WebAdapterProcess:
         return cls(process, socket_path, function, env, timeout_s)
 
     def wait_ready(self) -> None:
-        """The rest of LWA's lifecycle after :meth:`launch`: the readiness check's end, then the SnapStart
-        hooks (a LocalServeError names the phase that failed, and the process is stopped)."""
+        """Wait for the end of LWA's lifecycle started by :meth:`launch`: the readiness check, then the
+        SnapStart hooks (a LocalServeError names the phase that failed, and the process is stopped)."""
         try:
-            self._readiness.join()
-            if self._init_error is not None:
-                raise self._init_error
-            self._hooks()
+            self._lifecycle.join()
+            if self._start_error is not None:
+                raise self._start_error
         except BaseException:
             self.stop()
             raise
@@ -139,6 +140,14 @@ class WebAdapterProcess:
     # snapshot, the restore and the after-restore hook. Locally the process is not forked between. Each phase
     # has the start's limit; one that overruns it, or a process that dies in it, is one line.
 
+    def _run_lifecycle(self) -> None:
+        self._await_readiness()
+        if self._start_error is None and not self._stopping.is_set():
+            try:
+                self._hooks()
+            except LocalServeError as exc:
+                self._start_error = exc
+
     def _await_readiness(self) -> None:
         name, timeout_s = self.function.name, self._timeout_s
         deadline = time.monotonic() + timeout_s
@@ -146,7 +155,7 @@ class WebAdapterProcess:
         with httpx.Client(base_url=self.url, transport=self.transport(), timeout=timeout_s) as client:
             while not self._stopping.is_set():
                 if self.process.poll() is not None:
-                    self._init_error = LocalServeError(
+                    self._start_error = LocalServeError(
                         f"{name} exited during init (code {self.process.returncode})"
                     )
                     return
@@ -154,10 +163,10 @@ class WebAdapterProcess:
                     if client.get(path).status_code == 200:
                         return
                 if time.monotonic() > deadline:
-                    self._init_error = LocalServeError(too_slow(name, "init (loading the model)", timeout_s))
+                    self._start_error = LocalServeError(too_slow(name, "init (loading the model)", timeout_s))
                     return
                 self._stopping.wait(0.1)
-        self._init_error = LocalServeError(f"{name} was stopped during init")
+        self._start_error = LocalServeError(f"{name} was stopped during init")
 
     def _hooks(self) -> None:
         if not self.function.snapstart:
@@ -183,9 +192,9 @@ class WebAdapterProcess:
                     raise LocalServeError(f"{name}'s {phase} ({path}) answered {response.status_code}")
 
     def stop(self) -> None:
-        # The process goes first, so a readiness check waiting on its answer ends at once.
+        # The process goes first, so a lifecycle step waiting on its answer ends at once.
         self._stopping.set()
         stop_process(self.process)
-        if self._readiness is not threading.current_thread():
-            self._readiness.join()
+        if self._lifecycle is not threading.current_thread():
+            self._lifecycle.join()
         shutil.rmtree(self.socket_path.parent, ignore_errors=True)
