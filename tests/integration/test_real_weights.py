@@ -3,7 +3,8 @@
 (:mod:`snapllm_dev.packaged_models`). The other tiers run on SmolLM2-135M, Gemma 3 270M or random weights,
 which cannot show that values from the prompt reach a tool call or a parsed object, nor whether an answer
 depends on what the prompt cache held on Q4_K weights. One server (so one load per process of the stack) per
-worker, for the whole module."""
+worker, for the whole module; the engine-level checks, and the check beside busy processes, load the model
+in this process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import itertools
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import openai
 import pydantic
@@ -22,10 +23,11 @@ import pytest
 
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
-from snapllm.engine.types import EngineRequest, Sampling
+from snapllm.engine.types import EngineRequest, Sampling, TokenDelta
+from snapllm.protocol.serving import OpenAIServing
 from snapllm_dev.local.stack import model_name
 from snapllm_dev.packaged_models import model_path
-from tests.support.generation import TEST_THREADS
+from tests.support.generation import TEST_THREADS, serving_over
 from tests.support.paths import TEMPLATE
 from tests.support.serve import SERVE_ENV, ServeProcess
 
@@ -46,6 +48,8 @@ TOOLS = [
 ]
 CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
 WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+#: The server's limit on an answer's tokens.
+SERVER_MAX_TOKENS = "96"
 #: The determinism check's requests: three prompts, which share the template's system turn.
 PROMPTS = (
     "What is the capital of France? Answer in one sentence.",
@@ -60,7 +64,7 @@ def qwen() -> Iterator[tuple[ServeProcess, str]]:
     path = model_path("qwen2.5-coder-0.5b")
     env = {
         **SERVE_ENV,
-        "SNAPLLM_MAX_TOKENS": "96",
+        "SNAPLLM_MAX_TOKENS": SERVER_MAX_TOKENS,
         "SNAPLLM_N_CTX": "2048",
         "SNAPLLM_MAX_PROMPT_CHARS": "8000",
     }
@@ -261,12 +265,24 @@ def _answer(client: openai.OpenAI, name: str, prompt: str, *, stream: bool) -> s
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def _rounds(client: openai.OpenAI, name: str, rounds: int) -> dict[str, list[str]]:
-    """Each prompt's answers over ``rounds`` rounds of the prompts in turn, alternating whole and streamed
-    (so each prompt goes both ways, and each path's prompt cache holds another prompt before each)."""
+def _served_answer(serving: OpenAIServing, prompt: str, *, stream: bool) -> str:
+    """:func:`_answer` through the protocol over a model loaded in this process, whole or streamed."""
+    body = {"model": serving.model_name, "messages": [{"role": "user", "content": prompt}]}
+    request = serving.parse({**body, "max_tokens": 32, "temperature": 0})
+    if not stream:
+        response, _ = serving.complete(request, deadline=None)
+        return response["choices"][0]["message"]["content"]
+    items, _ = serving.open_stream(request, deadline=None)
+    return "".join(item.text for item in items if isinstance(item, TokenDelta))
+
+
+def _rounds(answer: Callable[..., str], rounds: int) -> dict[str, list[str]]:
+    """Each prompt's ``answer(prompt, stream=...)`` over ``rounds`` rounds of the prompts in turn, alternating
+    whole and streamed (so each prompt goes both ways, and each path's prompt cache holds another prompt
+    before each)."""
     answers: dict[str, list[str]] = {prompt: [] for prompt in PROMPTS}
     for turn, (_, prompt) in enumerate(itertools.product(range(rounds), PROMPTS)):
-        answers[prompt].append(_answer(client, name, prompt, stream=turn % 2 == 1))
+        answers[prompt].append(answer(prompt, stream=turn % 2 == 1))
     return answers
 
 
@@ -281,7 +297,7 @@ def _differing(answers: dict[str, list[str]]) -> dict[str, int]:
 
 
 def test_temperature_zero_answers_do_not_depend_on_the_cache_or_the_path(client, name):
-    answers = _rounds(client, name, 8)
+    answers = _rounds(lambda prompt, stream: _answer(client, name, prompt, stream=stream), 8)
     assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
 
 
@@ -298,12 +314,16 @@ def _busy(processes: int) -> Iterator[None]:
 
 
 @pytest.mark.alone
-def test_temperature_zero_answers_repeat_with_eight_busy_processes_beside(client, name):
-    # The server's thread shares the 2 cores with 8 spinning processes, so each batch and token runs at
-    # whatever pace the scheduler gives it: the answers must not depend on that. Four rounds (each prompt
-    # twice whole, twice streamed): at a ninth of the CPU each answer takes several times as long.
+def test_temperature_zero_answers_repeat_with_eight_busy_processes_beside(cached_engine):
+    # The engine's thread shares the 2 cores with 8 spinning processes, so each batch and token runs at
+    # whatever pace the scheduler gives it: the answers must not depend on that. The protocol over the
+    # model loaded here, as the functions serve it (the same engine settings and max_tokens as the server
+    # above, whose whole and streamed paths the unloaded check covers), so this session starts no stack.
+    # Four rounds (each prompt twice whole, twice streamed): at a ninth of the CPU each answer takes
+    # several times as long.
+    serving = serving_over(cached_engine, max_tokens=int(SERVER_MAX_TOKENS))
     with _busy(8):
-        answers = _rounds(client, name, 4)
+        answers = _rounds(lambda prompt, stream: _served_answer(serving, prompt, stream=stream), 4)
     assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
 
 
