@@ -79,7 +79,8 @@ class WebAdapterProcess:
         # the caller starts meanwhile, as LWA runs it on AWS: the init phase is timed from the process's start
         # however long the caller takes to wait for it, and the warm-up runs beside the caller's own work.
         self._stopping = threading.Event()
-        self._start_error: LocalServeError | None = None
+        # What ended the lifecycle early, raised by wait_ready in the caller's thread.
+        self._start_error: Exception | None = None
         self._lifecycle = threading.Thread(
             target=self._run_lifecycle, name=f"lwa-lifecycle-{function.name}", daemon=True
         )
@@ -145,7 +146,7 @@ class WebAdapterProcess:
         if self._start_error is None and not self._stopping.is_set():
             try:
                 self._hooks()
-            except LocalServeError as exc:
+            except Exception as exc:  # any failure of the hooks is the caller's to raise
                 self._start_error = exc
 
     def _await_readiness(self) -> None:
