@@ -16,15 +16,12 @@ No case loads a model: the ones that reach a function fail at its configuration,
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-import traceback
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from snapllm_dev.cli import main
+from tests.support.cli import run_main
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import REPO
 
@@ -445,61 +442,14 @@ IN_A_PROCESS = (
 )
 
 
-def _children() -> set[int]:
-    """This process's live children."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            found.add(int(entry.name))
-    return found
-
-
 def _run_in_process(
     case: Case, files: Mapping[str, str], root: Path, capfd: pytest.CaptureFixture
 ) -> Outcome:
     """``main(argv)`` in this process, under the case's environment alone, as the process would run it."""
     environment = _environment(root, case.env, uuid.uuid4().hex)
     argv = [arg.format(**files) for arg in case.argv]
-    children, threads = _children(), set(threading.enumerate())
-    handlers, sigterm = list(logging.getLogger().handlers), signal.getsignal(signal.SIGTERM)
-    capfd.readouterr()
-    started = time.monotonic()
-    with pytest.MonkeyPatch.context() as patch:
-        for name in set(os.environ) - set(environment):
-            patch.delenv(name)
-        for name, value in environment.items():
-            patch.setenv(name, value)
-        patch.chdir(REPO)
-        try:
-            code = main(argv)
-        except SystemExit as exit:  # what the interpreter would make of it
-            code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
-            if not isinstance(exit.code, int | None):
-                print(exit.code, file=sys.stderr)
-        except Exception:  # the process would print it and exit 1
-            traceback.print_exc()
-            code = 1
-        finally:
-            signal.signal(signal.SIGTERM, sigterm)
-            logging.getLogger().handlers[:] = handlers
-    seconds = time.monotonic() - started
-    left = _children() - children
-    for _ in range(10):  # a child the command stopped on its way out is gone within a moment
-        if not left:
-            break
-        time.sleep(0.05)
-        left = _children() - children
-    leftovers = [f"process {pid}" for pid in left]
-    leftovers += [f"thread {t.name}" for t in set(threading.enumerate()) - threads if t.is_alive()]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)  # not to leave it to the next case
-    return Outcome(case.names.format(**files), code, capfd.readouterr().err, seconds, tuple(leftovers))
+    run = run_main(argv, capfd, env=environment, only_env=True)
+    return Outcome(case.names.format(**files), run.code, run.stderr, run.seconds, run.leftovers)
 
 
 @pytest.fixture(scope="module")

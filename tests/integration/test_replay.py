@@ -5,96 +5,40 @@ must leave no thread or child process behind, as its own process would on exit."
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import os
 import shutil
-import signal
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from snapllm_dev.cli import main
+from tests.support.cli import InProcessRun, run_main
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import REPO
-from tests.support.procfs import descendants
 
-
-@dataclass(frozen=True)
-class Replay:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-Replayer = Callable[..., Replay]
-LAST_RESORT = logging.Formatter()
+Replayer = Callable[..., InProcessRun]
 
 
 @pytest.fixture
-def snapllm_replay(capfd, caplog, monkeypatch) -> Replayer:
-    """``snapllm replay ARGS`` as its process would run it: in the repository, generating on the tests' one
-    thread, with ``env`` over the environment.
+def snapllm_replay(capfd, caplog) -> Replayer:
+    """``snapllm replay ARGS`` in this process as its own process would run it (:func:`run_main`), generating
+    on the tests' one thread, with ``env`` over the environment; it must leave nothing running."""
 
-    Its output is read at the file descriptors, where the functions' processes write too; ``stderr`` also
-    holds the warnings logged in this process, which pytest takes and the process would print there."""
-    monkeypatch.chdir(REPO)
-    monkeypatch.setenv("SNAPLLM_THREADS", TEST_THREADS)
-
-    def replay(*args: str, env: dict[str, str] | None = None) -> Replay:
-        for name, value in (env or {}).items():
-            monkeypatch.setenv(name, value)
-        children, threads = descendants(os.getpid()), set(threading.enumerate())
-        sigterm = signal.getsignal(signal.SIGTERM)
-        capfd.readouterr()
-        caplog.clear()
-        try:
-            code = main(["replay", *args])
-        finally:
-            signal.signal(signal.SIGTERM, sigterm)  # main() installs the command's own handler
-        out, err = capfd.readouterr()
-        # What Python's last-resort handler prints of them: WARNING and above, with any trace.
-        logged = "".join(
-            LAST_RESORT.format(record) + "\n"
-            for record in caplog.records
-            if record.levelno >= logging.WARNING
+    def replay(*args: str, env: dict[str, str] | None = None) -> InProcessRun:
+        run = run_main(
+            ["replay", *args], capfd, env={"SNAPLLM_THREADS": TEST_THREADS, **(env or {})}, caplog=caplog
         )
-        left = _left_behind(children, threads)
-        assert not left, f"left running: {left}\n{err[-3000:]}"
-        return Replay(code, out, err + logged)
+        assert not run.leftovers, f"left running: {run.leftovers}\n{run.stderr[-3000:]}"
+        return run
 
     return replay
-
-
-def _left_behind(children: set[int], threads: set[threading.Thread]) -> list[str]:
-    """The processes and threads started since ``children`` and ``threads`` that still run; the processes are
-    killed, not to be left to the next test."""
-
-    def running() -> tuple[set[int], list[str]]:
-        started = set(threading.enumerate()) - threads
-        return descendants(os.getpid()) - children, [t.name for t in started if t.is_alive()]
-
-    deadline = time.monotonic() + 1  # what the command stopped on its way out is gone within a moment
-    processes, names = running()
-    while (processes or names) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        processes, names = running()
-    for pid in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return [f"process {pid}" for pid in sorted(processes)] + [f"thread {name}" for name in names]
 
 
 def test_every_event_in_the_repository_replays_as_recorded(snapllm_replay):
     # At the machine's two threads, as `make replay` runs: the manifest pins the thread count the events were
     # recorded at (the agent's answers differ at two threads).
     run = snapllm_replay(env={"SNAPLLM_THREADS": "2"})
-    assert run.returncode == 0, run.stdout + run.stderr[-4000:]
+    assert run.code == 0, run.stdout + run.stderr[-4000:]
     assert "FAILED" not in run.stdout and "passed" in run.stdout
     # The recorded AWS shapes are among them: an IAM-authorized, base64 API Gateway event, the router's
     # direct invoke payload, and a durable function's invocation envelope.
@@ -130,7 +74,7 @@ def test_an_altered_expectation_fails_with_a_diff_beside_an_unusable_event_named
     (root / "router/broken.json").write_text("{not json")
 
     failing = snapllm_replay("--events", str(root))
-    assert failing.returncode == 1, failing.stdout + failing.stderr[-3000:]
+    assert failing.code == 1, failing.stdout + failing.stderr[-3000:]
     assert "FAILED  inference/completion.json" in failing.stdout
     assert "passed  router/models.json" in failing.stdout
     assert '-        "text": "an altered expectation"' in failing.stdout
@@ -141,7 +85,7 @@ def test_an_altered_expectation_fails_with_a_diff_beside_an_unusable_event_named
 
     (root / "router/broken.json").unlink()
     update = snapllm_replay("--events", str(root), "--update")
-    assert update.returncode == 0, update.stdout + update.stderr[-3000:]
+    assert update.code == 0, update.stdout + update.stderr[-3000:]
     assert (
         "recorded  inference/completion.json" in update.stdout
         and "unchanged  router/models.json" in update.stdout
@@ -158,7 +102,7 @@ def test_a_replay_slowed_past_its_deadlines_reports_them_by_name(tmp_path, snapl
     root = _copy_events(tmp_path, *names)
     run = snapllm_replay("--events", str(root), env={"SNAPLLM_DEADLINE_MARGIN_MS": "119980"})
 
-    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    assert run.code == 1, run.stdout + run.stderr[-3000:]
     for name, where in (
         ("inference/completion.json", "response.deadline_reached"),
         ("router/chat.json", "body.deadline_reached"),

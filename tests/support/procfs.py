@@ -26,6 +26,19 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def running_descendants(pid: int) -> set[int]:
+    """:func:`descendants` that still run (a zombie has exited, and only waits to be reaped)."""
+    running = set()
+    for child in descendants(pid):
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            running.add(child)
+    return running
+
+
 def command_line(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
 
