@@ -42,8 +42,8 @@ test: setup tools
 	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS)
 
 # Before each commit: the lint, the import contracts and the unit tests (no server, no full lifecycle; the
-# tests marked slow are left to `make test`).
-test-fast: setup
+# tests marked slow are left to `make test`). The preflight's unit tests compile with the tools venv's zig.
+test-fast: setup tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
