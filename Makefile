@@ -33,13 +33,16 @@ demo: setup
 # (CI lists every test's duration).
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
+# The modules that hold tests marked `alone`: that run collects only these (tests/unit/test_test_layout.py
+# checks the list).
+ALONE_TESTS := tests/integration/test_real_weights.py
 test: setup tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) -m "not alone" $(PYTEST_ARGS)
-	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m alone $(PYTEST_ARGS) $(ALONE_TESTS)
 
 # Before each commit: the lint, the import contracts and the unit tests (no server, no full lifecycle; the
 # tests marked slow are left to `make test`). The preflight's unit tests compile with the tools venv's zig.

@@ -155,20 +155,21 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
     return [whole, after_a_cached_prefix, sent_again]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
-    ("attention", "same_after_a_prefix", "same_sent_again"),
+    ("attention", "threads", "same_after_a_prefix", "same_sent_again"),
     [
         # Without flash attention the last token evaluated alone rounds differently.
-        ({"flash_attention": False}, True, False),
-        ({"cache_type_v": "bf16"}, True, True),
-        # The default, f16 values: the engine evaluates prompts in batches of 64 tokens or more.
-        ({}, True, True),
+        ({"flash_attention": False}, 1, True, False),
+        ({"cache_type_v": "bf16"}, 1, True, True),
+        # The default, f16 values: the engine evaluates prompts in batches of 64 tokens or more, on one
+        # thread and on two (ggml splits each batch's rows between the threads).
+        ({}, 1, True, True),
+        ({}, 2, True, True),
     ],
-    ids=["no-flash-attention", "flash-bf16", "default"],
+    ids=["no-flash-attention-1", "flash-bf16-1", "default-1", "default-2"],
 )
 def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_held(
-    model_path, threads, attention, same_after_a_prefix, same_sent_again
+    model_path, attention, threads, same_after_a_prefix, same_sent_again
 ):
     # A 641-token prompt answered evaluated whole, after a cached 100-token prefix, and sent again. With
     # flash attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import enum
+import functools
 import itertools
 import json
 import subprocess
@@ -297,7 +298,8 @@ def _differing(answers: dict[str, list[str]]) -> dict[str, int]:
 
 
 def test_temperature_zero_answers_do_not_depend_on_the_cache_or_the_path(client, name):
-    answers = _rounds(lambda prompt, stream: _answer(client, name, prompt, stream=stream), 8)
+    # Four rounds: each prompt twice whole and twice streamed, each after another prompt.
+    answers = _rounds(lambda prompt, stream: _answer(client, name, prompt, stream=stream), 4)
     assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
 
 
@@ -319,11 +321,14 @@ def test_temperature_zero_answers_repeat_with_eight_busy_processes_beside(cached
     # whatever pace the scheduler gives it: the answers must not depend on that. The protocol over the
     # model loaded here, as the functions serve it (the same engine settings and max_tokens as the server
     # above, whose whole and streamed paths the unloaded check covers), so this session starts no stack.
-    # Four rounds (each prompt twice whole, twice streamed): at a ninth of the CPU each answer takes
-    # several times as long.
+    # One round on the idle CPUs, then two beside the spinners (each prompt once whole, once streamed), each
+    # compared with the idle answer: at a ninth of the CPU each answer takes several times as long.
     serving = serving_over(cached_engine, max_tokens=int(SERVER_MAX_TOKENS))
+    answer = functools.partial(_served_answer, serving)
+    idle = _rounds(answer, 1)
     with _busy(8):
-        answers = _rounds(lambda prompt, stream: _served_answer(serving, prompt, stream=stream), 4)
+        busy = _rounds(answer, 2)
+    answers = {prompt: idle[prompt] + busy[prompt] for prompt in PROMPTS}
     assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
 
 

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from tests.support.paths import REPO
-from tests.support.serve import ServeProcess
+from tests.support.serve import SERVER_GROUP, ServeProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(SERVER_GROUP)]
 
 
 @pytest.fixture(scope="module")

@@ -154,6 +154,27 @@ def test_imports_of_support_and_of_the_code_under_test_are_allowed(tmp_path):
     assert layout_violations(root) == []
 
 
+def _is_mark(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` is ``pytest.mark.<name>`` (or ``mark.<name>``)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == name
+        and isinstance(node.value, ast.Attribute | ast.Name)
+        and getattr(node.value, "attr", getattr(node.value, "id", None)) == "mark"
+    )
+
+
+def test_the_second_run_of_make_test_collects_every_module_with_a_test_marked_alone():
+    marked = sorted(
+        str(path.relative_to(TESTS.parent))
+        for path in TESTS.rglob("test_*.py")
+        if any(_is_mark(node, "alone") for node in ast.walk(ast.parse(path.read_text())))
+    )
+    makefile = (TESTS.parent / "Makefile").read_text().splitlines()
+    (listed,) = [line.split(":=", 1)[1].split() for line in makefile if line.startswith("ALONE_TESTS :=")]
+    assert marked and sorted(listed) == marked
+
+
 # --- The order of the parallel run --------------------------------------------------------------------------
 
 
