@@ -6,7 +6,8 @@ model, with or without a key), and llama-cpp-python's server as an always-on end
 Each is module-scoped (a loaded model costs seconds), and a module sets its own limits by overriding the
 fixture that holds them: ``inference_overrides`` for the function and the runtime, ``serve_overrides`` for
 the server. A module that sets no server limits shares its process's one server; the servers with the
-embedding model are shared the same way.
+embedding model are shared the same way. The agent is the process's one, with the template's variables,
+shared by the modules of :data:`~tests.support.agent.AGENT_GROUP`.
 """
 
 from __future__ import annotations
@@ -126,10 +127,15 @@ def runtime(deployment: LocalDeployment, inference_overrides: dict[str, str]) ->
         return InferenceRuntime.initialize(InferenceSettings.from_env())
 
 
-@pytest.fixture(scope="module")
-def agent(deployment: LocalDeployment, environment: RestoredEnvironment) -> LocalAgent:
-    """The agent of the template, its model calls going to the restored InferenceFunction."""
-    return LocalAgent(deployment, agent_settings(deployment.template), LocalInferenceClient(environment))
+@pytest.fixture(scope="session")
+def agent(deployment: LocalDeployment) -> Iterator[LocalAgent]:
+    """The agent of the template, its model calls going to the InferenceFunction restored with the
+    template's variables: this process's one, as the modules of its group run on one worker."""
+    with deployment.function("InferenceFunction", SNAPLLM_THREADS=TEST_THREADS) as function:
+        function.init()
+        function.snapshot()
+        with function.restore() as restored:
+            yield LocalAgent(deployment, agent_settings(deployment.template), LocalInferenceClient(restored))
 
 
 @pytest.fixture(scope="module")

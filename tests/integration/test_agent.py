@@ -1,14 +1,17 @@
 """The durable agent end to end: the SDK's testing runner plays the durable service, the real model
 answers (SmolLM2 restored from its local snapshot) and documents live on the local S3 endpoint.
 
-One restored inference environment serves the whole module. Each test checks the per-operation report:
-no checkpointed operation may exceed the configured state budget.
+One restored inference environment serves the whole module, and one approved run with the template's
+settings serves the tests of what the model plans and of what a replay runs again. A test about the
+approval gate offers no tools, so the model plans nothing before it. Each test checks the per-operation
+report: no checkpointed operation may exceed the configured state budget.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,9 @@ from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.tools import BuiltinTools, ReadExcerpt
 from snapllm.errors import InferenceThrottledError
 from snapllm_dev.local.durable import LocalAgent, LocalRun, approve, no_answer, reject
+from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(AGENT_GROUP)]
 
 NOTES = (
     "# SnapStart notes\n\n"
@@ -82,8 +86,39 @@ class CountingInference:
         return self._inner.invoke(payload, deadline=deadline)
 
 
-def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: str):
-    run = agent.run(_event(notes_uri), decide=approve("alice", "looks right"), execution_name="approve")
+@dataclass
+class CountedRun:
+    run: LocalRun
+    inference: CountingInference
+    invocations: int
+
+
+@pytest.fixture(scope="module")
+def approved(agent: LocalAgent, notes_uri: str) -> CountedRun:
+    """A run approved by alice, its model calls and handler invocations counted (both pass through)."""
+    inference = CountingInference(agent.inference)
+    invocations = 0
+
+    def counting(handler: Any) -> Any:
+        def wrapped(event: Any, context: Any) -> Any:
+            nonlocal invocations
+            invocations += 1
+            return handler(event, context)
+
+        return wrapped
+
+    run = agent.run(
+        _event(notes_uri),
+        decide=approve("alice", "looks right"),
+        inference=inference,
+        wrap_handler=counting,
+        execution_name="approve",
+    )
+    return CountedRun(run, inference, invocations)
+
+
+def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: str, approved: CountedRun):
+    run = approved.run
 
     assert run.status == "SUCCEEDED", run.error
     assert run.output["status"] == "completed"
@@ -113,7 +148,9 @@ def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: 
 
 
 def test_rejected_run_is_cancelled_with_the_reason(agent: LocalAgent, notes_uri: str):
-    run = agent.run(_event(notes_uri), decide=reject("bob", "not for this audience"), execution_name="reject")
+    run = agent.run(
+        _event(notes_uri), decide=reject("bob", "not for this audience"), tools=[], execution_name="reject"
+    )
 
     assert run.status == "SUCCEEDED", run.error
     assert run.output["status"] == "cancelled"
@@ -124,7 +161,7 @@ def test_rejected_run_is_cancelled_with_the_reason(agent: LocalAgent, notes_uri:
 
 def test_approval_timeout_cancels_the_run(agent: LocalAgent, notes_uri: str):
     # The testing runner fast-forwards waits and retry delays but times callbacks out in real time.
-    run = agent.run(_event(notes_uri, timeout="2s"), decide=no_answer(), execution_name="timeout")
+    run = agent.run(_event(notes_uri, timeout="2s"), decide=no_answer(), tools=[], execution_name="timeout")
 
     assert run.status == "SUCCEEDED", run.error
     assert run.output["status"] == "cancelled"
@@ -136,12 +173,15 @@ def test_approval_timeout_cancels_the_run(agent: LocalAgent, notes_uri: str):
 
 def test_transient_inference_failure_is_retried(agent: LocalAgent, notes_uri: str):
     inference = CountingInference(agent.inference, throttle_first=1)
-    run = agent.run(_event(notes_uri, required=False), inference=inference, execution_name="throttled")
+    # No tools, so the answer is the run's one model call (every model call has the same retry rule).
+    settings = agent.with_settings(answer_max_tokens=SHORT_ANSWER_TOKENS)
+    event = _event(notes_uri, required=False)
+    run = agent.run(event, settings=settings, inference=inference, tools=[], execution_name="throttled")
 
     assert run.status == "SUCCEEDED", run.error
     assert run.output["status"] == "completed"
     assert inference.throttled == 1
-    assert _ops(run)["plan"].attempts == 2  # the first attempt was throttled, the second answered
+    assert _ops(run)["answer"].attempts == 2  # the first attempt was throttled, the second answered
     _within_budget(run)
 
 
@@ -171,29 +211,12 @@ def test_model_rejection_fails_permanently_without_retries(agent: LocalAgent, no
     _within_budget(run)
 
 
-def test_replay_runs_each_step_body_once(agent: LocalAgent, notes_uri: str):
-    inference = CountingInference(agent.inference)
-    invocations = 0
-
-    def counting(handler: Any) -> Any:
-        def wrapped(event: Any, context: Any) -> Any:
-            nonlocal invocations
-            invocations += 1
-            return handler(event, context)
-
-        return wrapped
-
-    run = agent.run(
-        _event(notes_uri),
-        decide=approve(),
-        inference=inference,
-        wrap_handler=counting,
-        execution_name="replay",
-    )
+def test_replay_runs_each_step_body_once(approved: CountedRun):
+    run, inference = approved.run, approved.inference
 
     assert run.status == "SUCCEEDED", run.error
     # Waiting for the approval ends the first invocation; the second replays everything before it.
-    assert invocations >= 2
+    assert approved.invocations >= 2
     llm_steps = [
         r
         for r in run.report.rows
@@ -215,7 +238,12 @@ def test_ten_megabyte_document_stays_out_of_the_checkpoints(agent: LocalAgent, t
     uri = _put(agent, "documents/big.txt", data)
     # A small budget and a large excerpt force the guard to offload: the excerpt (32 KiB) is over the
     # share of the budget its map item gets, so only its reference may be checkpointed.
-    settings = agent.with_settings(state_budget_bytes=16 * 1024, excerpt_bytes=32 * 1024, max_tool_calls=1)
+    settings = agent.with_settings(
+        state_budget_bytes=16 * 1024,
+        excerpt_bytes=32 * 1024,
+        max_tool_calls=1,
+        answer_max_tokens=SHORT_ANSWER_TOKENS,
+    )
     # Only read_excerpt is offered, so the one call the plan may make reads the excerpt.
     tools = [BuiltinTools([ReadExcerpt()])]
     run = agent.run(_event(uri, required=False), settings=settings, tools=tools, execution_name="big")

@@ -6,7 +6,8 @@ Each test offers the model one or two of the server's tools (``tools`` in the se
 names no document, so the built-in tools are not offered: whatever the small model plans, it calls the tool
 under test. Calls are counted on the server's side. Faults are real HTTP faults: the project's fault proxy
 (:mod:`snapllm_dev.local.faults`) sits between the agent and the server and answers one ``tools/call`` with a
-5xx, or resets the connection after the server has answered it.
+5xx, or resets the connection after the server has answered it. The answer only has to show that the run
+went on to it, so it is a few tokens long (:data:`~tests.support.agent.SHORT_ANSWER_TOKENS`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
 from snapllm_dev.local.durable import LocalAgent, LocalRun, approve
 from snapllm_dev.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
+from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS
 from tests.support.mcp_server import (
     INVALID_PATHS,
     LONG_ERROR_BYTES,
@@ -33,7 +35,7 @@ from tests.support.mcp_server import (
     ToolServer,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(AGENT_GROUP)]
 
 # The MCP calls' timeout where a fault may hold one: a stalled call costs this. A healthy session with the
 # test server (connect, initialize, the call) takes under 0.2 s on a busy 2-core machine.
@@ -61,7 +63,9 @@ def _run(
     **server: Any,
 ) -> LocalRun:
     config = McpServerConfig(name="ops", url=url, tools=tools, timeout_s=timeout_s, **server)
-    settings = agent.with_settings(mcp_servers=(config, *more_servers), max_tool_calls=steps)
+    settings = agent.with_settings(
+        mcp_servers=(config, *more_servers), max_tool_calls=steps, answer_max_tokens=SHORT_ANSWER_TOKENS
+    )
     event = {"task": task, "approval": {"required": approval, "timeout": "1h"}}
     run = agent.run(
         event, settings=settings, decide=decide or approve(), wrap_handler=wrap_handler, execution_name=name

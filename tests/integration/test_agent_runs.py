@@ -2,6 +2,10 @@
 
 The durable service is the SDK's in-process testing runner behind LocalDurableLambda, which answers the
 five Lambda API calls AgentRuns makes with the service's response shapes; the model is the real one.
+
+These tests are about a run's life over HTTP (start, approval, result, versions), so the runs they start
+name no document: the agent then has no tool to plan with, and the model only writes a short answer
+(test_agent.py runs the tools). The uploaded document is for the checks of the input.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -22,11 +27,10 @@ from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.durable import LocalAgent
 from snapllm_dev.local.durable_service import LocalDurableLambda
-from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.session import LocalDeployment
+from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(AGENT_GROUP)]
 
 NOTES = (
     b"# Notes\n\nSnapStart restores a snapshot of an initialized function instead of initializing it again.\n"
@@ -35,8 +39,9 @@ NOTES = (
 
 @pytest.fixture(scope="module")
 def api(
-    deployment: LocalDeployment, environment: RestoredEnvironment, agent: LocalAgent
+    deployment: LocalDeployment, agent: LocalAgent
 ) -> Iterator[tuple[APIGatewayHttpResolver, LocalDurableLambda, str, LocalAgent]]:
+    agent = replace(agent, settings=agent.with_settings(answer_max_tokens=SHORT_ANSWER_TOKENS))
     key = f"{agent.settings.artifacts_prefix}documents/http-notes.md"
     deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=NOTES)
     with agent.durable_service() as service:
@@ -46,7 +51,7 @@ def api(
         routes_table = json.dumps({"smollm2": "local:InferenceFunction"})
         router = RouterApp(
             RouterSettings.from_env({"SNAPLLM_ROUTES": routes_table}),
-            {"smollm2": LocalInferenceClient(environment)},
+            {"smollm2": agent.inference},
             routers=[routes.router],
         )
         try:
@@ -78,9 +83,9 @@ def _until(resolver: APIGatewayHttpResolver, run_id: str, predicate: Any, timeou
 
 
 def test_idempotent_start_approval_and_result_over_http(api):
-    resolver, service, uri, _agent = api
+    resolver, service, _uri, _agent = api
     runner = service.runner
-    request = {"task": "Say what SnapStart restores.", "documents": [uri], "approval": {"required": True}}
+    request = {"task": "Say what SnapStart restores.", "approval": {"required": True}}
 
     status, first = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "review-42"})
     assert status == 202, first
@@ -131,7 +136,7 @@ def test_clear_client_errors(api):
     status, body = _call(resolver, "POST", "/v1/agent/runs", "not an object", **{"Idempotency-Key": "k"})
     assert status == 400
 
-    request = {"task": "Say what SnapStart restores.", "documents": [uri]}
+    request = {"task": "Say what SnapStart restores."}
     status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "no-approval"})
     assert status == 202
     _until(resolver, run["id"], lambda r: r["status"] != "RUNNING")
@@ -158,8 +163,8 @@ def test_a_failed_run_reports_a_public_error_type(api):
 def test_a_run_waiting_for_approval_survives_a_redeploy(api):
     """Version 1 starts the run; a redeploy publishes version 2 and moves the alias; the run is still read,
     approved and finished on version 1, through the execution ARN kept with it."""
-    resolver, service, uri, agent = api
-    request = {"task": "Say what SnapStart restores.", "documents": [uri], "approval": {"required": True}}
+    resolver, service, _uri, agent = api
+    request = {"task": "Say what SnapStart restores.", "approval": {"required": True}}
     status, run = _call(resolver, "POST", "/v1/agent/runs", request, **{"Idempotency-Key": "before-redeploy"})
     assert status == 202, run
     version = service.current_version
