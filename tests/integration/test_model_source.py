@@ -1,5 +1,5 @@
-"""The ModelObject custom resource against the local S3 endpoint and a local HTTPS server serving the
-packaged GGUF, with CloudFormation's response going to a local endpoint that records what was PUT.
+"""The ModelObject custom resource against the local S3 endpoint and a local HTTPS server serving a GGUF,
+with CloudFormation's response going to a local endpoint that records what was PUT.
 
 Every path over the network gets its faults: the download (a connection that drops mid-stream, resets,
 closes, stalls, 5xx, a server without Range support), the upload (S3 answering 5xx) and the response
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import ssl
+import struct
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +25,7 @@ from snapllm.deploy.cfn_response import RESPONSE_RESERVE_S, send_response
 from snapllm.deploy.custom_resource import ModelObjectResource
 from snapllm.deploy.source import HTTPSource, SourceSettings
 from snapllm.deploy.upload import MiB, ModelUpload, UploadSettings
+from snapllm.engine.gguf import MAGIC as GGUF_MAGIC
 from snapllm.errors import (
     CustomResourceResponseError,
     ModelCopyInputError,
@@ -36,7 +39,8 @@ from tests.support.model_source_servers import FileServer, ResponseRecorder, sel
 BUCKET = "snapllm-model-source-tests"
 STACK_ID = "arn:aws:cloudformation:us-east-1:123456789012:stack/snapllm/1"
 FAST = SourceSettings(connect_timeout_s=2.0, read_timeout_s=1.0, max_attempts=3, backoff_s=0.01)
-PART = 16 * MiB  # several parts per copy of the 98 MB model
+MODEL_BYTES = 40 * MiB
+PART = 16 * MiB  # three parts per copy of the model
 
 
 class FakeContext:
@@ -50,8 +54,17 @@ class FakeContext:
 
 
 @pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> Path:
+    """The model the tests copy: a GGUF header (what the resource checks of a model), then random bytes."""
+    path = tmp_path_factory.mktemp("model") / "model.gguf"
+    header = GGUF_MAGIC + struct.pack("<IQQ", 3, 0, 0)
+    path.write_bytes(header + os.urandom(MODEL_BYTES - len(header)))
+    return path
+
+
+@pytest.fixture(scope="module")
 def variant(model_path, tmp_path_factory) -> Path:
-    """A second, different GGUF (the packaged one with changed trailing bytes): a "new model"."""
+    """A second, different GGUF (the model with changed trailing bytes): a "new model"."""
     path = tmp_path_factory.mktemp("variant") / "variant.gguf"
     shutil.copyfile(model_path, path)
     with path.open("r+b") as handle:
@@ -356,7 +369,7 @@ def test_a_copy_that_would_outlast_the_function_fails_in_time_and_says_what_to_d
     s3, server, cloudformation, client_tls, model_path
 ):
     key = "models/slow.gguf"
-    server.behaviour.rate = 20 * MiB  # about 5 s for the whole model
+    server.behaviour.rate = 16 * MiB  # 2.5 s for the whole model: its first part is read before the deadline
     # The copy stops 3 s before the function's deadline (1.5 s from now), leaving time for the answer.
     resource = ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)
     started = time.monotonic()
@@ -507,7 +520,9 @@ def test_a_part_upload_that_keeps_failing_aborts_the_upload(local_s3, plain_serv
     with FaultProxy(local_s3.endpoint_url, rule=_part_uploads(500, always=True)) as proxy:
         s3 = local_s3.client(endpoint_url=proxy.url)
         with HTTPSource(plain_server.url("/model.gguf"), settings=FAST) as source:
-            upload = ModelUpload(s3, bucket=BUCKET, key=key, sha256=sha256(model_path))
+            upload = ModelUpload(
+                s3, bucket=BUCKET, key=key, sha256=sha256(model_path), settings=UploadSettings(part_size=PART)
+            )
             with pytest.raises(ModelUploadError, match="InternalError"):
                 upload.write(source.readinto, size=source.open().size)
         assert any(r.method == "DELETE" and "uploadId=" in r.path for r in proxy.requests)  # the abort

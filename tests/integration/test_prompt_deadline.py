@@ -36,23 +36,32 @@ from tests.support.stream_server import stream_server
 pytestmark = pytest.mark.slow
 
 N_BATCH = 128
+SENTENCE = "The quick brown fox jumps over the lazy dog. "
 # About 1,000 tokens once the chat template is around it: eight batches of 128.
-LONG_TEXT = "The quick brown fox jumps over the lazy dog. " * 95
+LONG_TEXT = SENTENCE * 95
 # A seed evaluates the whole prompt afresh every time (nothing is reused from the cache).
 LONG_CHAT = {"messages": [{"role": "user", "content": LONG_TEXT}], "max_tokens": 8, "seed": 1}
 SHORT_CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "stream": True}
 CHAT = "/v1/chat/completions"
+# No declared prompt prefixes (the template's are the agent's prompts): none of these prompts starts with
+# one, and evaluating them before each snapshot took about half of it.
+NO_PREFIXES = {"SNAPLLM_PROMPT_PREFIXES": ""}
 
 
 @pytest.fixture(scope="module")
 def inference_overrides() -> dict[str, str]:
-    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048"}
+    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048", **NO_PREFIXES}
 
 
 @pytest.fixture(scope="module")
 def serve_overrides() -> dict[str, str]:
     # The local stack's functions evaluate prompts in batches of 128 too, and take the long prompt.
-    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048", "SNAPLLM_MAX_PROMPT_CHARS": "32000"}
+    return {
+        "SNAPLLM_N_BATCH": str(N_BATCH),
+        "SNAPLLM_N_CTX": "2048",
+        "SNAPLLM_MAX_PROMPT_CHARS": "32000",
+        **NO_PREFIXES,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -212,8 +221,12 @@ def test_the_router_answers_a_prompt_its_deadline_cuts_with_a_504_before_the_dea
     assert "send a shorter prompt" in message and "stream=true" in message, message
     assert headers.get("x-should-retry") == "false"
     assert elapsed < timeout_s, (elapsed, timeout_s)
-    # The environment serves the next request as before.
-    assert client.invoke({**LONG_CHAT, "max_tokens": 2})["usage"]["completion_tokens"] >= 1
+    # The environment serves the next request as before: a prompt of three batches, which a deadline left
+    # over from the one cut would stop at its first check.
+    usage = client.invoke(
+        {**LONG_CHAT, "messages": [{"role": "user", "content": SENTENCE * 30}], "max_tokens": 2}
+    )["usage"]
+    assert usage["prompt_tokens"] > 2 * N_BATCH and usage["completion_tokens"] >= 1, usage
 
 
 def test_the_router_answers_a_rerank_its_deadline_cuts_with_a_504(rerank_environment):
