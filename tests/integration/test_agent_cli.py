@@ -1,39 +1,57 @@
-"""``snapllm local invoke AgentFunction`` as a user runs it: result JSON on stdout, the table on stderr."""
+"""``snapllm local invoke AgentFunction`` as a user runs it: result JSON on stdout, the table on stderr.
+
+The approval's two answers run in this process through ``main(argv)`` (:func:`~tests.support.cli.run_main`),
+their output read at the file descriptors, where the inference function's process writes too, and must leave
+no thread or child process behind. The MCP run is a process of its own, as a user's is beside the server: the
+server runs in this process, and its tools' worker threads (and the schema compile thread the command starts
+for the life of its process) would pass for threads the command left running."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
+from tests.support.cli import InProcessRun, run_main
+from tests.support.generation import TEST_THREADS
 from tests.support.mcp_server import ToolServer
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 
+REVIEW = REPO / "events/agent/review.json"
 
-def _invoke(*flags: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "snapllm_dev.cli", "local", "invoke", "AgentFunction"]
-    return subprocess.run(
-        [*command, "-e", "events/agent/review.json", *flags],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+Invoker = Callable[..., InProcessRun]
 
 
-def test_approve_prints_the_result_and_the_operation_table():
-    done = _invoke("--approve", "--reason", "ship it")
+@pytest.fixture
+def invoke(capfd, caplog) -> Invoker:
+    """``snapllm local invoke AgentFunction FLAGS`` in this process; it must leave nothing running."""
 
-    assert done.returncode == 0, done.stderr[-3000:]
+    def run(*flags: str) -> InProcessRun:
+        done = run_main(
+            ["local", "invoke", "AgentFunction", *flags],
+            capfd,
+            env={"SNAPLLM_THREADS": TEST_THREADS},
+            caplog=caplog,
+        )
+        assert not done.leftovers, f"left running: {done.leftovers}\n{done.stderr[-3000:]}"
+        return done
+
+    return run
+
+
+def test_approve_prints_the_result_and_the_operation_table(invoke):
+    done = invoke("-e", "events/agent/review.json", "--approve", "--reason", "ship it")
+
+    assert done.code == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["status"] == "completed" and result["answer"].strip()
     assert result["approval"]["reason"] == "ship it"
-    documents = set(json.loads((REPO / "events/agent/review.json").read_text())["documents"])
+    documents = set(json.loads(REVIEW.read_text())["documents"])
     assert result["plan"] and all(step["arguments"]["uri"] in documents for step in result["plan"])
     assert len(result["findings"]) == len(result["plan"])
     table = done.stderr[done.stderr.index("operation ") :]
@@ -43,10 +61,16 @@ def test_approve_prints_the_result_and_the_operation_table():
     assert "largest checkpointed operation:" in table and "(budget 65,536 B, OK)" in table
 
 
-def test_reject_prints_a_cancelled_result():
-    done = _invoke("--reject")
+def test_reject_prints_a_cancelled_result(invoke, tmp_path):
+    # The review event without its documents: every built-in tool reads one, so the run plans no call and
+    # asks for the approval without a model call (test_agent.py rejects a run after its tool calls).
+    event = tmp_path / "review.json"
+    event.write_text(
+        json.dumps({k: v for k, v in json.loads(REVIEW.read_text()).items() if k != "documents"})
+    )
+    done = invoke("-e", str(event), "--reject")
 
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.code == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["status"] == "cancelled"
     assert result["reason"] == "rejected by cli: rejected with --reject"

@@ -1,15 +1,46 @@
-"""The commands a user runs, as subprocesses: `snapllm local invoke` and `snapllm bench coldstart`."""
+"""The commands a user runs: `snapllm local invoke`, `snapllm bench coldstart` and `snapllm bench engine`.
+
+Most run in this process through ``main(argv)`` (:func:`~tests.support.cli.run_main`), their output read at
+the file descriptors, where the functions' processes write too, and must leave no thread or child process
+behind; the router's invoke and the cold-start benchmark run as processes of their own
+(:func:`~tests.support.cli.snapllm`), each saying why."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
-from tests.support.cli import snapllm
+import pytest
+
+from snapllm.engine.constraint import _compiler
+from tests.support.cli import InProcessRun, run_main, snapllm
+from tests.support.generation import TEST_THREADS
+
+Runner = Callable[..., InProcessRun]
 
 
-def test_local_invoke_prints_the_response_on_stdout_and_timings_on_stderr():
-    run = snapllm("local", "invoke", "InferenceFunction", "-e", "events/inference/completion.json")
-    assert run.returncode == 0, run.stderr
+@pytest.fixture
+def snapllm_main(capfd, caplog) -> Runner:
+    """``snapllm ARGS`` in this process, generating on one thread; it must leave nothing running."""
+
+    def run(*args: str) -> InProcessRun:
+        done = run_main(args, capfd, env={"SNAPLLM_THREADS": TEST_THREADS}, caplog=caplog)
+        assert not done.leftovers, f"left running: {done.leftovers}\n{done.stderr[-3000:]}"
+        return done
+
+    return run
+
+
+@pytest.fixture
+def grammar_thread() -> None:
+    """The thread grammars compile on, started: the first model load in a process starts it for the life of
+    the process, so a command that loads a model here would otherwise count it as left running."""
+    _compiler()
+
+
+def test_local_invoke_prints_the_response_on_stdout_and_timings_on_stderr(snapllm_main):
+    run = snapllm_main("local", "invoke", "InferenceFunction", "-e", "events/inference/completion.json")
+    assert run.code == 0, run.stderr
     response = json.loads(run.stdout)
     assert response["object"] == "text_completion"
     assert response["choices"][0]["text"]
@@ -18,6 +49,8 @@ def test_local_invoke_prints_the_response_on_stdout_and_timings_on_stderr():
 
 
 def test_local_invoke_router_answers_api_gateway_events_from_the_repository():
+    # A process of its own: the router logs to stdout, as on Lambda, and the command moves that to stderr. In
+    # this process the router's logger may hold the stdout of whatever made it first.
     run = snapllm("local", "invoke", "RouterFunction", "-e", "events/router/chat.json")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)  # stdout holds the response alone; logs and metrics go to stderr
@@ -32,6 +65,8 @@ def test_local_invoke_router_answers_api_gateway_events_from_the_repository():
 
 
 def test_bench_coldstart_reports_ratios_as_json():
+    # A process of its own: its warm invokes run the handler in the command's process, which starts the schema
+    # and grammar compile threads; they live as long as the process, so here they would count as left running.
     run = snapllm(
         "bench",
         "coldstart",
@@ -67,15 +102,16 @@ def test_bench_coldstart_reports_ratios_as_json():
     assert result["memory"]["peak_rss_bytes"] > result["model_bytes"]
 
 
-def test_bench_engine_measures_the_sides_asked_for_on_each_load_and_writes_json(tmp_path):
+@pytest.mark.usefixtures("grammar_thread")
+def test_bench_engine_measures_the_sides_asked_for_on_each_load_and_writes_json(tmp_path, snapllm_main):
     out = tmp_path / "engine.json"
-    run = snapllm(
+    run = snapllm_main(
         "bench", "engine", "--model", "smollm2-135m", "--threads", "1", "--decode-tokens", "4",
         "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--loads", "2",
         "--side", "snapllm", "--side", "llama.cpp", "--side", "llama-cpp-python", "--side", "llama-server",
         "--json", str(out),
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    assert run.code == 0, run.stderr
     assert "smollm2-135m: decode 4 tokens after 8, prefill 32 tokens" in run.stdout
     assert "(median of 2 loads of 1 rounds; ratios: the median of each round's [its 95%" in run.stdout
     result = json.loads(out.read_text())
@@ -100,17 +136,18 @@ def test_bench_engine_measures_the_sides_asked_for_on_each_load_and_writes_json(
         assert "llama-server is not built" in run.stderr
 
 
-def test_bench_engine_traces_where_a_tokens_time_goes_or_says_why_it_cannot(tmp_path):
+@pytest.mark.usefixtures("grammar_thread")
+def test_bench_engine_traces_where_a_tokens_time_goes_or_says_why_it_cannot(tmp_path, snapllm_main):
     out = tmp_path / "traced.json"
-    run = snapllm(
+    run = snapllm_main(
         "bench", "engine", "--model", "smollm2-135m", "--threads", "1", "--decode-tokens", "6",
         "--decode-prompt", "8", "--prefill-tokens", "32", "--rounds", "1", "--side", "snapllm",
         "--side", "llama.cpp", "--trace-decode", "--json", str(out),
     )  # fmt: skip
-    if run.returncode == 2:  # not root, or a kernel without uprobes: said in one line
+    if run.code == 2:  # not root, or a kernel without uprobes: said in one line
         assert "snapllm bench engine: --trace-decode:" in run.stderr and "Traceback" not in run.stderr
         return
-    assert run.returncode == 0, run.stderr
+    assert run.code == 0, run.stderr
     sides = json.loads(out.read_text())["models"]["smollm2-135m"]["threads"]["1"]
     for side in sides.values():
         assert side["decode_inside_ms"] > 0 and side["decode_outside_ms"] > 0
@@ -119,17 +156,17 @@ def test_bench_engine_traces_where_a_tokens_time_goes_or_says_why_it_cannot(tmp_
     assert "ms a token +" in run.stdout and "ms outside" in run.stdout
 
 
-def test_local_invoke_of_deeply_nested_events(tmp_path):
+def test_local_invoke_of_deeply_nested_events(tmp_path, snapllm_main):
     # Too deep for any JSON decoder: refused with a message, no traceback.
     too_deep = tmp_path / "too-deep.json"
     too_deep.write_text("[" * 100_000 + "]" * 100_000)
-    run = snapllm("local", "invoke", "InferenceFunction", "-e", str(too_deep))
-    assert run.returncode == 2
+    run = snapllm_main("local", "invoke", "InferenceFunction", "-e", str(too_deep))
+    assert run.code == 2
     assert "nests too deeply" in run.stderr and "Traceback" not in run.stderr
     # Decodable, but deeper than any request: the function answers a structured 400.
     deep = tmp_path / "deep.json"
     deep.write_text('{"prompt": "Hi", "metadata": ' + "[" * 5000 + "]" * 5000 + "}")
-    run = snapllm("local", "invoke", "InferenceFunction", "-e", str(deep))
-    assert run.returncode == 0, run.stderr
+    run = snapllm_main("local", "invoke", "InferenceFunction", "-e", str(deep))
+    assert run.code == 0, run.stderr
     body = json.loads(run.stdout)
     assert body["statusCode"] == 400 and "nests deeper than" in body["error"]["message"]
