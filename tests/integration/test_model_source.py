@@ -369,7 +369,8 @@ def test_a_copy_that_would_outlast_the_function_fails_in_time_and_says_what_to_d
     s3, server, cloudformation, client_tls, model_path
 ):
     key = "models/slow.gguf"
-    server.behaviour.rate = 16 * MiB  # 2.5 s for the whole model: its first part is read before the deadline
+    # 2.5 s for the whole model: at this rate its first part is read by the deadline, and the rest is not.
+    server.behaviour.rate = 16 * MiB
     # The copy stops 3 s before the function's deadline (1.5 s from now), leaving time for the answer.
     resource = ModelObjectResource(s3, source_settings=FAST, ssl_context=client_tls, margin_s=3.0)
     started = time.monotonic()
