@@ -4,6 +4,7 @@ says why). Modules run longest first (``tests/durations.json``), so the parallel
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -23,6 +24,16 @@ os.environ.setdefault("SNAPLLM_THREADS", TEST_THREADS)
 
 #: Each module's seconds in a full run (scripts/test_durations.py writes it from CI's log).
 DURATIONS = Path(__file__).with_name("durations.json")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_heap() -> None:
+    """What is alive when a module starts (imports, the session's fixtures) is left out of every later
+    garbage collection: a worker holds hundreds of thousands of such objects, and a full collection over them
+    takes 0.3 s, which the leak checks run twice per model load. What a module makes is younger, so its
+    collections still find it."""
+    gc.collect()
+    gc.freeze()
 
 
 def _module(item: pytest.Item) -> str:

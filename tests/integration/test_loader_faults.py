@@ -60,17 +60,6 @@ PERMANENT = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def frozen_heap():
-    """Leave the objects alive before this module's loads out of every collection: a test process holds
-    hundreds of thousands, and a full collection over them took 0.3 s, twice per load. Whatever a load
-    drops is younger, so :func:`open_fds`'s collection still finds it."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
 @pytest.fixture(scope="module")
 def published(local_s3, tmp_path_factory):
     path = tmp_path_factory.mktemp("loader-faults") / "random.bin"
