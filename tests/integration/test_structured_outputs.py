@@ -3,8 +3,8 @@
 
 The model is tiny: the grammar guarantees that answers validate, not that they are sensible, so these tests
 check validity (every answer parses and validates), never content. Schemas bound their strings so an answer
-fits in a small ``max_tokens``. This server allows 192 tokens per answer, the fixed tests ask for 96 (the
-shared server allows 16, too few for a JSON object).
+fits in a small ``max_tokens``. The fixed tests ask for 96 tokens, the generated forms for all that the
+long-answer server allows (the shared server allows 16, too few for a JSON object).
 """
 
 from __future__ import annotations
@@ -26,19 +26,26 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, EmailStr, Field, HttpUrl, create_model
 
 from snapllm.protocol.constraints.compiled_schema import compile_schema
-from tests.support.serve import MODEL
+from tests.support.serve import (
+    LONG_ANSWER_TOKENS,
+    LONG_ANSWERS_GROUP,
+    MODEL,
+    ServeProcess,
+    shared_long_answer_server,
+)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(LONG_ANSWERS_GROUP)]
 
 MAX_TOKENS = 96
 # The generated forms' answers (formats, trees) take more tokens than the fixed ones.
-FORM_TOKENS = 192
+FORM_TOKENS = LONG_ANSWER_TOKENS
 
 
 @pytest.fixture(scope="module")
-def serve_overrides() -> dict[str, str]:
-    """A server of the module's own, whose max_tokens leave room for whole JSON answers and tool calls."""
-    return {"SNAPLLM_MAX_TOKENS": str(FORM_TOKENS)}
+def server() -> ServeProcess:
+    """The worker's server with room for whole JSON answers and tool calls (shared with the Responses API's
+    tests)."""
+    return shared_long_answer_server()
 
 
 class Color(StrEnum):

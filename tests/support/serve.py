@@ -4,11 +4,13 @@ the tests that talk to it as a client would (OpenAI SDK, LangChain, schemathesis
 :func:`shared_server` is one such server per test process, shared by the modules that need no settings of
 their own (``tests/integration/conftest.py`` hands it out as the ``server`` fixture);
 :func:`shared_embedding_server` and :func:`shared_keyed_server` serve the embedding model beside the chat
-model, the second behind a key. Each is started once per worker, and the modules that share one run on
-the same worker (:data:`SERVER_GROUP`, :data:`EMBEDDING_SERVERS_GROUP`).
+model, the second behind a key; :func:`shared_long_answer_server` allows answers long enough for JSON
+objects and tool calls. Each is started once per worker, and the modules that share one run on the same
+worker (:data:`SERVER_GROUP`, :data:`EMBEDDING_SERVERS_GROUP`, :data:`LONG_ANSWERS_GROUP`).
 
-Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too)
-and the error paths are easy to reach (64 KB bodies, 2,000-character prompts).
+Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too,
+but on the long-answer server) and the error paths are easy to reach (64 KB bodies, 2,000-character
+prompts).
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ CORS_ORIGIN = "http://localhost:5173"
 #: starts it once; so are those that share :func:`shared_embedding_server` and :func:`shared_keyed_server`.
 SERVER_GROUP = "server"
 EMBEDDING_SERVERS_GROUP = "embedding-servers"
+#: The modules that share :func:`shared_long_answer_server`.
+LONG_ANSWERS_GROUP = "long-answers"
+#: :func:`shared_long_answer_server`'s max_tokens: the longest complete answer of the structured-output
+#: tests takes about 120 tokens; an answer that runs on (digits without end, a tree nesting deeper) is cut
+#: at this many.
+LONG_ANSWER_TOKENS = 128
 
 #: The test-model builder's reranker (:mod:`tests.support.family_models`), served under its own name.
 RERANK_MODEL = "qwen3-reranker"
@@ -190,6 +198,13 @@ def shared_embedding_server() -> ServeProcess:
     return _per_process("embedding", lambda: ServeProcess.start(template=TEMPLATE, env=env, args=args))
 
 
+def shared_long_answer_server() -> ServeProcess:
+    """:func:`shared_server`'s stack allowing :data:`LONG_ANSWER_TOKENS` per answer, room for whole JSON
+    answers and tool calls."""
+    env = {**SERVE_ENV, "SNAPLLM_MAX_TOKENS": str(LONG_ANSWER_TOKENS)}
+    return _per_process("long-answers", lambda: ServeProcess.start(template=TEMPLATE, env=env))
+
+
 def shared_keyed_server() -> ServeProcess:
     """:func:`shared_embedding_server`'s models behind :data:`API_KEY` (from ``$SNAPLLM_API_KEY``, so on no
     command line), with CORS for :data:`CORS_ORIGIN`; its output goes to the file :attr:`ServeProcess.log`."""
@@ -222,6 +237,8 @@ __all__ = [
     "EMBEDDING_LIMITS",
     "EMBEDDING_MODEL",
     "EMBEDDING_SERVERS_GROUP",
+    "LONG_ANSWERS_GROUP",
+    "LONG_ANSWER_TOKENS",
     "MODEL",
     "SERVER_GROUP",
     "SERVE_ENV",
@@ -229,5 +246,6 @@ __all__ = [
     "embedding_serve_args",
     "shared_embedding_server",
     "shared_keyed_server",
+    "shared_long_answer_server",
     "shared_server",
 ]
