@@ -36,6 +36,7 @@ from snapllm_dev.packaged_models import default_model_path
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import TEMPLATE
 
+PREFIXES_VARIABLE = "SNAPLLM_PROMPT_PREFIXES"
 SERVE_ENV = {
     "SNAPLLM_THREADS": TEST_THREADS,
     "SNAPLLM_MAX_TOKENS": "16",
@@ -47,6 +48,9 @@ SERVE_ENV = {
     "SNAPLLM_AGENT_TOOL_CALL_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_SUMMARY_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_ANSWER_MAX_TOKENS": "16",
+    # No declared prompt prefixes: the template's are the agent's prompts, and evaluating them before the
+    # snapshot is about half of each function's warm-up. The shared server keeps them, as a user's has.
+    PREFIXES_VARIABLE: "",
 }
 MODEL = "smollm2-135m-instruct"
 #: The packaged model served as an embedding model (mean pooling) beside the chat model.
@@ -185,9 +189,11 @@ def _per_process(name: str, start: Callable[[], ServeProcess]) -> ServeProcess:
 
 
 def shared_server() -> ServeProcess:
+    """The template's stack with :data:`SERVE_ENV`'s limits, and the template's prompt prefixes."""
+    env = {name: value for name, value in SERVE_ENV.items() if name != PREFIXES_VARIABLE}
     # The router's EMF metrics and JSON logs go to stderr with the functions' logs (shown on failure).
     return _per_process(
-        "plain", lambda: ServeProcess.start(template=TEMPLATE, env=SERVE_ENV, stdout=sys.stderr.fileno())
+        "plain", lambda: ServeProcess.start(template=TEMPLATE, env=env, stdout=sys.stderr.fileno())
     )
 
 
