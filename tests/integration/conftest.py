@@ -40,6 +40,7 @@ from tests.support.serve import (
     ServeProcess,
     shared_embedding_server,
     shared_keyed_server,
+    shared_long_answer_server,
     shared_server,
 )
 
@@ -143,6 +144,13 @@ def serve_overrides() -> dict[str, str]:
     """The module's server variables over :data:`tests.support.serve.SERVE_ENV`; any gives the module a
     server of its own."""
     return {}
+
+
+@pytest.fixture(scope="module")
+def long_answer_server() -> ServeProcess:
+    """The worker's server with room for whole JSON answers and tool calls (the modules of
+    :data:`~tests.support.serve.LONG_ANSWERS_GROUP` share it)."""
+    return shared_long_answer_server()
 
 
 @pytest.fixture(scope="module")

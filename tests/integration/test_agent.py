@@ -21,7 +21,7 @@ from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.tools import BuiltinTools, ReadExcerpt
 from snapllm.errors import InferenceThrottledError
 from snapllm_dev.local.durable import LocalAgent, LocalRun, approve, no_answer, reject
-from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS
+from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS, CountingHandler
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(AGENT_GROUP)]
 
@@ -96,25 +96,15 @@ class CountedRun:
 @pytest.fixture(scope="module")
 def approved(agent: LocalAgent, notes_uri: str) -> CountedRun:
     """A run approved by alice, its model calls and handler invocations counted (both pass through)."""
-    inference = CountingInference(agent.inference)
-    invocations = 0
-
-    def counting(handler: Any) -> Any:
-        def wrapped(event: Any, context: Any) -> Any:
-            nonlocal invocations
-            invocations += 1
-            return handler(event, context)
-
-        return wrapped
-
+    inference, handler = CountingInference(agent.inference), CountingHandler()
     run = agent.run(
         _event(notes_uri),
         decide=approve("alice", "looks right"),
         inference=inference,
-        wrap_handler=counting,
+        wrap_handler=handler,
         execution_name="approve",
     )
-    return CountedRun(run, inference, invocations)
+    return CountedRun(run, inference, handler.invocations)
 
 
 def test_approved_run_answers_with_the_real_model(agent: LocalAgent, notes_uri: str, approved: CountedRun):

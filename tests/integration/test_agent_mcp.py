@@ -25,7 +25,7 @@ from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
 from snapllm_dev.local.durable import LocalAgent, LocalRun, approve
 from snapllm_dev.local.faults import Fault, FaultProxy, ProxiedRequest, StreamFault
-from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS
+from tests.support.agent import AGENT_GROUP, SHORT_ANSWER_TOKENS, CountingHandler
 from tests.support.mcp_server import (
     INVALID_PATHS,
     LONG_ERROR_BYTES,
@@ -254,16 +254,7 @@ def test_an_approval_gated_tool_waits_and_sends_the_approved_arguments(agent, se
 
 
 def test_replaying_the_execution_calls_no_tool_twice(agent, server):
-    invocations = 0
-
-    def counting(handler: Any) -> Any:
-        def wrapped(event: Any, context: Any) -> Any:
-            nonlocal invocations
-            invocations += 1
-            return handler(event, context)
-
-        return wrapped
-
+    handler = CountingHandler()
     _, decide = _gate(True)
     run = _run(
         agent,
@@ -276,12 +267,12 @@ def test_replaying_the_execution_calls_no_tool_twice(agent, server):
         approval=True,
         needs_approval=("deploy",),
         decide=decide,
-        wrap_handler=counting,
+        wrap_handler=handler,
     )
 
     assert run.status == "SUCCEEDED", run.error
     # Each approval wait ends an invocation; the next one replays every operation before it.
-    assert invocations >= 2
+    assert handler.invocations >= 2
     for tool in ("lookup", "deploy"):
         assert server.calls[tool] == len(_calls(run, f"ops__{tool}"))
     assert sum(server.calls.values()) == len(run.output["findings"]) - sum(

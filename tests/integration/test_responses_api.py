@@ -24,13 +24,7 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from tests.support.serve import (
-    LONG_ANSWER_TOKENS,
-    LONG_ANSWERS_GROUP,
-    MODEL,
-    ServeProcess,
-    shared_long_answer_server,
-)
+from tests.support.serve import LONG_ANSWER_TOKENS, LONG_ANSWERS_GROUP, MODEL, ServeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(LONG_ANSWERS_GROUP)]
 
@@ -64,10 +58,8 @@ class Place(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server() -> ServeProcess:
-    """The worker's server with room for whole JSON answers and tool calls (shared with the structured-output
-    tests)."""
-    return shared_long_answer_server()
+def server(long_answer_server: ServeProcess) -> ServeProcess:
+    return long_answer_server
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, EmailStr, Field, HttpUrl, create_model
 
 from snapllm.protocol.constraints.compiled_schema import compile_schema
-from tests.support.serve import (
-    LONG_ANSWER_TOKENS,
-    LONG_ANSWERS_GROUP,
-    MODEL,
-    ServeProcess,
-    shared_long_answer_server,
-)
+from tests.support.serve import LONG_ANSWER_TOKENS, LONG_ANSWERS_GROUP, MODEL, ServeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(LONG_ANSWERS_GROUP)]
 
@@ -42,10 +36,8 @@ FORM_TOKENS = LONG_ANSWER_TOKENS
 
 
 @pytest.fixture(scope="module")
-def server() -> ServeProcess:
-    """The worker's server with room for whole JSON answers and tool calls (shared with the Responses API's
-    tests)."""
-    return shared_long_answer_server()
+def server(long_answer_server: ServeProcess) -> ServeProcess:
+    return long_answer_server
 
 
 class Color(StrEnum):
