@@ -30,7 +30,7 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from tests.support.serve import MODEL, RERANK_MODEL
+from tests.support.serve import MODEL, NO_PROMPT_PREFIXES, RERANK_MODEL
 from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow
@@ -43,14 +43,12 @@ LONG_TEXT = SENTENCE * 95
 LONG_CHAT = {"messages": [{"role": "user", "content": LONG_TEXT}], "max_tokens": 8, "seed": 1}
 SHORT_CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "stream": True}
 CHAT = "/v1/chat/completions"
-# No declared prompt prefixes (the template's are the agent's prompts): none of these prompts starts with
-# one, and evaluating them before each snapshot took about half of it.
-NO_PREFIXES = {"SNAPLLM_PROMPT_PREFIXES": ""}
 
 
 @pytest.fixture(scope="module")
 def inference_overrides() -> dict[str, str]:
-    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048", **NO_PREFIXES}
+    # None of these prompts starts with a declared prefix.
+    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048", **NO_PROMPT_PREFIXES}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +58,6 @@ def serve_overrides() -> dict[str, str]:
         "SNAPLLM_N_BATCH": str(N_BATCH),
         "SNAPLLM_N_CTX": "2048",
         "SNAPLLM_MAX_PROMPT_CHARS": "32000",
-        **NO_PREFIXES,
     }
 
 

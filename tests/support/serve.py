@@ -36,7 +36,9 @@ from snapllm_dev.packaged_models import default_model_path
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import TEMPLATE
 
-PREFIXES_VARIABLE = "SNAPLLM_PROMPT_PREFIXES"
+#: No declared prompt prefixes: the template's are the agent's prompts, and evaluating them before the
+#: snapshot is about half of each function's warm-up. For the functions of tests that send none of them.
+NO_PROMPT_PREFIXES = {"SNAPLLM_PROMPT_PREFIXES": ""}
 SERVE_ENV = {
     "SNAPLLM_THREADS": TEST_THREADS,
     "SNAPLLM_MAX_TOKENS": "16",
@@ -48,9 +50,8 @@ SERVE_ENV = {
     "SNAPLLM_AGENT_TOOL_CALL_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_SUMMARY_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_ANSWER_MAX_TOKENS": "16",
-    # No declared prompt prefixes: the template's are the agent's prompts, and evaluating them before the
-    # snapshot is about half of each function's warm-up. The shared server keeps them, as a user's has.
-    PREFIXES_VARIABLE: "",
+    # The shared server keeps the template's prefixes, as a user's has.
+    **NO_PROMPT_PREFIXES,
 }
 MODEL = "smollm2-135m-instruct"
 #: The packaged model served as an embedding model (mean pooling) beside the chat model.
@@ -190,7 +191,7 @@ def _per_process(name: str, start: Callable[[], ServeProcess]) -> ServeProcess:
 
 def shared_server() -> ServeProcess:
     """The template's stack with :data:`SERVE_ENV`'s limits, and the template's prompt prefixes."""
-    env = {name: value for name, value in SERVE_ENV.items() if name != PREFIXES_VARIABLE}
+    env = {name: value for name, value in SERVE_ENV.items() if name not in NO_PROMPT_PREFIXES}
     # The router's EMF metrics and JSON logs go to stderr with the functions' logs (shown on failure).
     return _per_process(
         "plain", lambda: ServeProcess.start(template=TEMPLATE, env=env, stdout=sys.stderr.fileno())
@@ -246,6 +247,7 @@ __all__ = [
     "LONG_ANSWERS_GROUP",
     "LONG_ANSWER_TOKENS",
     "MODEL",
+    "NO_PROMPT_PREFIXES",
     "SERVER_GROUP",
     "SERVE_ENV",
     "ServeProcess",
