@@ -24,11 +24,12 @@ def start_llama_cpp_server(model_path) -> tuple[subprocess.Popen[bytes], str]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "llama_cpp.server exited while starting"
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                return process, base_url
-        time.sleep(0.2)
+    with httpx.Client(timeout=2) as client:  # one for every probe, as ServeProcess.start's
+        while time.monotonic() < deadline:
+            assert process.poll() is None, "llama_cpp.server exited while starting"
+            with contextlib.suppress(httpx.TransportError):
+                if client.get(f"{base_url}/models").status_code == 200:
+                    return process, base_url
+            time.sleep(0.2)
     stop_process(process)
     raise AssertionError("llama_cpp.server did not start within 60 s")
