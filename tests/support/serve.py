@@ -160,7 +160,8 @@ class ServeProcess:
         with httpx.Client(base_url=server.url, headers=probe, timeout=2) as client:
             while True:
                 if process.poll() is not None:
-                    raise LocalServeError(f"snapllm local serve exited with {process.returncode} while starting")
+                    code = process.returncode
+                    raise LocalServeError(f"snapllm local serve exited with {code} while starting")
                 with contextlib.suppress(httpx.TransportError):
                     if client.get("/health").status_code == 200:
                         return server
