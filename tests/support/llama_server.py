@@ -3,14 +3,10 @@ always-on endpoint the router's per-model targets are tested against."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
-import time
 
-import httpx
-
-from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.processes import stop_process, wait_until_answering
 from snapllm_dev.local.s3 import free_port
 from tests.support.generation import TEST_THREADS
 
@@ -23,13 +19,8 @@ def start_llama_cpp_server(model_path) -> tuple[subprocess.Popen[bytes], str]:
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 60
-    with httpx.Client(timeout=2) as client:  # one for every probe, as ServeProcess.start's
-        while time.monotonic() < deadline:
-            assert process.poll() is None, "llama_cpp.server exited while starting"
-            with contextlib.suppress(httpx.TransportError):
-                if client.get(f"{base_url}/models").status_code == 200:
-                    return process, base_url
-            time.sleep(0.2)
+    if wait_until_answering(process, f"{base_url}/models", timeout_s=60):
+        return process, base_url
+    assert process.poll() is None, "llama_cpp.server exited while starting"
     stop_process(process)
     raise AssertionError("llama_cpp.server did not start within 60 s")

@@ -16,21 +16,17 @@ prompts).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from snapllm_dev.local.lwa import LocalServeError
-from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.processes import stop_process, wait_until_answering
 from snapllm_dev.local.s3 import free_port
 from snapllm_dev.packaged_models import default_model_path
 from tests.support.generation import TEST_THREADS
@@ -50,7 +46,7 @@ SERVE_ENV = {
     "SNAPLLM_AGENT_TOOL_CALL_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_SUMMARY_MAX_TOKENS": "16",
     "SNAPLLM_AGENT_ANSWER_MAX_TOKENS": "16",
-    # The shared server keeps the template's prefixes, as a user's has.
+    # shared_server() leaves this out: it keeps the template's prefixes, as a user's server has.
     **NO_PROMPT_PREFIXES,
 }
 MODEL = "smollm2-135m-instruct"
@@ -155,20 +151,12 @@ class ServeProcess:
         probe = {"authorization": f"Bearer {api_key}"} if api_key else {}
         process = subprocess.Popen(command, env={**os.environ, **env}, stdout=stdout, stderr=stderr)
         server = cls(process, port)
-        deadline = time.monotonic() + timeout_s
-        # One client for every probe: each new one loads the CA bundle, about 30 ms of CPU.
-        with httpx.Client(base_url=server.url, headers=probe, timeout=2) as client:
-            while True:
-                if process.poll() is not None:
-                    code = process.returncode
-                    raise LocalServeError(f"snapllm local serve exited with {code} while starting")
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get("/health").status_code == 200:
-                        return server
-                if time.monotonic() > deadline:
-                    server.stop()
-                    raise LocalServeError(f"snapllm local serve was not ready within {timeout_s:g} s")
-                time.sleep(0.2)
+        if wait_until_answering(process, f"{server.url}/health", timeout_s=timeout_s, headers=probe):
+            return server
+        if process.poll() is not None:
+            raise LocalServeError(f"snapllm local serve exited with {process.returncode} while starting")
+        server.stop()
+        raise LocalServeError(f"snapllm local serve was not ready within {timeout_s:g} s")
 
     def stop(self) -> None:
         stop_process(self.process, timeout_s=20)

@@ -15,7 +15,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +32,7 @@ from snapllm.protocol.completions.constraints import chat_grammar
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus
-from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.processes import stop_process, wait_until_answering
 from snapllm_dev.local.report import table
 from snapllm_dev.local.s3 import free_port
 from snapllm_dev.packaged_models import default_model_path, gemma3_270m_path
@@ -239,18 +238,11 @@ def server_command(
 
 def wait_until_healthy(process: subprocess.Popen[bytes], base_url: str, *, bench: str) -> None:
     """Return once llama-server at ``base_url`` answers its health check (polled every 20 ms)."""
-    deadline = time.monotonic() + 120
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"bench {bench}: llama-server exited ({process.returncode}) while starting")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench {bench}: llama-server did not start within 120 s")
-        time.sleep(0.02)
+    if wait_until_answering(process, f"{base_url}/health", timeout_s=120, interval_s=0.02):
+        return
+    if process.poll() is not None:
+        raise SystemExit(f"bench {bench}: llama-server exited ({process.returncode}) while starting")
+    raise SystemExit(f"bench {bench}: llama-server did not start within 120 s")
 
 
 @contextmanager
