@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from snapllm_dev.local.processes import stop_process, wait_until_answering
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.s3 import free_port
 from tests.support.generation import TEST_THREADS
 

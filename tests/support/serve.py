@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from snapllm_dev.local.lwa import LocalServeError
-from snapllm_dev.local.processes import stop_process, wait_until_answering
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.s3 import free_port
 from snapllm_dev.packaged_models import default_model_path
 from tests.support.generation import TEST_THREADS

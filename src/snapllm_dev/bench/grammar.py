@@ -32,7 +32,8 @@ from snapllm.protocol.completions.constraints import chat_grammar
 from snapllm.protocol.requests import ChatCompletionRequest, parse_request
 from snapllm.protocol.serving import OpenAIServing
 from snapllm.system import available_cpus
-from snapllm_dev.local.processes import stop_process, wait_until_answering
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.report import table
 from snapllm_dev.local.s3 import free_port
 from snapllm_dev.packaged_models import default_model_path, gemma3_270m_path

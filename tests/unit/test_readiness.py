@@ -1,5 +1,6 @@
-"""``wait_until_answering``: the readiness probe of the servers the local tools and the benchmarks start,
-against real processes (an HTTP server, one that exits, one that never listens)."""
+"""``wait_until_answering`` (:mod:`snapllm_dev.local.readiness`): the readiness probe of the servers the
+local tools and the benchmarks start, against real processes (an HTTP server, one that exits, one that
+never listens)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from snapllm_dev.local.processes import stop_process, wait_until_answering
+from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.s3 import free_port
 
 
