@@ -88,10 +88,12 @@ Required = Literal["messages", "prompt", "input"]
 _WARMUP_MESSAGES = [{"role": "user", "content": "Say hello."}]
 #: The requests the before-snapshot warm-up runs (``max_tokens`` is the ``warmup_tokens`` setting): every
 #: path a request can take through the engine, so none runs for the first time after a restore.
+#: The text request goes first: between two chats it would evict their shared prompt from the cache, and the
+#: chat after it would evaluate that again (an eighth of a small model's warm-up).
 WARMUP_REQUESTS: tuple[dict[str, Any], ...] = (
+    {"prompt": "Hello, my name is"},  # text, unseeded, sampled
     {"messages": _WARMUP_MESSAGES, "seed": 0},  # chat, seeded (the prompt re-evaluated), sampled
     {"messages": _WARMUP_MESSAGES, "temperature": 0.0},  # chat, unseeded, greedy, cached prefix
-    {"prompt": "Hello, my name is"},  # text, unseeded, sampled
     {"messages": _WARMUP_MESSAGES, "logprobs": True, "top_logprobs": 2},
     {"messages": _WARMUP_MESSAGES, "response_format": {"type": "json_object"}},
     {
