@@ -1,6 +1,7 @@
 """Fixtures of every test: one local S3 endpoint (moto server over real HTTP), the packaged model and the
-local deployment of the template per session; generation on one thread (:mod:`tests.support.generation`
-says why). Modules run longest first (``tests/durations.json``), so the parallel run ends on short ones."""
+local deployment of the template per session; generation on one thread and one-token warm-ups
+(:mod:`tests.support.generation` says why). Modules run longest first (``tests/durations.json``), so the
+parallel run ends on short ones."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from snapllm_dev import sam
 from snapllm_dev.local.s3 import LocalS3
 from snapllm_dev.local.session import LocalDeployment
 from snapllm_dev.packaged_models import default_model_path
-from tests.support.generation import TEST_THREADS
+from tests.support.generation import TEST_THREADS, TEST_WARMUP_TOKENS
 from tests.support.paths import TEMPLATE
 
 os.environ.setdefault("SNAPLLM_THREADS", TEST_THREADS)
+os.environ.setdefault("SNAPLLM_WARMUP_TOKENS", TEST_WARMUP_TOKENS)
 
 #: Each module's seconds in a full run (scripts/test_durations.py writes it from CI's log).
 DURATIONS = Path(__file__).with_name("durations.json")

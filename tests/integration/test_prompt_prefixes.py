@@ -261,7 +261,10 @@ def test_the_agents_model_calls_restore_the_prefixes_the_template_declares(deplo
     plan, summary, answer = (runtime.serving.prefix_tokens(entry) for entry in runtime.prefix_entries)
     assert [state.tokens for state in runtime.serving.engine.prefix_cache.pinned] == [plan, summary, answer]
 
-    agent = LocalAgent(deployment, agent_settings(deployment.template), _InThisProcess(runtime))
+    # One tool call: the plan and the answer are the prompts checked here, and a second call adds only its
+    # own prompt and summary.
+    settings = agent_settings(deployment.template, SNAPLLM_AGENT_MAX_TOOL_CALLS="1")
+    agent = LocalAgent(deployment, settings, _InThisProcess(runtime))
     key = f"{agent.settings.artifacts_prefix}documents/glaciers.md"
     text = "Glaciers move because ice deforms under its own weight and slides on meltwater. " * 20
     deployment.s3.client().put_object(Bucket=agent.settings.artifacts_bucket, Key=key, Body=text.encode())

@@ -1,4 +1,5 @@
-"""How the tests generate: on one thread, and with a prompt that keeps the model busy.
+"""How the tests generate: on one thread, with a one-token warm-up, and with a prompt that keeps the model
+busy.
 
 Generation in tests runs with one thread: ggml's worker threads spin-wait on each other, and on a machine
 whose cores are busy with anything else that collapses throughput by orders of magnitude. One thread keeps
@@ -11,6 +12,10 @@ from snapllm.engine.model import Engine
 from snapllm.protocol.serving import OpenAIServing
 
 TEST_THREADS = "1"
+#: The tokens each path of a function's before-snapshot warm-up generates (``SNAPLLM_WARMUP_TOKENS``, 4 by
+#: default). One takes every path as four do (the same bodies, templates, grammars and samplers), and the
+#: suite initializes some 65 functions: at four, their warm-ups took about 25 CPU-seconds more.
+TEST_WARMUP_TOKENS = "1"
 
 # Greedy decoding of this prompt counts on for well over 512 tokens without an end-of-sequence token, so a
 # test that needs generation to still be running when a deadline passes does not depend on sampling luck.
