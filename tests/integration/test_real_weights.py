@@ -319,12 +319,12 @@ def _busy(processes: int) -> Iterator[None]:
 def test_temperature_zero_answers_repeat_with_four_busy_processes_beside(cached_engine):
     # The engine's thread shares the 2 cores with 4 spinning processes, so each batch and token runs at
     # whatever pace the scheduler gives it (about two fifths of a core, preempted throughout): the answers
-    # must not depend on that. The protocol over the
-    # model loaded here, as the functions serve it (the same engine settings and max_tokens as the server
-    # above, whose whole and streamed paths the unloaded check covers), so this session starts no stack.
-    # One round on the idle CPUs, then one beside the spinners, each answer compared with the idle one; each
-    # answer beside them takes about two and a half times as long. Each round sends the middle prompt streamed
-    # and the others whole (the unloaded check above compares the two paths).
+    # must not depend on that. The protocol over the model loaded here, as the functions serve it (the same
+    # engine settings and max_tokens as the server above, whose whole and streamed paths the unloaded check
+    # covers), so this session starts no stack. One round on the idle CPUs, then one beside the spinners,
+    # each answer compared with the idle one; each answer beside them takes about two and a half times as
+    # long. Each round sends the middle prompt streamed and the others whole (the unloaded check above
+    # compares the two paths).
     serving = serving_over(cached_engine, max_tokens=int(SERVER_MAX_TOKENS))
     answer = functools.partial(_served_answer, serving)
     idle = _rounds(answer, 1)
