@@ -16,9 +16,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +24,7 @@ from boto3.s3.transfer import TransferConfig
 
 from snapllm.errors import SnapllmError
 from snapllm_dev.local.processes import stop_process
+from snapllm_dev.local.readiness import wait_until_answering
 
 #: Credentials for the local stand-ins (moto, SAM's emulators), which accept any: real ones never leave.
 LOCAL_CREDENTIALS = {
@@ -91,17 +89,13 @@ class LocalS3:
         return server
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                self._log.seek(0)
-                err = self._log.read().decode(errors="replace")
-                raise LocalS3Error(f"moto server exited with {self._process.returncode}: {err[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1):
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.1)
+        url = f"{self.endpoint_url}/moto-api/"
+        if wait_until_answering(self._process, url, timeout_s=timeout_s, interval_s=0.1):
+            return
+        if self._process.poll() is not None:
+            self._log.seek(0)
+            err = self._log.read().decode(errors="replace")
+            raise LocalS3Error(f"moto server exited with {self._process.returncode}: {err[-2000:]}")
         self.stop()
         raise LocalS3Error(f"moto server did not answer on {self.endpoint_url} within {timeout_s} s")
 
