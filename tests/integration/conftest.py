@@ -29,7 +29,7 @@ from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
 from tests.support.family_models import family_model
-from tests.support.generation import TEST_THREADS, serving_over
+from tests.support.generation import NO_PROMPT_PREFIXES, TEST_THREADS, serving_over
 from tests.support.llama_server import start_llama_cpp_server
 from tests.support.paths import TEMPLATE
 from tests.support.serve import (
@@ -67,9 +67,9 @@ def inference_overrides() -> dict[str, str]:
 def environment(
     deployment: LocalDeployment, inference_overrides: dict[str, str]
 ) -> Iterator[RestoredEnvironment]:
-    """The InferenceFunction initialized, snapshotted and restored: the direct invoke, and what the router's
-    local inference client calls."""
-    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **inference_overrides}
+    """The InferenceFunction initialized, snapshotted and restored, with no declared prompt prefixes: the
+    direct invoke, and what the router's local inference client calls."""
+    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **NO_PROMPT_PREFIXES, **inference_overrides}
     with deployment.function("InferenceFunction", **overrides) as function:
         function.init()
         function.snapshot()
@@ -120,8 +120,9 @@ def keyed_server() -> ServeProcess:
 
 @pytest.fixture(scope="module")
 def runtime(deployment: LocalDeployment, inference_overrides: dict[str, str]) -> InferenceRuntime:
-    """The inference runtime in this process, set up from the function's environment as Lambda would."""
-    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **inference_overrides}
+    """The inference runtime in this process, set up from the function's environment as Lambda would (with no
+    declared prompt prefixes)."""
+    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **NO_PROMPT_PREFIXES, **inference_overrides}
     with pytest.MonkeyPatch.context() as patch:
         for name, value in deployment.environment(**overrides).items():
             patch.setenv(name, value)

@@ -13,17 +13,19 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.cli import InProcessRun, run_main, snapllm
-from tests.support.generation import TEST_THREADS
+from tests.support.generation import NO_PROMPT_PREFIXES, TEST_THREADS
 
 Runner = Callable[..., InProcessRun]
 
 
 @pytest.fixture
 def snapllm_main(capfd, caplog) -> Runner:
-    """``snapllm ARGS`` in this process, generating on one thread; it must leave nothing running."""
+    """``snapllm ARGS`` in this process, generating on one thread with no declared prompt prefixes; it must
+    leave nothing running."""
 
     def run(*args: str) -> InProcessRun:
-        done = run_main(args, capfd, env={"SNAPLLM_THREADS": TEST_THREADS}, caplog=caplog)
+        env = {"SNAPLLM_THREADS": TEST_THREADS, **NO_PROMPT_PREFIXES}
+        done = run_main(args, capfd, env=env, caplog=caplog)
         assert not done.leftovers, f"left running: {done.leftovers}\n{done.stderr[-3000:]}"
         return done
 

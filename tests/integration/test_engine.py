@@ -150,39 +150,41 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
     # The prompt repeats one sentence, so this answer goes on with the prompt's own next tokens: the cache
     # then holds generated positions that the next prompt starts with too.
     answer(prompt[:100], reuse_cache=False)
-    after_a_cached_prefix = answer(prompt)  # 541 tokens evaluated: batches of 512 and 29
-    sent_again = answer(prompt)  # only its last token evaluated again, alone
+    after_a_cached_prefix = answer(prompt)  # all but the first 100 tokens evaluated
+    sent_again = answer(prompt)  # only its last token evaluated again (alone, or with the last 63)
     return [whole, after_a_cached_prefix, sent_again]
 
 
 @pytest.mark.parametrize(
-    ("attention", "threads", "same_after_a_prefix", "same_sent_again"),
+    ("attention", "threads", "length", "same_after_a_prefix", "same_sent_again"),
     [
-        # Without flash attention the last token evaluated alone rounds differently.
-        ({"flash_attention": False}, 1, True, False),
-        ({"cache_type_v": "bf16"}, 1, True, True),
+        # Without flash attention the last token evaluated alone rounds differently (shown after a prompt
+        # of two batches: 641 tokens).
+        ({"flash_attention": False}, 1, 641, True, False),
+        ({"cache_type_v": "bf16"}, 1, 300, True, True),
         # The default, f16 values: the engine evaluates prompts in batches of 64 tokens or more, on one
         # thread and on two (ggml splits each batch's rows between the threads).
-        ({}, 1, True, True),
-        ({}, 2, True, True),
+        ({}, 1, 300, True, True),
+        ({}, 2, 300, True, True),
     ],
     ids=["no-flash-attention-1", "flash-bf16-1", "default-1", "default-2"],
 )
 def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_held(
-    model_path, attention, threads, same_after_a_prefix, same_sent_again
+    model_path, attention, threads, length, same_after_a_prefix, same_sent_again
 ):
-    # A 641-token prompt answered evaluated whole, after a cached 100-token prefix, and sent again. With
-    # flash attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many),
-    # so the engine's uniform batches keep the answers' log probabilities the same; over bf16 values it runs
-    # one kernel. Without flash attention a token evaluated alone rounds differently.
+    # A prompt answered evaluated whole, after a cached 100-token prefix, and sent again. With flash
+    # attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many), so the
+    # engine's batches of 64 rows or more keep the answers' log probabilities the same; over bf16 values it
+    # runs one kernel. Without flash attention a token evaluated alone rounds differently. (A prompt over a
+    # batch, 512 tokens, evaluated whole and restored: test_prompt_prefixes.py, the long declared prefix.)
     # The live sequence's rule alone: with saved states (the prefix cache) the prompt after the prefix would
     # restore the whole prompt's state, and be the prompt sent again (tests/integration/test_real_weights.py
     # holds restored answers to the prompt's evaluated afresh, in the default attention).
     settings = EngineSettings(threads=threads, prefix_cache_mb=0, **attention)
     engine = Engine.load(str(model_path), settings, model_name="smollm2")
     try:
-        prompt = engine.tokenize(LONG_PROMPT, add_bos=True)[:641]
-        assert len(prompt) == 641
+        prompt = engine.tokenize(LONG_PROMPT, add_bos=True)[:length]
+        assert len(prompt) == length
         whole, after_a_prefix, sent_again = _first_answers(engine, prompt)
         assert whole is not None and len(whole) == 4
         assert (after_a_prefix == whole) is same_after_a_prefix

@@ -14,7 +14,7 @@ from snapllm.inference.deadline import CALLER_DEADLINE_KEY
 from snapllm_dev import sam
 from snapllm_dev.local.lifecycle import LocalFunctionError
 from snapllm_dev.local.session import LocalDeployment
-from tests.support.generation import LONG_GENERATION, TEST_THREADS
+from tests.support.generation import LONG_GENERATION, NO_PROMPT_PREFIXES, TEST_THREADS
 from tests.support.paths import TEMPLATE
 
 CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12}
@@ -22,6 +22,7 @@ CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens
 
 @pytest.fixture(scope="module")
 def snapshotted(deployment):
+    # The template's variables, its declared prompt prefixes among them: the snapshot a deployment takes.
     with deployment.function("InferenceFunction", SNAPLLM_THREADS=TEST_THREADS) as function:
         init = function.init()
         snapshot = function.snapshot()
@@ -138,7 +139,8 @@ def test_a_restored_environment_never_downloads(local_s3, model_path):
 
     own_s3 = LocalS3.start()
     deployment = LocalDeployment.start(sam.load(TEMPLATE), model_path=model_path, s3=own_s3)
-    with deployment.function("InferenceFunction", SNAPLLM_THREADS=TEST_THREADS) as function:
+    overrides = {"SNAPLLM_THREADS": TEST_THREADS, **NO_PROMPT_PREFIXES}
+    with deployment.function("InferenceFunction", **overrides) as function:
         function.init()
         function.snapshot()
         own_s3.stop()
@@ -176,7 +178,7 @@ def test_the_prefault_takes_the_first_requests_page_faults_into_the_restore(depl
     for mode in ("none", "all"):
         with (
             deployment.function(
-                "InferenceFunction", SNAPLLM_THREADS=TEST_THREADS, SNAPLLM_PREFAULT=mode
+                "InferenceFunction", SNAPLLM_THREADS=TEST_THREADS, SNAPLLM_PREFAULT=mode, **NO_PROMPT_PREFIXES
             ) as fn,
         ):
             fn.init()

@@ -30,7 +30,8 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from tests.support.serve import MODEL, NO_PROMPT_PREFIXES, RERANK_MODEL
+from tests.support.generation import NO_PROMPT_PREFIXES
+from tests.support.serve import MODEL, RERANK_MODEL
 from tests.support.stream_server import stream_server
 
 pytestmark = pytest.mark.slow

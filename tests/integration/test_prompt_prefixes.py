@@ -162,7 +162,7 @@ def test_the_cache_of_recent_prefixes_never_exceeds_its_bound(load):
     engine, _ = load(prefix_cache_mb=8)
     budget = 8 * 1024 * 1024  # room for three or four states of these prompts (23 KB a token)
     greedy = Sampling(temperature=0.0, top_p=1.0, seed=1)
-    prompts = [engine.tokenize(f"Story {i}: " + "once upon a time " * 20, add_bos=True) for i in range(12)]
+    prompts = [engine.tokenize(f"Story {i}: " + "once upon a time " * 20, add_bos=True) for i in range(8)]
     for prompt in prompts:
         engine.generate(EngineRequest(tuple(prompt), greedy, max_tokens=2))
         assert engine.prefix_cache.recent_bytes <= budget
@@ -198,7 +198,7 @@ def _restored(variables: dict[str, str]) -> InferenceRuntime:
 def test_the_function_declares_its_prefixes_from_a_key_in_the_model_bucket(deployment):
     """``SNAPLLM_PROMPT_PREFIXES`` as the template passes it: a key in the model bucket, read at init and
     evaluated by the before-snapshot warm-up; a restored environment's first request reuses the prefix."""
-    entry = {"messages": [{"role": "system", "content": _system("glaciers")}]}
+    entry = {"messages": [{"role": "system", "content": _system("glaciers", rules=10)}]}
     deployment.s3.client().put_object(
         Bucket=LOCAL_MODEL_BUCKET, Key="prefixes/glaciers.json", Body=json.dumps([entry]).encode()
     )
@@ -298,7 +298,7 @@ def test_a_seeded_request_that_asks_for_the_cache_answers_as_one_evaluated_afres
     """``cache_prompt`` with a seed reuses the conversation's cached turns, and samples the same answer, token
     for token and with the same log probabilities, as the seed alone (the prompt evaluated afresh)."""
     _, serving = load()
-    history = [{"role": "system", "content": _system("volcanoes")}]
+    history = [{"role": "system", "content": _system("volcanoes", rules=10)}]
     _conversation_step(serving, history, "Why do volcanoes erupt?")
     history.append({"role": "user", "content": "And which one erupts most often?" + " Say why." * 30})
 
@@ -309,6 +309,6 @@ def test_a_seeded_request_that_asks_for_the_cache_answers_as_one_evaluated_afres
 
     reused = sampled(cache_prompt=True)
     afresh = sampled()
-    assert _cached(reused) > 300 and _cached(afresh) == 0
+    assert _cached(reused) > 250 and _cached(afresh) == 0
     assert reused["choices"][0]["message"] == afresh["choices"][0]["message"]
     assert _logprobs(reused) == _logprobs(afresh)

@@ -1,5 +1,6 @@
-"""The ``snapllm`` command as a user runs it: a subprocess in the repository, generating on one thread; or
-``main(argv)`` in the test's own process, as that process would run it (:func:`run_main`)."""
+"""The ``snapllm`` command as a user runs it: a subprocess in the repository, generating on one thread with no
+declared prompt prefixes; or ``main(argv)`` in the test's own process, as that process would run it
+(:func:`run_main`)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ from dataclasses import dataclass
 import pytest
 
 from snapllm_dev.cli import main
-from tests.support.generation import TEST_THREADS
+from tests.support.generation import NO_PROMPT_PREFIXES, TEST_THREADS
 from tests.support.paths import REPO
 from tests.support.procfs import running_descendants
 
 #: What Python's last-resort handler prints of a record logged with no handler of its own.
 _LAST_RESORT = logging.Formatter()
 
-ENV = {**os.environ, "SNAPLLM_THREADS": TEST_THREADS}
+ENV = {**os.environ, "SNAPLLM_THREADS": TEST_THREADS, **NO_PROMPT_PREFIXES}
 #: The threads that the first model load or schema in a process starts for the life of the process (the
 #: grammar and schema compile threads): a command run in-process that starts one has left nothing behind.
 PROCESS_THREADS = ("grammar-compile", "schema-compile")

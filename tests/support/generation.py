@@ -17,6 +17,11 @@ TEST_THREADS = "1"
 #: built and run, and samples fewer tokens: about 0.3 CPU-seconds less per pass over the requests, for each
 #: of the some 65 functions the suite initializes.
 TEST_WARMUP_TOKENS = "1"
+#: No declared prompt prefixes (the template declares the agent's prompts): evaluating them before the
+#: snapshot is about a CPU-second of each function's warm-up. For the functions and commands of tests that
+#: send none of them; the prefix tests, the agent's, the replays and each worker's shared server keep the
+#: template's.
+NO_PROMPT_PREFIXES = {"SNAPLLM_PROMPT_PREFIXES": ""}
 
 # Greedy decoding of this prompt counts on for well over 512 tokens without an end-of-sequence token, so a
 # test that needs generation to still be running when a deadline passes does not depend on sampling luck.

@@ -30,12 +30,9 @@ from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.s3 import free_port
 from snapllm_dev.packaged_models import default_model_path
-from tests.support.generation import TEST_THREADS
+from tests.support.generation import NO_PROMPT_PREFIXES, TEST_THREADS
 from tests.support.paths import TEMPLATE
 
-#: No declared prompt prefixes: the template's are the agent's prompts, and evaluating them before the
-#: snapshot is about half of each function's warm-up. For the functions of tests that send none of them.
-NO_PROMPT_PREFIXES = {"SNAPLLM_PROMPT_PREFIXES": ""}
 SERVE_ENV = {
     "SNAPLLM_THREADS": TEST_THREADS,
     "SNAPLLM_MAX_TOKENS": "16",
@@ -239,7 +236,6 @@ __all__ = [
     "LONG_ANSWERS_GROUP",
     "LONG_ANSWER_TOKENS",
     "MODEL",
-    "NO_PROMPT_PREFIXES",
     "SERVER_GROUP",
     "SERVE_ENV",
     "ServeProcess",
