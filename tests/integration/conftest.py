@@ -1,12 +1,12 @@
 """Fixtures the integration modules share: the model loaded in this process, the InferenceFunction
 restored from its local snapshot (also as an embedding model, and on the test reranker), the inference
-runtime, the agent over it, ``snapllm local serve`` with an OpenAI client on it (also serving an embedding
-model, with or without a key), and llama-cpp-python's server as an always-on endpoint.
+runtime, the agent over it, ``snapllm local serve`` with an OpenAI client on it (and, behind a key, also
+serving an embedding model), and llama-cpp-python's server as an always-on endpoint.
 
 Each is module-scoped (a loaded model costs seconds), and a module sets its own limits by overriding the
 fixture that holds them: ``inference_overrides`` for the function and the runtime, ``serve_overrides`` for
-the server. A module that sets no server limits shares its process's one server; the servers with the
-embedding model are shared the same way. The agent is the process's one, with the template's variables,
+the server. A module that sets no server limits shares its process's one server; the keyed server with the
+embedding model is shared the same way. The agent is the process's one, with the template's variables,
 shared by the modules of :data:`~tests.support.agent.AGENT_GROUP`.
 """
 
@@ -38,7 +38,6 @@ from tests.support.serve import (
     RERANK_MODEL,
     SERVE_ENV,
     ServeProcess,
-    shared_embedding_server,
     shared_keyed_server,
     shared_long_answer_server,
     shared_server,
@@ -104,17 +103,11 @@ def rerank_environment(deployment: LocalDeployment) -> Iterator[RestoredEnvironm
 
 
 @pytest.fixture(scope="module")
-def embedding_server() -> ServeProcess:
-    """``snapllm local serve`` with the packaged model as the chat model and, beside it, as the embedding
-    model :data:`~tests.support.serve.EMBEDDING_MODEL` (mean pooling): this process's one, shared by the
-    modules of :data:`~tests.support.serve.EMBEDDING_SERVERS_GROUP`."""
-    return shared_embedding_server()
-
-
-@pytest.fixture(scope="module")
 def keyed_server() -> ServeProcess:
-    """:func:`embedding_server`'s models behind :data:`~tests.support.serve.API_KEY`, with CORS for one
-    origin, its output in a file: this process's one, shared as :func:`embedding_server` is."""
+    """``snapllm local serve`` with the packaged model as the chat model and, beside it, as the embedding
+    model :data:`~tests.support.serve.EMBEDDING_MODEL` (mean pooling), behind
+    :data:`~tests.support.serve.API_KEY`, with CORS for one origin, its output in a file: this process's
+    one, shared by the modules of :data:`~tests.support.serve.EMBEDDING_SERVERS_GROUP`."""
     return shared_keyed_server()
 
 

@@ -3,7 +3,7 @@ the gateway) before the router, and the streaming app's own check. The official 
 LangChain's ``ChatOpenAI`` get in with ``base_url`` and ``api_key`` alone; a wrong key gets OpenAI's 401.
 
 The server here (:func:`~tests.support.serve.shared_keyed_server`, which the hostile-input table and the
-embeddings shared) takes its key from ``$SNAPLLM_API_KEY`` (``--api-key`` is what the reranker's server
+embeddings share) takes its key from ``$SNAPLLM_API_KEY`` (``--api-key`` is what the reranker's server
 takes) and serves CORS for one origin with ``--cors-origin``, as ``CorsAllowedOrigins`` does."""
 
 from __future__ import annotations

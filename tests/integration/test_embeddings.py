@@ -137,8 +137,8 @@ def test_the_embedding_function_answers_embeddings_and_refuses_completions(embed
     assert chat["statusCode"] == 400 and chat["error"]["param"] == "model"
 
 
-def test_the_openai_client_embeds_in_float_and_base64(embedding_server):
-    client = openai.OpenAI(base_url=embedding_server.base_url, api_key="x", max_retries=0, timeout=120)
+def test_the_openai_client_embeds_in_float_and_base64(keyed_server):
+    client = openai.OpenAI(base_url=keyed_server.base_url, api_key=API_KEY, max_retries=0, timeout=120)
     assert {m.id for m in client.models.list().data} == {MODEL, EMBEDDING_MODEL}
     floats = client.embeddings.create(model=EMBEDDING_MODEL, input=TEXTS, encoding_format="float")
     # The SDK asks for base64 when no format is given, and decodes it.
@@ -154,10 +154,10 @@ def test_the_openai_client_embeds_in_float_and_base64(embedding_server):
         client.embeddings.create(model=EMBEDDING_MODEL, input="x", dimensions=8)
 
 
-def test_langchain_embeds_documents_and_queries(embedding_server):
+def test_langchain_embeds_documents_and_queries(keyed_server):
     embeddings = OpenAIEmbeddings(
-        base_url=embedding_server.base_url,
-        api_key="x",
+        base_url=keyed_server.base_url,
+        api_key=API_KEY,
         model=EMBEDDING_MODEL,
         check_embedding_ctx_length=False,
         max_retries=0,

@@ -683,15 +683,18 @@ EntryPoint = Callable[[Case], Answer]
 # --- Entry points ------------------------------------------------------------------------------------------
 
 
-def _http(url: str) -> EntryPoint:
+def _http(url: str, *, key: str | None = None) -> EntryPoint:
+    """The table over HTTP to ``url``, each request sent with ``key`` (when given) as a bearer token."""
     host, port = url.removeprefix("http://").split(":")
+    authorization = {"authorization": f"Bearer {key}"} if key else {}
 
     def send(case: Case) -> Answer:
         connection = http.client.HTTPConnection(host, int(port), timeout=120)
         try:
             # skip_accept_encoding etc. keep the request exactly as the table says; the path is sent as is.
             connection.putrequest(case.method, case.path, skip_accept_encoding=True)
-            for name, value in {**case.headers, "content-length": str(len(case.body))}.items():
+            headers = {**authorization, **case.headers, "content-length": str(len(case.body))}
+            for name, value in headers.items():
                 connection.putheader(name, value)
             connection.endheaders(case.body or None)
             response = connection.getresponse()
@@ -757,11 +760,13 @@ def _invoke_entry(environment: Any, embedding: Any, reranker: Any) -> EntryPoint
 
 @pytest.fixture(scope="module")
 def entry_points(
-    runtime, environment, embedding_environment, rerank_environment, embedding_server, always_on_endpoint
+    runtime, environment, embedding_environment, rerank_environment, keyed_server, always_on_endpoint
 ) -> Iterator[dict[str, EntryPoint]]:
     with stream_server(runtime, max_body_bytes=MAX_BODY_BYTES) as stream_url:
         yield {
-            "http": _http(embedding_server.url),
+            # The server with a key, as a deployment's API is: each request carries it (the key's own faults
+            # are the table below).
+            "http": _http(keyed_server.url, key=API_KEY),
             "router": _router_entry(environment, embedding_environment, rerank_environment),
             "router-always-on": _router_entry(
                 environment, embedding_environment, rerank_environment, always_on_endpoint

@@ -3,10 +3,10 @@ the tests that talk to it as a client would (OpenAI SDK, LangChain, schemathesis
 
 :func:`shared_server` is one such server per test process, shared by the modules that need no settings of
 their own (``tests/integration/conftest.py`` hands it out as the ``server`` fixture);
-:func:`shared_embedding_server` and :func:`shared_keyed_server` serve the embedding model beside the chat
-model, the second behind a key; :func:`shared_long_answer_server` allows answers long enough for JSON
-objects and tool calls. Each is started once per worker, and the modules that share one run on the same
-worker (:data:`SERVER_GROUP`, :data:`EMBEDDING_SERVERS_GROUP`, :data:`LONG_ANSWERS_GROUP`).
+:func:`shared_keyed_server` serves the embedding model beside the chat model, behind a key;
+:func:`shared_long_answer_server` allows answers long enough for JSON objects and tool calls. Each is
+started once per worker, and the modules that share one run on the same worker (:data:`SERVER_GROUP`,
+:data:`EMBEDDING_SERVERS_GROUP`, :data:`LONG_ANSWERS_GROUP`).
 
 Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too,
 but on the long-answer server) and the error paths are easy to reach (64 KB bodies, 2,000-character
@@ -66,7 +66,7 @@ EMBEDDING_FUNCTION_ENV = {
 API_KEY = "sk-local-test-0123456789abcdef"
 CORS_ORIGIN = "http://localhost:5173"
 #: The modules that share :func:`shared_server` are one group (``pytest.mark.xdist_group``), so one worker
-#: starts it once; so are those that share :func:`shared_embedding_server` and :func:`shared_keyed_server`.
+#: starts it once; so are those that share :func:`shared_keyed_server`.
 SERVER_GROUP = "server"
 EMBEDDING_SERVERS_GROUP = "embedding-servers"
 #: The modules that share :func:`shared_long_answer_server`.
@@ -187,13 +187,6 @@ def shared_server() -> ServeProcess:
     )
 
 
-def shared_embedding_server() -> ServeProcess:
-    """The packaged model as the chat model and, beside it, as :data:`EMBEDDING_MODEL` (mean pooling)."""
-    args = embedding_serve_args(default_model_path())
-    env = {**SERVE_ENV, **EMBEDDING_LIMITS}
-    return _per_process("embedding", lambda: ServeProcess.start(template=TEMPLATE, env=env, args=args))
-
-
 def shared_long_answer_server() -> ServeProcess:
     """:func:`shared_server`'s stack allowing :data:`LONG_ANSWER_TOKENS` per answer, room for whole JSON
     answers and tool calls."""
@@ -202,8 +195,9 @@ def shared_long_answer_server() -> ServeProcess:
 
 
 def shared_keyed_server() -> ServeProcess:
-    """:func:`shared_embedding_server`'s models behind :data:`API_KEY` (from ``$SNAPLLM_API_KEY``, so on no
-    command line), with CORS for :data:`CORS_ORIGIN`; its output goes to the file :attr:`ServeProcess.log`."""
+    """The packaged model as the chat model and, beside it, as :data:`EMBEDDING_MODEL` (mean pooling), behind
+    :data:`API_KEY` (from ``$SNAPLLM_API_KEY``, so on no command line), with CORS for :data:`CORS_ORIGIN`;
+    its output goes to the file :attr:`ServeProcess.log`."""
 
     def start() -> ServeProcess:
         folder = Path(tempfile.mkdtemp(prefix="snapllm-keyed-"))
@@ -240,7 +234,6 @@ __all__ = [
     "SERVE_ENV",
     "ServeProcess",
     "embedding_serve_args",
-    "shared_embedding_server",
     "shared_keyed_server",
     "shared_long_answer_server",
     "shared_server",
