@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from snapllm.engine.settings import EngineSettings
-from snapllm_dev.bench.engine import BASELINE, FLOOR, render, server_options, with_ratios
+from snapllm_dev.bench.engine import BASELINE, FLOOR, SETTLE_S, render, server_options, settle_s, with_ratios
 
 
 def test_ratios_are_taken_against_llama_server_defaults():
@@ -113,3 +113,9 @@ def test_traced_decodes_give_the_ratio_at_the_baselines_decode_time():
     )
     assert "at equal decode time x1.029 [1.029-1.029] / x0.999 [0.999-0.999] of llama-server" in text
     assert "at equal decode time" not in render("m", {1: with_ratios({"snapllm": rates["snapllm"]})}, note="")
+
+
+def test_sides_on_one_thread_are_measured_without_a_pause_between_requests():
+    # Only worker threads poll after a request; on one thread a side has none to wait for.
+    assert settle_s(1) == 0.0
+    assert settle_s(2) == settle_s(6) == SETTLE_S > 0

@@ -51,9 +51,16 @@ SIDES = {
     "engine-kernels": "llama-server (engine kernels)",
     "llama-server": BASELINE,
 }
-#: The pause after each request: a llama-server's workers poll for more work for a while after one (ggml's
-#: ``--poll``), and would take cores from the side measured next.
+#: The pause after each request: a side's worker threads poll for more work for a while after one (ggml's
+#: ``--poll``), and would take cores from the side measured next. On one thread a side has no workers.
 SETTLE_S = 0.5
+
+
+def settle_s(threads: int) -> float:
+    """The pause after each request of sides running on ``threads`` threads (:data:`SETTLE_S`)."""
+    return SETTLE_S if threads > 1 else 0.0
+
+
 #: What the prompts are cut from: text a model reads as text, long enough for any prefill.
 _TEXT = (
     "Count from one to a thousand: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, "
@@ -232,20 +239,21 @@ def measure(
     rounds: int,
     load: int = 0,
     tracer: DecodeTracer | None = None,
+    settle: float = SETTLE_S,
 ) -> dict[str, Rounds]:
     """Each side's decode and prefill rates in each of ``rounds`` interleaved rounds (after a warm-up), on
     the sides' ``load``-th load; with a ``tracer``, also where each decode request's time per token went
     (``decode_inside_ms`` and ``decode_outside_ms`` a generated token, ``prefill_inside_ms`` and
-    ``prefill_outside_ms`` a prompt)."""
+    ``prefill_outside_ms`` a prompt). ``settle``: the seconds paused after each request (:func:`settle_s`)."""
     measured: dict[str, Rounds] = {name: {"decode_tps": [], "prefill_tps": [], "load": []} for name in sides}
     for round_number in range(rounds + 1):
         order = list(sides) if round_number % 2 else list(reversed(sides))
         for name in order:
             run = sides[name]
             decoded, decode_calls = _traced(tracer, lambda run=run: run(decode_prompt, tokens))
-            time.sleep(SETTLE_S)
+            time.sleep(settle)
             filled, prefill_calls = _traced(tracer, lambda run=run: run(prefill_prompt, 1))
-            time.sleep(SETTLE_S)
+            time.sleep(settle)
             if not round_number:  # round 0 warms each side up
                 continue
             rates = measured[name]
@@ -468,6 +476,7 @@ def _measure_models(
                             rounds=args.rounds,
                             load=load,
                             tracer=tracer,
+                            settle=settle_s(threads),
                         )
                     for name, rates in once.items():
                         for key, values in rates.items():
