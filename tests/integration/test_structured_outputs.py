@@ -73,16 +73,6 @@ PROMPTS = [
         "horse from Dublin",
         "snake from Quito",
         "ferret from Bern",
-        "pony from Madrid",
-        "lizard from Delhi",
-        "mouse from Berlin",
-        "owl from Athens",
-        "frog from Hanoi",
-        "duck from Vienna",
-        "goat from Nairobi",
-        "sheep from Lisbon",
-        "crab from Seoul",
-        "bee from Sydney",
     )
 ]
 CITY = {
