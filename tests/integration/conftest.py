@@ -107,7 +107,7 @@ def keyed_server() -> ServeProcess:
     """``snapllm local serve`` with the packaged model as the chat model and, beside it, as the embedding
     model :data:`~tests.support.serve.EMBEDDING_MODEL` (mean pooling), behind
     :data:`~tests.support.serve.API_KEY`, with CORS for one origin, its output in a file: this process's
-    one, shared by the modules of :data:`~tests.support.serve.EMBEDDING_SERVERS_GROUP`."""
+    one, shared by the modules of :data:`~tests.support.serve.KEYED_SERVER_GROUP`."""
     return shared_keyed_server()
 
 

@@ -22,12 +22,12 @@ from tests.support.serve import (
     API_KEY,
     CORS_ORIGIN,
     EMBEDDING_MODEL,
-    EMBEDDING_SERVERS_GROUP,
+    KEYED_SERVER_GROUP,
     MODEL,
     ServeProcess,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(EMBEDDING_SERVERS_GROUP)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(KEYED_SERVER_GROUP)]
 
 KEY = API_KEY
 MESSAGES = [{"role": "user", "content": "Say hello in three words."}]

@@ -24,9 +24,9 @@ from snapllm.protocol.http.routes import EMBEDDINGS, TOKENIZE
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes.model_routes import routed_event
 from tests.support.generation import TEST_THREADS
-from tests.support.serve import API_KEY, EMBEDDING_MODEL, EMBEDDING_SERVERS_GROUP, MODEL
+from tests.support.serve import API_KEY, EMBEDDING_MODEL, KEYED_SERVER_GROUP, MODEL
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(EMBEDDING_SERVERS_GROUP)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(KEYED_SERVER_GROUP)]
 
 TEXTS = ["The cat sat on the mat.", "Stock markets fell sharply today.", "A kitten slept on the rug."]
 

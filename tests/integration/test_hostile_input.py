@@ -44,14 +44,14 @@ from tests.support.hostile_schemas import HOSTILE
 from tests.support.serve import (
     API_KEY,
     EMBEDDING_MODEL,
-    EMBEDDING_SERVERS_GROUP,
+    KEYED_SERVER_GROUP,
     MODEL,
     RERANK_MODEL,
     SERVE_ENV,
 )
 from tests.support.stream_server import stream_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(EMBEDDING_SERVERS_GROUP)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(KEYED_SERVER_GROUP)]
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"

@@ -6,7 +6,7 @@ their own (``tests/integration/conftest.py`` hands it out as the ``server`` fixt
 :func:`shared_keyed_server` serves the embedding model beside the chat model, behind a key;
 :func:`shared_long_answer_server` allows answers long enough for JSON objects and tool calls. Each is
 started once per worker, and the modules that share one run on the same worker (:data:`SERVER_GROUP`,
-:data:`EMBEDDING_SERVERS_GROUP`, :data:`LONG_ANSWERS_GROUP`).
+:data:`KEYED_SERVER_GROUP`, :data:`LONG_ANSWERS_GROUP`).
 
 Limits are set low so every generated request is quick (max_tokens <= 16, for the agent's model calls too,
 but on the long-answer server) and the error paths are easy to reach (64 KB bodies, 2,000-character
@@ -68,7 +68,7 @@ CORS_ORIGIN = "http://localhost:5173"
 #: The modules that share :func:`shared_server` are one group (``pytest.mark.xdist_group``), so one worker
 #: starts it once; so are those that share :func:`shared_keyed_server`.
 SERVER_GROUP = "server"
-EMBEDDING_SERVERS_GROUP = "embedding-servers"
+KEYED_SERVER_GROUP = "keyed-server"
 #: The modules that share :func:`shared_long_answer_server`.
 LONG_ANSWERS_GROUP = "long-answers"
 #: :func:`shared_long_answer_server`'s max_tokens: the longest complete answer of the structured-output
@@ -226,7 +226,7 @@ __all__ = [
     "EMBEDDING_FUNCTION_ENV",
     "EMBEDDING_LIMITS",
     "EMBEDDING_MODEL",
-    "EMBEDDING_SERVERS_GROUP",
+    "KEYED_SERVER_GROUP",
     "LONG_ANSWERS_GROUP",
     "LONG_ANSWER_TOKENS",
     "MODEL",

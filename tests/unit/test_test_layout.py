@@ -190,7 +190,7 @@ def test_the_durations_script_sums_each_modules_setup_call_and_teardown():
     log = [
         "12.50s setup    tests/integration/test_a.py::test_one[x]",
         "3.20s call     tests/integration/test_a.py::test_one[x]",
-        "0.40s teardown tests/integration/test_a.py::test_two@embedding-servers",
+        "0.40s teardown tests/integration/test_a.py::test_two@keyed-server",
         "20.00s call     tests/unit/test_b.py::TestB::test_three",
         "(8 durations < 0.005s hidden.  Use -vv to show these durations.)",
     ]
