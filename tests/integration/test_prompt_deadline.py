@@ -30,7 +30,6 @@ from snapllm.router.events import http_api_event
 from snapllm.router.settings import RouterSettings
 from snapllm_dev.local.context import LocalContext
 from snapllm_dev.local.inference import LocalInferenceClient
-from tests.support.generation import NO_PROMPT_PREFIXES
 from tests.support.serve import MODEL, RERANK_MODEL
 from tests.support.stream_server import stream_server
 
@@ -48,8 +47,7 @@ CHAT = "/v1/chat/completions"
 
 @pytest.fixture(scope="module")
 def inference_overrides() -> dict[str, str]:
-    # None of these prompts starts with a declared prefix.
-    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048", **NO_PROMPT_PREFIXES}
+    return {"SNAPLLM_N_BATCH": str(N_BATCH), "SNAPLLM_N_CTX": "2048"}
 
 
 @pytest.fixture(scope="module")

@@ -237,9 +237,9 @@ def measure(
     prefill_prompt: list[int],
     tokens: int,
     rounds: int,
+    settle: float,
     load: int = 0,
     tracer: DecodeTracer | None = None,
-    settle: float = SETTLE_S,
 ) -> dict[str, Rounds]:
     """Each side's decode and prefill rates in each of ``rounds`` interleaved rounds (after a warm-up), on
     the sides' ``load``-th load; with a ``tracer``, also where each decode request's time per token went
