@@ -20,7 +20,7 @@ from llguidance import LLMatcher
 
 from snapllm.agent.schemas import plan_schema
 from snapllm.engine.constraint import MASK_TIME_BOUND_S, Constraint
-from snapllm.engine.decode import ROW_GROUP, PromptLookup
+from snapllm.engine.decode import Drafting
 from snapllm.engine.loaded import attention_params
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
@@ -178,19 +178,16 @@ def test_an_answer_continues_from_the_cached_prefix(serving):
     }
     first = serving.generate(parse_request(body))
     again = serving.generate(parse_request(body))
-    # The whole prompt but its last token is reused, down to a whole group of ROW_GROUP rows (the repacked
-    # kernels compute a batch's rows in such groups), and the answer does not change.
-    reusable = again.prompt_tokens - 1
-    assert again.cached_tokens == reusable - reusable % ROW_GROUP and again.text == first.text
+    # The whole prompt but its last token is reused (evaluated again for its logits, in a batch of filler
+    # rows completing the kernels' row group), and the answer does not change.
+    assert again.cached_tokens == again.prompt_tokens - 1 and again.text == first.text
 
 
-def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_cache(model_path):
-    # Not asserted: that drafting gives plain decoding's tokens. A batch of tokens evaluates with other
-    # kernels than one token at a time (logits differ by up to about 0.6 here), so a near tie can break
-    # the other way; docs/decoding.md says so, and `snapllm bench decode` reports whether answers matched.
-    drafting = Engine.load(
-        str(model_path), EngineSettings(threads=1), model_name="smollm2", draft=PromptLookup()
-    )
+def test_drafting_keeps_plain_decodings_tokens_and_leaves_no_wrong_guess_in_the_cache(model_path):
+    # Weights not repacked: every row is computed alike in any batch, so a verified draft holds as many rows
+    # as it has guesses.
+    settings = EngineSettings(threads=1, repack_weights=False)
+    drafting = Engine.load(str(model_path), settings, model_name="smollm2", draft=Drafting())
     serving = serving_over(drafting)
     document = (Path(REPO) / "events/agent/documents/snapstart.md").read_text()[:600]
     question = [{"role": "user", "content": f"{document}\n\nQuote the first sentence above."}]
@@ -202,8 +199,12 @@ def test_prompt_lookup_drafting_confirms_guesses_and_leaves_no_wrong_one_in_the_
     # sampler did not confirm are gone.
     evaluated = first.completion_tokens - (1 if first.finish_reason == "length" else 0)
     assert len(drafting.cached_tokens) == first.prompt_tokens + evaluated
+    assert first.timings.draft_n == drafting._decoder.drafted
     again = serving.generate(parse_request(request))
     assert again.text == first.text
+    # The same answer as plain decoding, token for token.
+    plain = serving.generate(parse_request({**request, "speculative": False}))
+    assert plain.text == first.text and plain.timings.draft_n == 0
     streamed = "".join(
         item.text for item in serving.stream(parse_request(request)) if isinstance(item, TokenDelta)
     )

@@ -9,6 +9,7 @@ in this process."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import enum
 import functools
@@ -51,12 +52,16 @@ CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
 WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 #: The server's limit on an answer's tokens.
 SERVER_MAX_TOKENS = "96"
-#: The determinism check's requests: three prompts, which share the template's system turn.
+#: The determinism check's requests: three everyday prompts, which share the template's system turn. The
+#: first two gave answers that changed with the prompt cache's history (the declared prefix cached, then the
+#: prompt itself) or with busy processes beside the server before every batch computed a token alike.
 PROMPTS = (
-    "What is the capital of France? Answer in one sentence.",
-    "Write a Python function add(a, b) that returns the sum.",
-    "Name three colours of the rainbow.",
+    "Explain what a hash map is in two sentences.",
+    "List three prime numbers and explain briefly why they are prime.",
+    "Write a haiku about serverless computing.",
 )
+#: The determinism check's answer length: long enough for a near tie to show (32 tokens missed them).
+ANSWER_TOKENS = 64
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +262,7 @@ def _answer(client: openai.OpenAI, name: str, prompt: str, *, stream: bool) -> s
     ask = {
         "model": name,
         "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 32,
+        "max_tokens": ANSWER_TOKENS,
         "temperature": 0,
     }
     if not stream:
@@ -269,7 +274,7 @@ def _answer(client: openai.OpenAI, name: str, prompt: str, *, stream: bool) -> s
 def _served_answer(serving: OpenAIServing, prompt: str, *, stream: bool) -> str:
     """:func:`_answer` through the protocol over a model loaded in this process, whole or streamed."""
     body = {"model": serving.model_name, "messages": [{"role": "user", "content": prompt}]}
-    request = serving.parse({**body, "max_tokens": 32, "temperature": 0})
+    request = serving.parse({**body, "max_tokens": ANSWER_TOKENS, "temperature": 0})
     if not stream:
         response, _ = serving.complete(request, deadline=None)
         return response["choices"][0]["message"]["content"]
@@ -288,7 +293,7 @@ def _rounds(answer: Callable[..., str], rounds: int) -> dict[str, list[str]]:
 
 
 def test_a_streamed_answer_is_the_whole_answer(client, name):
-    prompt = "Explain in two sentences what a hash map is."
+    prompt = "Explain in two sentences what a binary tree is."
     assert _answer(client, name, prompt, stream=True) == _answer(client, name, prompt, stream=False)
 
 
@@ -299,7 +304,8 @@ def _differing(answers: dict[str, list[str]]) -> dict[str, int]:
 
 def test_temperature_zero_answers_do_not_depend_on_the_cache_or_the_path(client, name):
     # Two rounds: each prompt once whole and once streamed (by the two functions, each with its own cache),
-    # each after another prompt.
+    # each after another prompt. Each function's first answer to a prompt reuses the declared prefix (the
+    # template's system turn, evaluated at init), its second the whole prompt but its last token.
     answers = _rounds(lambda prompt, stream: _answer(client, name, prompt, stream=stream), 2)
     assert _differing(answers) == dict.fromkeys(PROMPTS, 0), answers
 
@@ -373,8 +379,8 @@ PAIRS_CHAIN = (0, 0, 1, 1, 2, 2, 0, 2, 1, 0)
 @pytest.mark.parametrize("system", [SYSTEM, SYSTEM * 3], ids=["short", "past-64-tokens"])
 def test_a_prompts_logits_do_not_depend_on_what_the_cache_held(engine, system):
     # Q4_K's repacked kernels multiply a batch's rows four at a time and the rest one by one, which round
-    # differently: before prompts were split and reused at multiples of four, 5 of these 20 cases differed
-    # (by up to 0.40 in a logit).
+    # differently: before a prompt's batches were completed to whole groups of four, 5 of these 20 cases
+    # differed (by up to 0.40 in a logit).
     prompts = [engine.tokenize(_chat(question, system), add_bos=False) for question in PROMPTS]
     follow_up = prompts[0] + engine.tokenize(
         "Paris is the capital.<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n",
@@ -430,3 +436,53 @@ def test_a_restored_prefix_state_answers_as_the_prompt_evaluated_afresh(cached_e
     differing = [index for index, answer in enumerate(answers) if answer != alone[index]]
     assert engine.prefix_stats.restores - before == len(prompts)
     assert differing == []
+
+
+# --- Speculative decoding: plain decoding's tokens --------------------------------------------------------
+
+EDIT = """Add type hints to this function and change nothing else:
+
+def merge(left, right):
+    merged = []
+    i = j = 0
+    while i < len(left) and j < len(right):
+        if left[i] <= right[j]:
+            merged.append(left[i])
+            i += 1
+        else:
+            merged.append(right[j])
+            j += 1
+    merged.extend(left[i:])
+    merged.extend(right[j:])
+    return merged
+"""
+
+
+@pytest.fixture(scope="module")
+def drafting_engine() -> Engine:
+    # Weights not repacked: every row is computed alike in any batch, so drafting is on by default.
+    settings = EngineSettings(threads=int(TEST_THREADS), n_ctx=2048, repack_weights=False)
+    engine = Engine.load(str(model_path("qwen2.5-coder-0.5b")), settings, model_name="qwen")
+    assert engine.drafting is not None
+    return engine
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_speculative_answers_are_plain_decodings_tokens(drafting_engine, temperature):
+    # The guesses (n-grams of the prompt and the answer so far) are verified in one batch whose rows are
+    # computed as a lone generated token's are, and each token is sampled from its row as plain decoding
+    # samples it: greedy and seeded answers are token for token those of speculation off.
+    kept: dict[str, int] = {}
+    for question in (EDIT, *PROMPTS):
+        tokens = tuple(drafting_engine.tokenize(_chat(question, SYSTEM), add_bos=False))
+        sampling = Sampling(temperature=temperature, top_p=1.0, seed=7)
+        asked = EngineRequest(tokens=tokens, sampling=sampling, max_tokens=ANSWER_TOKENS)
+        answers = [
+            drafting_engine.generate(dataclasses.replace(asked, speculative=speculative))
+            for speculative in (True, False)
+        ]
+        assert answers[0].text == answers[1].text, question
+        assert answers[1].timings.draft_n == 0
+        kept[question] = answers[0].timings.draft_n_accepted
+    # The edit copies the function: much of its answer is drafted and kept.
+    assert kept[EDIT] >= ANSWER_TOKENS // 4, kept

@@ -64,7 +64,7 @@ def test_without_llama_server_there_are_rates_and_no_ratios():
 def test_the_engine_kernels_side_runs_llama_server_with_the_engines_settings():
     defaults = server_options(EngineSettings())
     assert defaults[BASELINE] == ["-np", "1", "-b", "512"]  # its own kernels: repacking on, flash auto
-    assert defaults["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "on", "-ctv", "f16"]
+    assert defaults["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "on", "-ctv", "bf16"]
     no_flash = server_options(EngineSettings(flash_attention=False))
     assert no_flash["llama-server (engine kernels)"] == ["-np", "1", "-b", "512", "-fa", "off"]
     one_kernel = server_options(EngineSettings(cache_type_v="bf16"))

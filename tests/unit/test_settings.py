@@ -50,11 +50,6 @@ def test_every_variable_is_snapllm_or_powertools():
             "SNAPLLM_N_BATCH must be an integer",
         ),
         (
-            InferenceSettings.from_env,
-            {**MODEL, "SNAPLLM_N_BATCH": "64"},  # flash attention over f16 values is the default
-            "SNAPLLM_N_BATCH) must be 128 or more with flash attention over f16 values",
-        ),
-        (
             StreamingEnvironment.from_env,
             {"SNAPLLM_STREAM_TIMEOUT_S": "0"},
             "SNAPLLM_STREAM_TIMEOUT_S must be",
@@ -107,10 +102,12 @@ def test_an_explicit_mapping_is_all_that_is_read(monkeypatch):
         InferenceSettings.from_env()  # os.environ
 
 
-def test_small_batches_are_taken_without_flash_attention_or_over_bf16_values():
-    for attention in ({"SNAPLLM_FLASH_ATTENTION": "false"}, {"SNAPLLM_CACHE_TYPE_V": "bf16"}):
+def test_any_batch_size_is_taken_and_repacked_weights_keep_rows_in_groups_of_four():
+    for attention in ({}, {"SNAPLLM_FLASH_ATTENTION": "false"}, {"SNAPLLM_CACHE_TYPE_V": "f16"}):
         settings = InferenceSettings.from_env({**MODEL, **attention, "SNAPLLM_N_BATCH": "64"})
-        assert (settings.engine.n_batch, settings.engine.min_prompt_batch) == (64, 0)
+        assert (settings.engine.n_batch, settings.engine.row_group) == (64, 4)
+    unpacked = InferenceSettings.from_env({**MODEL, "SNAPLLM_REPACK_WEIGHTS": "false"})
+    assert unpacked.engine.row_group == 1 and unpacked.engine.batch_invariant_attention
 
 
 def test_values_are_stripped_and_blank_means_the_default():

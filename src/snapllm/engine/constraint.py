@@ -164,6 +164,14 @@ class Constraint:
         """Whether the grammar allows each of ``tokens`` next."""
         return all(self.allows(token) for token in tokens)
 
+    def forced(self) -> list[int]:
+        """The tokens the grammar allows alone next, one after the other (llguidance's fast-forward):
+        guesses a draft offers, which the model's own picks confirm."""
+        started = time.perf_counter()
+        tokens = list(self._matcher.compute_ff_tokens())
+        self.seconds += time.perf_counter() - started
+        return tokens
+
     def accept(self, token: int) -> None:
         """Advance past ``token`` (one :meth:`allows` said yes to)."""
         started = time.perf_counter()

@@ -4,7 +4,7 @@
         ...  # stop iterating to stop: the last token yielded is never evaluated
 
 It knows tokens, samplers and grammars, nothing of requests. docs/decoding.md says how it samples, checks
-grammars and drafts; docs/benchmarks.md ("Engine speed") why prompts go in batches (``min_batch``).
+grammars and drafts, and why a prompt's batches hold whole groups of rows (``row_group``).
 """
 
 from __future__ import annotations
@@ -29,15 +29,9 @@ from snapllm.engine.types import Sampling, SpanBudget
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
-#: How the decoder computed a cached position: in a prompt's batch of ``min_batch`` tokens or more, in a
-#: smaller batch of a prompt, or while generating.
-_BATCHED, _UNBATCHED, _GENERATED = 0, 1, 2
-#: How many of a batch's rows ggml's repacked weight kernels (Q4_0, Q4_K and IQ4_NL on x86 and Arm)
-#: multiply at once: a batch's rows in whole groups of four go through the group kernel, its last ``rows % 4``
-#: through the one-row kernel, which rounds differently (on Qwen2.5-0.5B Q4_K_M a prompt's logits came out up
-#: to 0.35 apart). Prompt batches start at multiples of it and the cache is reused up to one, so that every
-#: position is computed by the kernel the whole prompt's evaluation would use.
-ROW_GROUP = 4
+#: How the decoder computed a cached position: in a prompt's batch (whole groups of ``row_group`` rows), or
+#: while generating (one row, or a verified draft's few).
+_PROMPT, _GENERATED = 0, 1
 #: The most candidates a sampling chain may keep for the grammar to check them one by one: past that, one
 #: mask costs less than the checks.
 _CHECKED_CANDIDATES = 64
@@ -65,13 +59,91 @@ PromptCheck = Callable[[int, int, float], None]
 
 
 @dataclass(frozen=True)
-class PromptLookup:
-    """Prompt-lookup drafting: the last ``ngram`` tokens are looked up in the prompt and up to ``tokens``
-    of what followed them there are evaluated as guesses."""
+class Drafting:
+    """Speculative decoding's proposers: the tokens a grammar forces next (``forced``), then what followed
+    the latest earlier occurrence of the answer's last ``ngram`` tokens (down to ``min_ngram``) in the
+    prompt or the answer so far. Up to ``tokens`` guesses a step, fewer while guesses miss."""
 
     ngram: int = 3
-    tokens: int = 8
     min_ngram: int = 2
+    tokens: int = 8
+    forced: bool = True
+
+
+class _NgramIndex:
+    """Where each n-gram of a token sequence last ended (n from ``smallest`` to ``largest``), kept as the
+    sequence grows, so a lookup costs the same at any length."""
+
+    def __init__(self, tokens: Sequence[int], smallest: int, largest: int) -> None:
+        self.tokens: list[int] = []
+        self._sizes = range(largest, smallest - 1, -1)
+        self._ends: dict[tuple[int, ...], int] = {}
+        #: The latest ends, before the last token was added (a lookup must not find the tail itself).
+        self._previous: dict[tuple[int, ...], int] = {}
+        for token in tokens:
+            self.append(token)
+
+    def append(self, token: int) -> None:
+        self.tokens.append(token)
+        end = len(self.tokens)
+        for n in self._sizes:
+            if end >= n:
+                key = tuple(self.tokens[end - n :])
+                if key in self._ends:
+                    self._previous[key] = self._ends[key]
+                self._ends[key] = end
+
+    def following(self, count: int) -> list[int]:
+        """Up to ``count`` tokens that followed the latest earlier occurrence of the longest tail that
+        occurred before."""
+        tokens = self.tokens
+        for n in self._sizes:
+            if len(tokens) <= n:
+                continue
+            end = self._previous.get(tuple(tokens[-n:]))
+            if end is not None:
+                return tokens[end : min(end + count, len(tokens))]
+        return []
+
+    def following_tail(self, tail: Sequence[int], count: int) -> list[int]:
+        """Up to ``count`` tokens that followed the latest occurrence of ``tail``'s longest end that occurred
+        (``tail`` need not be in the sequence)."""
+        tokens = self.tokens
+        for n in self._sizes:
+            if len(tail) >= n:
+                end = self._ends.get(tuple(tail[-n:]))
+                if end is not None and end < len(tokens):
+                    return tokens[end : end + count]
+        return []
+
+
+class _DraftLength:
+    """How many guesses to offer next: more after a run kept whole, fewer after a miss, and none for a while
+    (longer each time) after guesses of one missed, so a proposer that keeps missing stops costing rows."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.length = most
+        self._pause = 0
+        self._paused = 0
+
+    def next(self) -> int:
+        if self._paused:
+            self._paused -= 1
+            return 0
+        return self.length
+
+    def record(self, offered: int, kept: int) -> None:
+        if not offered:
+            return
+        if kept == offered:
+            self.length = min(self.most, self.length * 2)
+            self._pause = 0
+        elif kept == 0 and self.length == 1:
+            self._pause = min(64, max(1, self._pause * 2))
+            self._paused = self._pause
+        else:
+            self.length = max(1, kept + 1)
 
 
 @dataclass(frozen=True)
@@ -256,7 +328,7 @@ class Decoder:
     """Generation over one llama.cpp context, which it owns: it remembers which tokens the KV cache holds,
     so a prompt that starts like the last one evaluates only what differs. Not thread-safe."""
 
-    def __init__(self, llama: Llama, *, min_batch: int = 0) -> None:
+    def __init__(self, llama: Llama, *, row_group: int = 1) -> None:
         self._llama = llama
         self._ctx = llama.ctx
         self._vocab = llama._model.vocab
@@ -295,9 +367,11 @@ class Decoder:
         self._compiled_lock = threading.Lock()
         #: The tokens whose keys and values the context holds, in order.
         self.cached: list[int] = []
-        #: The fewest tokens a batch of a prompt of that many tokens or more has (0: any number).
-        self._min_batch = min_batch
-        #: How each cached position was computed (``_BATCHED``, ``_UNBATCHED``, ``_GENERATED``).
+        #: How many rows the weight kernels multiply at once: a prompt's batches hold whole groups of it
+        #: (filler rows complete the last), and a generated row, computed alone, is not reused by a prompt
+        #: (1: every row is computed alike in any batch).
+        self.row_group = row_group
+        #: How each cached position was computed (``_PROMPT``, ``_GENERATED``).
         self._computed: list[int] = []
         # Whether the context's last logits are those after ``cached[-1]`` (a prompt equal to ``cached`` can
         # then be sampled from without evaluating anything).
@@ -371,18 +445,9 @@ class Decoder:
 
     # --- Saved states (snapllm.engine.prefixes) ------------------------------------------------------------
 
-    @property
-    def min_batch(self) -> int:
-        """The fewest tokens a batch of a prompt of that many tokens or more has (0: any number)."""
-        return self._min_batch
-
     def keepable(self) -> int:
-        """How many leading cached positions a later prompt could reuse: the first run computed one way
-        (a prompt's batches), up to the first generated position."""
-        computed = self._computed
-        if not computed or computed[0] == _GENERATED:
-            return 0
-        return next((i for i, how in enumerate(computed) if how != computed[0]), len(computed))
+        """How many leading cached positions a later prompt could reuse (those computed as a prompt's are)."""
+        return self._alike()
 
     def save(self, length: int) -> SavedState:
         """The KV state of the first ``length`` cached positions (the cache keeps only those afterwards)."""
@@ -414,58 +479,32 @@ class Decoder:
             self.cached, self._computed = live
 
     def reused(self, prompt: Sequence[int]) -> int:
-        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating
-        (the common prefix, less the last prompt token, which is evaluated again for its logits; with
-        ``min_batch``, of the positions computed as the whole prompt's evaluation would, all but the last
-        ``min_batch`` at most)."""
-        common = min(_common_prefix(self.cached, prompt), self._alike(len(prompt)))
-        if self._min_batch and len(prompt) >= self._min_batch:
-            reused = max(0, min(common, len(prompt) - self._min_batch))
-        else:
-            reused = max(0, common - 1) if common == len(prompt) else common
-        return reused - reused % ROW_GROUP
+        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating: the
+        common prefix of the positions computed as a prompt's are, less the last prompt token, which is
+        evaluated again for its logits."""
+        return max(0, min(_common_prefix(self.cached, prompt), self._alike(), len(prompt) - 1))
 
-    def _alike(self, length: int) -> int:
-        """How many leading cached positions were computed as the whole evaluation of a prompt of ``length``
-        tokens computes them: all of them when batch sizes do not matter."""
-        if not self._min_batch:
-            # Generated positions were computed one row at a time (the one-row weight kernels).
-            return next((i for i, how in enumerate(self._computed) if how == _GENERATED), len(self._computed))
-        alike = _BATCHED if length >= self._min_batch else _UNBATCHED
-        return next((i for i, how in enumerate(self._computed) if how != alike), len(self._computed))
+    def _alike(self) -> int:
+        """How many leading cached positions were computed as a prompt's evaluation computes them: all of them
+        when a row is computed alike in any batch, else those before the first generated one."""
+        if self.row_group == 1:
+            return len(self._computed)
+        return next((i for i, how in enumerate(self._computed) if how == _GENERATED), len(self._computed))
 
     def evaluate(self, tokens: Sequence[int], check: PromptCheck | None = None) -> None:
         """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` at most (the logits of the
-        last); with ``min_batch``, in batches of even size. ``check`` is asked before each batch after the
-        first (:data:`PromptCheck`); what it raises stops the evaluation there, the batches evaluated
-        staying in the cache."""
+        last). ``check`` is asked before each batch after the first (:data:`PromptCheck`); what it raises
+        stops the evaluation there, the batches evaluated staying in the cache."""
         last = (0.0, 1)  # the last batch's seconds and tokens: the pace the next one is expected at
-        for start, end in self._batches(len(tokens)):
+        largest = min(self._n_batch, self._n_ubatch)
+        largest -= largest % self.row_group
+        for start in range(0, len(tokens), largest):
+            end = min(start + largest, len(tokens))
             if check is not None and start:
                 check(start, len(tokens), last[0] * (end - start) / last[1])
             began = time.perf_counter()
-            self._decode(tokens[start:end], outputs=1)
+            self._decode(tokens[start:end], outputs=1, grouped=True)
             last = (time.perf_counter() - began, end - start)
-
-    def _batches(self, count: int) -> Iterator[tuple[int, int]]:
-        """The (start, end) of each batch a prompt's ``count`` tokens are evaluated in."""
-        # Every batch but the last holds whole groups of ROW_GROUP rows, and llama.cpp computes it at once.
-        largest = min(self._n_batch, self._n_ubatch)
-        largest -= largest % ROW_GROUP
-        if not self._min_batch or count < self._min_batch:
-            for start in range(0, count, largest):
-                yield start, min(start + largest, count)
-            return
-        # Each batch holds about half of the physical batch (512 by default) or more, or all the tokens: the
-        # groups shared out evenly, the more to the first batches, the last rows to the last.
-        batches = -(-count // largest)
-        groups, rest = divmod(count, ROW_GROUP)
-        size, larger = divmod(groups, batches)
-        start = 0
-        for index in range(batches):
-            end = start + (size + (index < larger)) * ROW_GROUP + (rest if index == batches - 1 else 0)
-            yield start, end
-            start = end
 
     def _truncate(self, length: int) -> None:
         if length < len(self.cached):
@@ -477,30 +516,38 @@ class Decoder:
             self._logits_current = False
 
     def _load(self, prompt: Sequence[int], check: PromptCheck | None) -> None:
-        if self._logits_current and self.cached == list(prompt) and self._alike(len(prompt)) == len(prompt):
+        if self._logits_current and self.cached == list(prompt) and self._alike() == len(prompt):
             return
         self._truncate(self.reused(prompt))
         self.evaluate(prompt[len(self.cached) :], check)
 
-    def _decode(self, tokens: Sequence[int], *, outputs: int, generated: bool = False) -> None:
-        """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``."""
+    def _decode(self, tokens: Sequence[int], *, outputs: int, grouped: bool = False) -> None:
+        """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``.
+        ``grouped``: a prompt's batch, completed to whole groups of ``row_group`` rows by filler rows (the
+        last token again, at the next positions), whose keys and values are dropped afterwards."""
         batch = self._batch
         n = len(tokens)
+        rows = n + (-n % self.row_group if grouped else 0)
         past = len(self.cached)
-        if n == 1:  # a generated token: three writes cost less than three numpy slices
+        if rows == 1:  # a generated token: three writes cost less than three numpy slices
             batch.token[0], batch.pos[0], batch.logits[0] = tokens[0], past, outputs > 0
         else:
             self._batch_tokens[:n] = tokens
-            self._batch_positions[:n] = np.arange(past, past + n, dtype=np.int32)
-            self._batch_outputs[: n - outputs] = 0
+            self._batch_tokens[n:rows] = tokens[-1]
+            self._batch_positions[:rows] = np.arange(past, past + rows, dtype=np.int32)
+            self._batch_outputs[:rows] = 0
             self._batch_outputs[n - outputs : n] = 1
-        batch.n_tokens = n
+        batch.n_tokens = rows
         code = low_level.llama_decode(self._ctx, batch)
         if code != 0:
             self._logits_current = False
+            if rows > n:
+                low_level.llama_memory_seq_rm(self._memory, 0, past + n, -1)
             raise RuntimeError(f"llama_decode returned {code}")
+        if rows > n:
+            low_level.llama_memory_seq_rm(self._memory, 0, past + n, -1)
         self.cached.extend(tokens)
-        how = _GENERATED if generated else _BATCHED if n >= self._min_batch else _UNBATCHED
+        how = _PROMPT if grouped else _GENERATED
         if n == 1:
             self._computed.append(how)
         else:
@@ -518,7 +565,7 @@ class Decoder:
         grammar_check: GrammarCheck = "lazy",
         logprobs: int | None = None,
         limit: int | None = None,
-        draft: PromptLookup | None = None,
+        draft: Drafting | None = None,
         span: SpanTracker | None = None,
         check: PromptCheck | None = None,
     ) -> Iterator[Sampled]:
@@ -528,12 +575,16 @@ class Decoder:
         A token is evaluated only when the next one is asked for, so the context never holds a token past
         the last one the caller took. ``logprobs``: how many of the most likely alternatives each token
         reports (0: only its own log probability; None: nothing). ``check`` is asked between the prompt's
-        batches (:meth:`evaluate`): what it raises comes out of the first ``next()``.
+        batches (:meth:`evaluate`): what it raises comes out of the first ``next()``. ``draft``: guesses
+        evaluated beside each sampled token, in a batch no larger than :attr:`exact_rows` (each row of it
+        computed as a generated token alone is), so the tokens are those plain decoding picks.
         """
         constraint = self._take_constraint(grammar)
         self._load(prompt, check)
         samplers = _Samplers(self.n_vocab, self._n_ctx, sampling, constraint)
         history = list(prompt)
+        index = _NgramIndex(prompt, draft.min_ngram, draft.ngram) if draft is not None else None
+        length = _DraftLength(draft.tokens) if draft is not None else None
         produced = 0
         accepted_length = len(self.cached)
         try:
@@ -541,6 +592,7 @@ class Decoder:
             # are checked against (row i predicts guess i).
             rows: Sequence[int] = _LAST_ROW
             guesses: list[int] = []
+            kept = 0
             while True:
                 for i, row in enumerate(rows):
                     picked = self._sample(samplers, row, grammar_check, logprobs)
@@ -550,6 +602,8 @@ class Decoder:
                         return
                     produced += 1
                     history.append(picked.token)
+                    if index is not None:
+                        index.append(picked.token)
                     if limit is not None and produced >= limit:
                         return
                     closing = span.closing_due(picked.token) if span is not None else ()
@@ -561,30 +615,40 @@ class Decoder:
                             yield Sampled(token, False, None if logprobs is None else 0.0)
                             produced += 1
                             history.append(token)
+                            if index is not None:
+                                index.append(token)
                             if limit is not None and produced >= limit:
                                 return
                         break  # the guesses after the closing are not the span's continuation
                     if i < len(guesses) and guesses[i] == picked.token:
                         # The guess is in the cache already, and the next row holds the logits after it.
                         accepted_length += 1
-                        self.drafted_accepted += 1
+                        kept += 1
                         continue
                     break
+                if guesses:
+                    assert length is not None
+                    length.record(len(guesses), kept)
+                    self.drafted_accepted += kept
+                    guesses = []
                 # The cache holds the accepted tokens; anything after them was a wrong guess.
                 if accepted_length < len(self.cached):
                     self._truncate(accepted_length)
                 pending = history[len(self.cached) :]  # the last token picked, and any closing written
-                if draft is None:  # one token at a time: the next row is the only one
-                    self._decode(pending, outputs=1, generated=True)
+                kept = 0
+                if draft is not None and length is not None and index is not None:
+                    room = min(length.next(), self.exact_rows - len(pending))
+                    if limit is not None:
+                        room = min(room, limit - produced - 1)
+                    if room > 0:
+                        guesses = self._guesses(index, samplers.constraint, draft, room)
+                if not guesses:  # one token at a time: the next row is the only one
+                    self._decode(pending, outputs=1)
                     accepted_length = len(self.cached)
                     rows = _LAST_ROW
                     continue
-                room = self._n_batch - len(pending)
-                if limit is not None:
-                    room = min(room, limit - produced - 1)
-                guesses = _lookup(history, len(prompt), draft, room)
                 self.drafted += len(guesses)
-                self._decode([*pending, *guesses], outputs=1 + len(guesses), generated=True)
+                self._decode([*pending, *guesses], outputs=1 + len(guesses))
                 accepted_length = len(self.cached) - len(guesses)
                 # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
                 rows = list(range(len(pending) - 1, len(pending) + len(guesses)))
@@ -593,6 +657,24 @@ class Decoder:
                 self.grammar_seconds += samplers.constraint.seconds
             samplers.close()
             self._truncate(accepted_length)
+
+    @property
+    def exact_rows(self) -> int:
+        """The most rows a generating batch may hold for each to be computed as a generated token alone is:
+        any number when rows are computed alike in any batch, else fewer than a row group (each row then
+        goes through the one-row kernels)."""
+        return self._n_batch if self.row_group == 1 else self.row_group - 1
+
+    @staticmethod
+    def _guesses(index: _NgramIndex, constraint: Constraint | None, draft: Drafting, room: int) -> list[int]:
+        """Up to ``room`` guesses of the next tokens: those the grammar forces, then what followed the
+        history's last n-gram (through the forced tokens) where it occurred before."""
+        guesses = constraint.forced()[:room] if constraint is not None and draft.forced else []
+        if not guesses:
+            return index.following(room)
+        if len(guesses) < room:
+            guesses += index.following_tail([*index.tokens[-draft.ngram :], *guesses], room - len(guesses))
+        return guesses
 
     def _sample(
         self, samplers: _Samplers, row: int, grammar_check: GrammarCheck, logprobs: int | None
@@ -721,22 +803,3 @@ def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
             break
         common += 1
     return common
-
-
-def _lookup(history: list[int], prompt_length: int, draft: PromptLookup, room: int) -> list[int]:
-    """The tokens that followed the latest earlier occurrence, in the prompt, of the last n-gram of
-    ``history`` (the longest n-gram that occurs, from ``draft.ngram`` down to ``draft.min_ngram``)."""
-    count = min(draft.tokens, room)
-    if count <= 0:
-        return []
-    for n in range(draft.ngram, draft.min_ngram - 1, -1):
-        if len(history) <= n:
-            continue
-        tail = history[-n:]
-        # Latest occurrence first: the most recent context is the likeliest to continue the same way.
-        for start in range(prompt_length - n, -1, -1):
-            if history[start : start + n] == tail:
-                follow = history[start + n : min(start + n + count, prompt_length)]
-                if follow:
-                    return follow
-    return []

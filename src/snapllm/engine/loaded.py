@@ -54,13 +54,21 @@ def attention_params(settings: EngineSettings) -> dict[str, Any]:
     }
 
 
+#: ggml's switch for its tiled K-quant matrix kernel, which takes batches of 8 rows or more and rounds
+#: otherwise than the kernel fewer rows run (docs/decoding.md, "One answer whatever the batch").
+TILED_MATMUL_VARIABLE = "GGML_CPU_TILED_MM"
+
+
 @contextlib.contextmanager
 def model_params(settings: EngineSettings) -> Iterator[None]:
     """Set the model parameters that ``Llama()`` has no argument for, for the duration of one construction.
 
     ``use_extra_bufts`` lets llama.cpp repack the weights of some quant types (Q4_0, Q4_K, IQ4_NL) into
-    the layout of the CPU's matrix kernels; ``Llama()`` always asks for llama.cpp's default (on).
+    the layout of the CPU's matrix kernels; ``Llama()`` always asks for llama.cpp's default (on). ggml's
+    tiled K-quant kernel is turned off (it reads its switch once, at a process's first matrix product, so
+    before any model loads), so that a K-quant weight multiplies a token's row alike in every batch.
     """
+    os.environ[TILED_MATMUL_VARIABLE] = "0"
     original = low_level.llama_model_default_params
 
     def patched() -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
 
-from snapllm.engine.decode import Decoder, GrammarCheck, PromptLookup, Sampled, SpanTracker
+from snapllm.engine.decode import Decoder, Drafting, GrammarCheck, Sampled, SpanTracker
 from snapllm.engine.loaded import LoadedModel, attention_params, maps_weights, model_params
 from snapllm.engine.prefixes import MIN_SAVED_TOKENS, PrefixCache, PrefixStats
 from snapllm.engine.settings import EngineSettings
@@ -169,6 +169,11 @@ class _GenerationProgress:
         self.first_token_at: float | None = None
         self.sampled = 0
         self.deadline_reached = False
+        #: The decoder's (drafted, kept) counts when the request started, and it, once it has.
+        self._drafts: tuple[Decoder, int, int] | None = None
+
+    def drafting_from(self, decoder: Decoder) -> None:
+        self._drafts = (decoder, decoder.drafted, decoder.drafted_accepted)
 
     def token_sampled(self) -> None:
         self.sampled += 1
@@ -208,12 +213,18 @@ class _GenerationProgress:
             if completion_tokens > 1 and generation_ms
             else 0.0
         )
+        drafted = kept = 0
+        if self._drafts is not None:
+            decoder, drafted_before, kept_before = self._drafts
+            drafted, kept = decoder.drafted - drafted_before, decoder.drafted_accepted - kept_before
         return Timings(
             prompt_ms=prompt_ms,
             time_to_first_token_ms=prompt_ms,
             generation_ms=generation_ms,
             total_ms=(finished - self.started) * 1000.0,
             tokens_per_second=rate,
+            draft_n=drafted,
+            draft_n_accepted=kept,
         )
 
 
@@ -227,11 +238,11 @@ class Engine(LoadedModel):
         *,
         model_name: str,
         model_digest: str | None = None,
-        draft: PromptLookup | None = None,
+        draft: Drafting | None = None,
     ) -> None:
         super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
-        self._decoder = Decoder(llama, min_batch=settings.min_prompt_batch)
-        self._draft = draft
+        self._decoder = Decoder(llama, row_group=settings.row_group)
+        self._draft = draft if draft is not None else default_drafting(settings)
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
         #: Saved prompt prefixes: the declared ones (pinned) and recent conversations' (least recently used).
@@ -240,9 +251,14 @@ class Engine(LoadedModel):
     @property
     def reuse_reproduces(self) -> bool:
         """Whether a prompt that reuses the cache computes as the same prompt evaluated whole, so that reuse
-        never changes an answer: with flash attention (the decoder then reuses only positions computed as a
-        whole evaluation would); without it a position evaluated alone rounds differently."""
-        return self._settings.flash_attention
+        never changes an answer: with flash attention over bf16 values (attention's one kernel for any
+        batch; the decoder keeps the weight kernels' row groups apart)."""
+        return self._settings.batch_invariant_attention
+
+    @property
+    def drafting(self) -> Drafting | None:
+        """The speculative decoding requests get unless they turn it off (None: none)."""
+        return self._draft
 
     @classmethod
     def load(
@@ -253,7 +269,7 @@ class Engine(LoadedModel):
         model_name: str,
         source: str | None = None,
         model_digest: str | None = None,
-        draft: PromptLookup | None = None,
+        draft: Drafting | None = None,
     ) -> Engine:
         """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp: memory-mapped, or, for a memfd
         while ``settings.repack_weights`` is on, read into llama.cpp's own (repacked) buffers, after which
@@ -430,11 +446,7 @@ class Engine(LoadedModel):
         rest. Returns the state's bytes (0: nothing kept, a prefix too short for any prompt to reuse)."""
         with self._running():
             self._decoder.reset()
-            # A prefix shorter than a prompt's smallest batch is evaluated padded to one (its last token
-            # repeated, then dropped), so its positions are computed as a longer prompt's first batch
-            # computes them, and any prompt of that many tokens or more can reuse it.
-            padding = max(0, self._decoder.min_batch - len(tokens))
-            self._decoder.evaluate([*tokens, *tokens[-1:] * padding])
+            self._decoder.evaluate(tokens)
             keep = min(self._decoder.keepable(), len(tokens))
             if not keep:
                 return 0
@@ -515,6 +527,7 @@ class Engine(LoadedModel):
         if not request.reuse_cache:
             self._decoder.reset()
         recorder = progress.logprobs
+        progress.drafting_from(self._decoder)
         max_tokens = min(request.max_tokens, self.n_ctx - len(request.tokens))
         piece = self._decoder.special_piece if request.special_text else self._decoder.piece
         span = SpanTracker(request.span, self._decoder.special_piece) if request.span else None
@@ -525,13 +538,20 @@ class Engine(LoadedModel):
             grammar_check=grammar_check,
             logprobs=None if recorder is None else recorder.top,
             limit=max_tokens,
-            draft=self._draft,
+            draft=self._draft if request.speculative else None,
             span=span,
             check=progress.check_prompt if progress.deadline is not None else None,
         )
         return _Completion(
             tokens, piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress, span=span
         )
+
+
+def default_drafting(settings: EngineSettings) -> Drafting | None:
+    """Speculative decoding where it is exact and can gain: kernels that compute a row alike in any batch
+    (weights not repacked, attention over bf16 values). With repacked weights a verified draft may hold only
+    rows the one-row kernels compute, each reading the weights again: exact, but no faster."""
+    return Drafting() if settings.row_group == 1 and settings.batch_invariant_attention else None
 
 
 def _result(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from snapllm.environment import Settings
 
@@ -26,9 +26,10 @@ EmbeddingPooling = Literal["model", "mean", "cls", "last", "rank"]
 ValueCacheType = Literal["f16", "bf16"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-#: The fewest query rows for which ggml's flash attention over f16 keys and values runs its tiled kernel
-#: (``GGML_FA_TILE_Q``); fewer run a row-by-row kernel that rounds differently.
-FLASH_ATTENTION_TILE_ROWS = 64
+#: How many of a batch's rows ggml's repacked weight kernels multiply at once: rows in whole groups of four
+#: go through the group kernel, the rest (a generated token among them) through the one-row kernel, which
+#: rounds differently (:mod:`snapllm.engine.decode` keeps the two apart).
+REPACKED_ROW_GROUP = 4
 #: The prefix cache's default bound, as a share of the function's memory: 188 MiB of 3,008 (three 1,700-token
 #: prefixes of Llama 3.2 1B, at 32 KiB a token), 640 MiB of 10,240.
 PREFIX_CACHE_SHARE = 1 / 16
@@ -138,8 +139,8 @@ class EngineSettings(Settings):
 
     n_ctx: int = Field(2048, ge=16)
     """llama.cpp context size, in tokens."""
-    n_batch: int = Field(512, ge=1)
-    """llama.cpp batch size, in tokens."""
+    n_batch: int = Field(512, ge=8)
+    """llama.cpp batch size, in tokens (8 or more: a prompt's batches hold whole groups of rows)."""
     threads: int | None = Field(None, ge=1, json_schema_extra={"unset": "CPUs really available"})
     """Generation threads; unset, the CPUs really available (affinity mask and cgroup quota)."""
     thread_pool: bool = True
@@ -162,36 +163,23 @@ class EngineSettings(Settings):
     """Let llama.cpp repack Q4_0 / Q4_K / IQ4_NL weights for the CPU's matrix kernels (1.2-1.7x faster
     prompts and decoding). A downloaded model (a memfd) is then read, not mapped: one copy in RAM and in
     the snapshot, the load peaking at two until the memfd is closed."""
-    # On, as llama-server's `auto` has it on a CPU. Over f16 values ggml picks its attention kernel by a
-    # batch's rows (tiled for 64 or more, row by row for fewer, split over the cache for one row once it
-    # holds 512), so the engine evaluates prompts in batches of 64 tokens or more and reuses only positions
-    # such batches computed (``snapllm.engine.decode``). Measured with greedy answers of 40 tokens to 300-
-    # token prompts (26 prompts, SmolLM2 and Gemma 3, 2 threads), the answer sent again and a follow-up
-    # with its answer sent back, each against the same prompt evaluated with nothing cached: none differed
-    # this way, where with flash attention off 5 of 26 retries and 9 of 26 follow-ups ended otherwise (a
-    # position evaluated alone, or while generating, rounds differently), and with f16 attention reusing
-    # every cached position 12 and 6. The cost: a follow-up that reuses the cache evaluates at least 64
-    # tokens and any answer it sends back (on SmolLM2 at 2 threads a 20-token follow-up took 0.43 s, 0.13 s
-    # with flash attention off; after a 100-token answer 0.81 s, 0.15 s), while whole prompts of 300 and
-    # 1,000 tokens took 0.87-0.88 of the time.
+    # On, as llama-server's `auto` has it on a CPU: whole prompts 10-20% faster. docs/decoding.md ("One
+    # answer whatever the batch") says which kernels depend on a batch's shape and how the engine avoids them.
     flash_attention: bool = True
     """llama.cpp's flash attention (what llama-server's `auto` picks on a CPU): whole prompts 10-20% faster
-    on a CPU. With f16 values (`cache_type_v`) a prompt that reuses the prompt cache evaluates again at
-    least its last 64 tokens and any answer it sends back, so that its answer does not depend on what the
-    cache held (with it off a position evaluated alone or while generating rounds differently, and a
-    retried or continued chat may end otherwise); `n_batch` must be 128 or more."""
-    # bf16: ggml's tiled (many-row) and split (long-cache decode) attention kernels need keys and values of
-    # one type, so with bf16 values every batch runs its one row-by-row kernel, in float32: on SmolLM2 a
-    # prompt's logits are the same evaluated whole, after a cached prefix, sent again, and with its last
-    # tokens evaluated one by one (up to 0.71 apart with flash attention off, 0.65 with f16 values), so
-    # every cached position is reused. That row-by-row kernel is slow on long prompts: at
-    # 1,000 tokens prompts ran at 0.63-0.87 of f16's speed (0.97-0.99 at 512), decoding at the same.
-    # The weights' own kernels may still depend on the batch (Q4_K's do, with flash attention off too): the
-    # repacked ones' groups of four rows are kept by the decoder's batches (snapllm.engine.decode.ROW_GROUP).
-    cache_type_v: ValueCacheType = "f16"
-    """The KV cache's type for values with flash attention: `f16` (llama.cpp's default, and its fastest
-    kernels) or `bf16` (one attention kernel for any batch, so the prompt cache is reused as without flash
-    attention; slower prompts of many hundred tokens). Without flash attention values are f16."""
+    on a CPU. With `cache_type_v` bf16 its result for a token does not depend on the batch that computed it,
+    so an answer does not depend on what the prompt cache held."""
+    # bf16: ggml's tiled (many-row) and split (one row over a long cache) attention kernels need keys and
+    # values of one type, so with bf16 values every batch runs the one row-by-row kernel, in float32, and a
+    # token's attention is the same whatever batch computed it. f16 values pick the kernel by the batch's
+    # rows (tiled for 64 or more, row by row for fewer, split for one row once the cache holds 512).
+    # Measured on Qwen2.5-Coder-1.5B Q4_K_M at 2 threads: 1,024-token prompts at 0.91 of f16's speed, decoding
+    # the same.
+    cache_type_v: ValueCacheType = "bf16"
+    """The KV cache's type for values with flash attention: `bf16` (one attention kernel for any batch: a
+    token's logits, and so an answer at temperature 0, do not depend on how the prompt was split or what
+    the prompt cache held) or `f16` (llama.cpp's default: prompts of many hundred tokens about 10% faster,
+    answers that may change with the cache's history). Without flash attention values are f16."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping: a downloaded model is mapped only with `repack_weights` off) or `all` (the weights
@@ -206,14 +194,10 @@ class EngineSettings(Settings):
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
 
-    # With flash attention (the default), a restored state gives the answer the whole prompt evaluated
-    # afresh gives: a state holds only positions a prompt's batches computed (snapllm.engine.decode keeps
-    # them apart from generated ones), and a prompt reuses from it by the live sequence's rule (whole groups
-    # of four rows, the last 64 tokens evaluated again). Without flash attention a prompt that restores its
-    # whole state evaluates its last token alone, as the same prompt sent again does, and may end otherwise.
-    # Measured with Qwen2.5-Coder-0.5B Q4_K_M, Gemma 3 and SmolLM2 at 1 and 2 threads: 96 requests of two
-    # alternating conversations, each restoring its state, every log probability equal to the prompt's
-    # evaluated afresh (tests/integration/test_real_weights.py holds it).
+    # A restored state gives the answer the whole prompt evaluated afresh gives: a state holds only
+    # positions a prompt's batches computed (snapllm.engine.decode keeps them apart from generated ones where
+    # the weight kernels round a lone row differently), and a prompt reuses from it by the live sequence's
+    # rule (tests/integration/test_real_weights.py holds it on Qwen2.5-Coder).
     prefix_cache_mb: int | None = Field(None, ge=0, json_schema_extra={"unset": "1/16 of the memory"})
     """RAM for the KV states of recent conversations' prompt prefixes, in MiB: a request that starts like
     one of them restores its state rather than evaluating it again (least recently used dropped first; 0:
@@ -225,18 +209,11 @@ class EngineSettings(Settings):
         return prefix_cache_bytes(self.prefix_cache_mb, function_memory_mb)
 
     @property
-    def min_prompt_batch(self) -> int:
-        """The fewest tokens a prompt's batch must hold for attention's result not to depend on how the
-        prompt was split (0: any number): only flash attention over f16 values has kernels for different
-        batch sizes."""
-        return FLASH_ATTENTION_TILE_ROWS if self.flash_attention and self.cache_type_v == "f16" else 0
+    def batch_invariant_attention(self) -> bool:
+        """Whether attention computes a token alike in every batch (flash attention over bf16 values)."""
+        return self.flash_attention and self.cache_type_v == "bf16"
 
-    @model_validator(mode="after")
-    def _batches_run_the_tiled_kernel(self) -> EngineSettings:
-        # Split evenly, a prompt's batches then hold half of n_batch or more (the engine's uniform batches).
-        if self.n_batch < 2 * self.min_prompt_batch:
-            raise ValueError(
-                f"n_batch (SNAPLLM_N_BATCH) must be {2 * self.min_prompt_batch} or more with flash "
-                "attention over f16 values, so that a prompt's batches all run one attention kernel"
-            )
-        return self
+    @property
+    def row_group(self) -> int:
+        """How many rows the weight kernels multiply at once (1: each row alike in any batch)."""
+        return REPACKED_ROW_GROUP if self.repack_weights else 1

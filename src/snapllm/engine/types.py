@@ -112,6 +112,8 @@ class EngineRequest:
     #: is made of them; otherwise they stand for nothing.
     special_text: bool = False
     span: SpanBudget | None = None
+    #: Whether speculative decoding may draft for it (the tokens are the same either way).
+    speculative: bool = True
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ class Timings:
     generation_ms: float
     total_ms: float
     tokens_per_second: float
+    #: Guesses evaluated beside the sampled tokens (speculative decoding), and how many of them were kept:
+    #: llama-server's ``draft_n`` and ``draft_n_accepted``.
+    draft_n: int = 0
+    draft_n_accepted: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return {item.name: round(getattr(self, item.name), 2) for item in fields(self)}

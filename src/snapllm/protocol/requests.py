@@ -490,6 +490,10 @@ class GenerationParameters(DecidedRequest, LocalSamplingFields):
         description="llama-server's field: with a seed, true reuses the prompt cache (the answer still "
         "reproduces where reuse computes as the whole prompt does: with flash attention, the default).",
     )
+    speculative: bool | None = Field(
+        default=None,
+        description="snapllm's own: false turns speculative decoding off (the same tokens either way).",
+    )
     n: int = 1
     stream: bool = False
     stream_options: dict[str, Any] | None = None

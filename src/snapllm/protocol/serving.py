@@ -309,6 +309,7 @@ class OpenAIServing:
                 or (request.cache_prompt is True and self.engine.reuse_reproduces),
                 special_text=self.family.special_text,
                 span=span,
+                speculative=request.speculative is not False,
             ),
             tool_calls=tool_calls,
             tool_names=tuple(f.name for f in functions),

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from snapllm.engine.decode import PromptLookup
+from snapllm.engine.decode import Drafting
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.inference.settings import ServingSettings
@@ -52,7 +52,7 @@ PROMPT_SETS: dict[str, list[str]] = {
         "Write a letter to a friend about a trip to the mountains.",
     ],
 }
-DRAFTS = {"prompt-lookup": PromptLookup}
+DRAFTS = {"prompt-lookup": Drafting}
 
 
 def measure(plain: Engine, drafting: Engine, *, rounds: int, tokens: int) -> dict[str, dict[str, Any]]:

@@ -61,8 +61,12 @@ _TEMPERATURE = _served("0 to 2; 0 picks the most likely token")
 _TOP_P = _served("above 0, at most 1")
 _SEED = _served("0 to 2^32-1; the answer reproduces (the prompt is evaluated afresh, unless cache_prompt)")
 _CACHE_PROMPT = _served(
-    "true with a seed reuses the prompt cache, and the answer still reproduces: with flash attention (the "
-    "default) a reused prefix computes as the whole prompt does; with it off a seed evaluates afresh"
+    "true with a seed reuses the prompt cache, and the answer still reproduces: with flash attention over "
+    "bf16 values (the default) a reused prefix computes as the whole prompt does; otherwise a seed evaluates "
+    "afresh"
+)
+_SPECULATIVE = _served(
+    "snapllm's own: false turns speculative decoding off for the request; the tokens are the same either way"
 )
 _MODERATION = _refused("no moderation runs here; moderate before or after calling")
 _MAX_TOKENS = _served("at least 1, at most the deployment's SNAPLLM_MAX_TOKENS; capped by the context window")
@@ -144,7 +148,7 @@ LOCAL_IGNORED: dict[str, Decision] = {
 }
 
 #: llama-server's own fields served here.
-LOCAL_SERVED: dict[str, Decision] = {"cache_prompt": _CACHE_PROMPT}
+LOCAL_SERVED: dict[str, Decision] = {"cache_prompt": _CACHE_PROMPT, "speculative": _SPECULATIVE}
 
 FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
     "chat": {

@@ -338,6 +338,10 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
         description="llama-server's field: with a seed, true reuses the prompt cache (the answer still "
         "reproduces where reuse computes as the whole prompt does: with flash attention, the default).",
     )
+    speculative: bool | None = Field(
+        default=None,
+        description="snapllm's own: false turns speculative decoding off (the same tokens either way).",
+    )
 
     _chat: ChatCompletionRequest | None = PrivateAttr(default=None)
 
@@ -430,6 +434,8 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
             body["seed"] = self.seed
         if self.cache_prompt is not None:
             body["cache_prompt"] = self.cache_prompt
+        if self.speculative is not None:
+            body["speculative"] = self.speculative
         if self.max_output_tokens is not None:
             body["max_completion_tokens"] = self.max_output_tokens
         if self.reasoning is not None and self.reasoning.effort is not None:
