@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass, field
 
 import pytest
 
+from snapllm.engine.loaded import TILED_MATMUL_VARIABLE
 from snapllm.engine.loader import DownloadStats
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings, ModelSource
@@ -20,6 +22,9 @@ from snapllm.protocol.completions.objects import render_response
 from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses.responses_api import inference_request, parse_invoke
 from tests.support.generation import LONG_GENERATION, serving_over
+
+#: ggml's type id for bf16 (``enum ggml_type``), which llama-cpp-python's bindings do not name.
+GGML_TYPE_BF16 = 30
 
 COUNTING = {"prompt": "Count from one to twenty: 1, 2, 3, 4, 5,", "temperature": 0.0}
 #: Over 641 tokens of text.
@@ -129,12 +134,14 @@ def test_deadline_from_a_lambda_context():
 def test_weights_are_repacked_and_a_file_is_mapped_by_default(engine):
     import llama_cpp.llama_cpp as low_level
 
-    # Repacked for the CPU's kernels, with flash attention over f16 values (llama-server's kernels). A file
-    # on a filesystem is mapped (its pages are the page cache's); a memfd is read (test_engine_memory).
+    # Repacked for the CPU's kernels, with flash attention over bf16 values and ggml's tiled K-quant kernel
+    # off (one kernel for any batch). A file on a filesystem is mapped (its pages are the page cache's); a
+    # memfd is read (test_engine_memory).
     assert engine.llama.model_params.use_extra_bufts is True
     assert engine.llama.model_params.load_mode == low_level.LLAMA_LOAD_MODE_MMAP
     assert engine.llama.context_params.flash_attn_type == low_level.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    assert engine.llama.context_params.type_v == low_level.GGML_TYPE_F16
+    assert engine.llama.context_params.type_v == GGML_TYPE_BF16
+    assert os.environ[TILED_MATMUL_VARIABLE] == "0"
 
 
 def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob, ...] | None]:
@@ -151,31 +158,31 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
     # then holds generated positions that the next prompt starts with too.
     answer(prompt[:100], reuse_cache=False)
     after_a_cached_prefix = answer(prompt)  # all but the first 100 tokens evaluated
-    sent_again = answer(prompt)  # only its last token evaluated again (alone, or with the last 63)
+    sent_again = answer(prompt)  # only its last token evaluated again (with filler rows)
     return [whole, after_a_cached_prefix, sent_again]
 
 
 @pytest.mark.parametrize(
     ("attention", "threads", "length", "same_after_a_prefix", "same_sent_again"),
     [
-        # Without flash attention the last token evaluated alone rounds differently (shown after a prompt
-        # of two batches: 641 tokens).
-        ({"flash_attention": False}, 1, 641, True, False),
-        ({"cache_type_v": "bf16"}, 1, 300, True, True),
-        # The default, f16 values: the engine evaluates prompts in batches of 64 tokens or more, on one
-        # thread and on two (ggml splits each batch's rows between the threads).
+        # Without flash attention the last token evaluated again, in a batch completed by filler rows, takes
+        # the same matrix kernels as in the whole prompt (shown after a prompt of two batches: 641 tokens).
+        ({"flash_attention": False}, 1, 641, True, True),
+        # f16 values: ggml's attention kernel for fewer than 64 rows rounds otherwise than its tiled one.
+        ({"cache_type_v": "f16"}, 1, 300, True, False),
+        # The default, bf16 values: one attention kernel for any batch, on one thread and on two (ggml
+        # splits each batch's rows between the threads).
         ({}, 1, 300, True, True),
         ({}, 2, 300, True, True),
     ],
-    ids=["no-flash-attention-1", "flash-bf16-1", "default-1", "default-2"],
+    ids=["no-flash-attention-1", "flash-f16-1", "default-1", "default-2"],
 )
-def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_held(
+def test_answers_do_not_depend_on_what_the_prompt_cache_held(
     model_path, attention, threads, length, same_after_a_prefix, same_sent_again
 ):
     # A prompt answered evaluated whole, after a cached 100-token prefix, and sent again. With flash
-    # attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many), so the
-    # engine's batches of 64 rows or more keep the answers' log probabilities the same; over bf16 values it
-    # runs one kernel. Without flash attention a token evaluated alone rounds differently. (A prompt over a
+    # attention over f16 values ggml picks its attention kernel by batch size (one row, a few, many); over
+    # bf16 values it runs one kernel, and the answers' log probabilities stay the same. (A prompt over a
     # batch, 512 tokens, evaluated whole and restored: test_prompt_prefixes.py, the long declared prefix.)
     # The live sequence's rule alone: with saved states (the prefix cache) the prompt after the prefix would
     # restore the whole prompt's state, and be the prompt sent again (tests/integration/test_real_weights.py
@@ -196,13 +203,14 @@ def test_with_flash_attention_answers_do_not_depend_on_what_the_prompt_cache_hel
 @pytest.mark.parametrize(
     ("attention", "reused_by_the_follow_up", "reused_by_the_answer_sent_back"),
     [
-        # Nothing computed while generating is reused (one row at a time: the weights' one-row kernels).
+        # Nothing computed while generating is reused (one row at a time: the repacked weights' one-row
+        # kernels), but every position a prompt's batches computed is.
+        ({}, 200, 100),
         ({"flash_attention": False}, 200, 100),
-        # The default: the last 64 tokens evaluated again.
-        ({}, 220 - 64, 100),
-        ({"cache_type_v": "bf16"}, 200, 100),
+        # Weights not repacked: every row is computed alike in any batch, generated ones too.
+        ({"repack_weights": False}, 200, 108),
     ],
-    ids=["no-flash-attention", "default", "flash-bf16"],
+    ids=["default", "no-flash-attention", "not-repacked"],
 )
 def test_what_a_prompt_takes_from_the_prompt_cache(
     model_path, attention, reused_by_the_follow_up, reused_by_the_answer_sent_back

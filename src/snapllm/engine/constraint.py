@@ -151,12 +151,16 @@ class Constraint:
     def allows(self, token: int) -> bool:
         """Whether the grammar allows ``token`` next (an end of generation once it is complete)."""
         started = time.perf_counter()
-        # The matcher validates text tokens only; its mask allows an end when complete.
-        allowed = (
-            self._matcher.is_accepting()
-            if token in self._ends
-            else self._matcher.validate_tokens([token]) == 1
-        )
+        # The matcher validates text tokens only; its mask allows an end when complete. Where the grammar
+        # forces what comes next (a JSON key), its mask allows the forced tokens alone, though the same
+        # bytes in other tokens validate ("a" then "ge" for "age"): the mask's answer is the one kept.
+        if token in self._ends:
+            allowed = self._matcher.is_accepting()
+        else:
+            allowed = self._matcher.validate_tokens([token]) == 1
+            if allowed:
+                forced = self._matcher.compute_ff_tokens()
+                allowed = not forced or forced[0] == token
         self.seconds += time.perf_counter() - started
         return allowed
 

@@ -527,8 +527,9 @@ class Decoder:
         last token again, at the next positions), whose keys and values are dropped afterwards."""
         batch = self._batch
         n = len(tokens)
-        rows = n + (-n % self.row_group if grouped else 0)
         past = len(self.cached)
+        # Filler rows only where the context has room for them (a prompt that fills it ends ungrouped).
+        rows = min(n + (-n % self.row_group if grouped else 0), max(n, self._n_ctx - past))
         if rows == 1:  # a generated token: three writes cost less than three numpy slices
             batch.token[0], batch.pos[0], batch.logits[0] = tokens[0], past, outputs > 0
         else:

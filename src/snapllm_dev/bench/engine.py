@@ -27,6 +27,7 @@ import llama_cpp.llama_cpp as low_level
 import numpy as np
 from llama_cpp import Llama
 
+from snapllm.engine.loaded import TILED_MATMUL_VARIABLE
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling
@@ -400,8 +401,17 @@ def _sides(
             sides["llama-cpp-python"] = llama_cpp_side(llama)
         for name, options in server_options(settings).items():
             if server is not None and name in chosen:
+                # The engine's kernels include its switch off of ggml's tiled K-quant kernel.
+                environment = {TILED_MATMUL_VARIABLE: "0"} if name != BASELINE else None
                 url = loaded.enter_context(
-                    llama_server(path, threads=threads, n_ctx=settings.n_ctx, options=options, bench="engine")
+                    llama_server(
+                        path,
+                        threads=threads,
+                        n_ctx=settings.n_ctx,
+                        options=options,
+                        bench="engine",
+                        environment=environment,
+                    )
                 )
                 sides[name] = server_side(url)
         yield engine, sides

@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 
 from snapllm.engine.decode import GrammarCheck
+from snapllm.engine.loaded import TILED_MATMUL_VARIABLE
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest
@@ -248,15 +250,25 @@ def wait_until_healthy(process: subprocess.Popen[bytes], base_url: str, *, bench
 
 @contextmanager
 def llama_server(
-    model: Path, *, threads: int, n_ctx: int, options: Sequence[str] = ("-np", "1"), bench: str = "grammar"
+    model: Path,
+    *,
+    threads: int,
+    n_ctx: int,
+    options: Sequence[str] = ("-np", "1"),
+    bench: str = "grammar",
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """llama.cpp's server on ``model``, built once by ``make llama-server``, with ``options`` (its slots,
-    embedding mode...); yields its base URL. ``bench`` names the benchmark in its errors."""
+    embedding mode...); yields its base URL. ``bench`` names the benchmark in its errors. It runs with
+    llama.cpp's own kernels (without the switch an engine loaded in this process sets), unless
+    ``environment`` sets variables of its own."""
     port = free_port()
     command = server_command(
         llama_server_binary(bench), model, port=port, threads=threads, n_ctx=n_ctx, options=options
     )
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {name: value for name, value in os.environ.items() if name != TILED_MATMUL_VARIABLE}
+    env.update(environment or {})
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(process, base_url, bench=bench)
