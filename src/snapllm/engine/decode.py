@@ -71,73 +71,65 @@ class Drafting:
 
 
 class _NgramIndex:
-    """Where each n-gram of a token sequence last ended (n from ``smallest`` to ``largest``), kept as the
-    sequence grows, so a lookup costs the same at any length."""
+    """Where each n-gram of a token sequence last occurred with a token after it (n from ``smallest`` to
+    ``largest``), kept as the sequence grows, so a lookup costs the same at any length. An n-gram is entered
+    once a token follows it, so the sequence's own tail is never its own match."""
 
     def __init__(self, tokens: Sequence[int], smallest: int, largest: int) -> None:
         self.tokens: list[int] = []
         self._sizes = range(largest, smallest - 1, -1)
         self._ends: dict[tuple[int, ...], int] = {}
-        #: The latest ends, before the last token was added (a lookup must not find the tail itself).
-        self._previous: dict[tuple[int, ...], int] = {}
         for token in tokens:
             self.append(token)
 
     def append(self, token: int) -> None:
-        self.tokens.append(token)
         end = len(self.tokens)
         for n in self._sizes:
             if end >= n:
-                key = tuple(self.tokens[end - n :])
-                if key in self._ends:
-                    self._previous[key] = self._ends[key]
-                self._ends[key] = end
+                self._ends[tuple(self.tokens[end - n :])] = end
+        self.tokens.append(token)
 
-    def following(self, count: int) -> list[int]:
-        """Up to ``count`` tokens that followed the latest earlier occurrence of the longest tail that
-        occurred before."""
-        tokens = self.tokens
-        for n in self._sizes:
-            if len(tokens) <= n:
-                continue
-            end = self._previous.get(tuple(tokens[-n:]))
-            if end is not None:
-                return tokens[end : min(end + count, len(tokens))]
-        return []
-
-    def following_tail(self, tail: Sequence[int], count: int) -> list[int]:
-        """Up to ``count`` tokens that followed the latest occurrence of ``tail``'s longest end that occurred
-        (``tail`` need not be in the sequence)."""
-        tokens = self.tokens
+    def following(self, tail: Sequence[int], count: int) -> list[int]:
+        """Up to ``count`` tokens that followed the latest occurrence of ``tail``'s longest end that
+        occurred."""
         for n in self._sizes:
             if len(tail) >= n:
                 end = self._ends.get(tuple(tail[-n:]))
-                if end is not None and end < len(tokens):
-                    return tokens[end : end + count]
+                if end is not None:
+                    return self.tokens[end : end + count]
         return []
 
 
-class _DraftLength:
-    """How many guesses to offer next: more after a run kept whole, fewer after a miss, and none for a while
-    (longer each time) after guesses of one missed, so a proposer that keeps missing stops costing rows."""
+class _Draft:
+    """One request's drafting: its proposers over the prompt and the answer so far, and how many guesses to
+    offer next. That number doubles after a run kept whole and falls to one past the guesses kept after a
+    miss; after a miss at one, drafting pauses (twice as long each time, up to 64 tokens), so a proposer
+    that keeps missing stops costing rows."""
 
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self.length = most
+    def __init__(self, drafting: Drafting, prompt: Sequence[int]) -> None:
+        self.drafting = drafting
+        self.index = _NgramIndex(prompt, drafting.min_ngram, drafting.ngram)
+        self.length = drafting.tokens
         self._pause = 0
         self._paused = 0
 
-    def next(self) -> int:
+    def room(self) -> int:
+        """How many guesses to offer now (0 while paused)."""
         if self._paused:
             self._paused -= 1
             return 0
         return self.length
 
+    def guesses(self, constraint: Constraint | None, room: int) -> list[int]:
+        """Up to ``room`` guesses of the next tokens: those the grammar forces, then what followed the
+        answer's last n-gram (through the forced tokens) where it occurred before."""
+        forced = constraint.forced()[:room] if constraint is not None and self.drafting.forced else []
+        tail = [*self.index.tokens[-self.drafting.ngram :], *forced]
+        return [*forced, *self.index.following(tail, room - len(forced))] if len(forced) < room else forced
+
     def record(self, offered: int, kept: int) -> None:
-        if not offered:
-            return
         if kept == offered:
-            self.length = min(self.most, self.length * 2)
+            self.length = min(self.drafting.tokens, self.length * 2)
             self._pause = 0
         elif kept == 0 and self.length == 1:
             self._pause = min(64, max(1, self._pause * 2))
@@ -539,14 +531,14 @@ class Decoder:
             self._batch_outputs[:rows] = 0
             self._batch_outputs[n - outputs : n] = 1
         batch.n_tokens = rows
-        code = low_level.llama_decode(self._ctx, batch)
+        try:
+            code = low_level.llama_decode(self._ctx, batch)
+        finally:
+            if rows > n:  # the filler rows' keys and values
+                low_level.llama_memory_seq_rm(self._memory, 0, past + n, -1)
         if code != 0:
             self._logits_current = False
-            if rows > n:
-                low_level.llama_memory_seq_rm(self._memory, 0, past + n, -1)
             raise RuntimeError(f"llama_decode returned {code}")
-        if rows > n:
-            low_level.llama_memory_seq_rm(self._memory, 0, past + n, -1)
         self.cached.extend(tokens)
         how = _PROMPT if grouped else _GENERATED
         if n == 1:
@@ -584,8 +576,7 @@ class Decoder:
         self._load(prompt, check)
         samplers = _Samplers(self.n_vocab, self._n_ctx, sampling, constraint)
         history = list(prompt)
-        index = _NgramIndex(prompt, draft.min_ngram, draft.ngram) if draft is not None else None
-        length = _DraftLength(draft.tokens) if draft is not None else None
+        drafter = _Draft(draft, prompt) if draft is not None else None
         produced = 0
         accepted_length = len(self.cached)
         try:
@@ -603,8 +594,8 @@ class Decoder:
                         return
                     produced += 1
                     history.append(picked.token)
-                    if index is not None:
-                        index.append(picked.token)
+                    if drafter is not None:
+                        drafter.index.append(picked.token)
                     if limit is not None and produced >= limit:
                         return
                     closing = span.closing_due(picked.token) if span is not None else ()
@@ -616,8 +607,8 @@ class Decoder:
                             yield Sampled(token, False, None if logprobs is None else 0.0)
                             produced += 1
                             history.append(token)
-                            if index is not None:
-                                index.append(token)
+                            if drafter is not None:
+                                drafter.index.append(token)
                             if limit is not None and produced >= limit:
                                 return
                         break  # the guesses after the closing are not the span's continuation
@@ -628,8 +619,8 @@ class Decoder:
                         continue
                     break
                 if guesses:
-                    assert length is not None
-                    length.record(len(guesses), kept)
+                    assert drafter is not None
+                    drafter.record(len(guesses), kept)
                     self.drafted_accepted += kept
                     guesses = []
                 # The cache holds the accepted tokens; anything after them was a wrong guess.
@@ -637,12 +628,12 @@ class Decoder:
                     self._truncate(accepted_length)
                 pending = history[len(self.cached) :]  # the last token picked, and any closing written
                 kept = 0
-                if draft is not None and length is not None and index is not None:
-                    room = min(length.next(), self.exact_rows - len(pending))
+                if drafter is not None:
+                    room = min(drafter.room(), self.exact_rows - len(pending))
                     if limit is not None:
                         room = min(room, limit - produced - 1)
                     if room > 0:
-                        guesses = self._guesses(index, samplers.constraint, draft, room)
+                        guesses = drafter.guesses(samplers.constraint, room)
                 if not guesses:  # one token at a time: the next row is the only one
                     self._decode(pending, outputs=1)
                     accepted_length = len(self.cached)
@@ -665,17 +656,6 @@ class Decoder:
         any number when rows are computed alike in any batch, else fewer than a row group (each row then
         goes through the one-row kernels)."""
         return self._n_batch if self.row_group == 1 else self.row_group - 1
-
-    @staticmethod
-    def _guesses(index: _NgramIndex, constraint: Constraint | None, draft: Drafting, room: int) -> list[int]:
-        """Up to ``room`` guesses of the next tokens: those the grammar forces, then what followed the
-        history's last n-gram (through the forced tokens) where it occurred before."""
-        guesses = constraint.forced()[:room] if constraint is not None and draft.forced else []
-        if not guesses:
-            return index.following(room)
-        if len(guesses) < room:
-            guesses += index.following_tail([*index.tokens[-draft.ngram :], *guesses], room - len(guesses))
-        return guesses
 
     def _sample(
         self, samplers: _Samplers, row: int, grammar_check: GrammarCheck, logprobs: int | None
