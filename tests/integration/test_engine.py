@@ -23,6 +23,8 @@ from snapllm.protocol.requests import parse_request
 from snapllm.protocol.responses.responses_api import inference_request, parse_invoke
 from tests.support.generation import LONG_GENERATION, serving_over
 
+#: A greedy pick, seeded.
+GREEDY = Sampling(0.0, 1.0, seed=1)
 #: ggml's type id for bf16 (``enum ggml_type``), which llama-cpp-python's bindings do not name.
 GGML_TYPE_BF16 = 30
 
@@ -95,6 +97,14 @@ def test_context_window_limits(model_path):
     generation = small.generate(parse_request({**COUNTING, "max_tokens": 200}))
     assert generation.prompt_tokens + generation.completion_tokens <= 64
     assert generation.finish_reason == "length"
+    # A prompt one token short of llama.cpp's own window (256 cells), then one that differs from it in its
+    # last token only: that token, evaluated after the 254 cached, has no room for the filler rows that
+    # complete a row group, and is evaluated without them.
+    full = Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=256), model_name="full")
+    first = full.tokenize("word " * 400, add_bos=True)[:255]
+    second = [*first[:254], full.tokenize(" river", add_bos=False)[0]]
+    answers = [full.generate(EngineRequest(tuple(p), GREEDY, max_tokens=4)) for p in (first, second)]
+    assert [(a.cached_tokens, a.completion_tokens) for a in answers] == [(0, 1), (254, 1)]
 
 
 def test_stops_at_the_deadline_with_what_it_has(serving):
