@@ -173,13 +173,13 @@ class EngineSettings(Settings):
     # values of one type, so with bf16 values every batch runs the one row-by-row kernel, in float32, and a
     # token's attention is the same whatever batch computed it. f16 values pick the kernel by the batch's
     # rows (tiled for 64 or more, row by row for fewer, split for one row once the cache holds 512).
-    # Measured on Qwen2.5-Coder-1.5B Q4_K_M at 2 threads: 1,024-token prompts at 0.91 of f16's speed, decoding
-    # the same.
+    # Measured on Qwen2.5-Coder-1.5B Q4_K_M at 2 threads, interleaved with f16 in one run: 1,000-token prompts
+    # at 0.81 of f16's speed, decoding within the run's noise (docs/decoding.md).
     cache_type_v: ValueCacheType = "bf16"
     """The KV cache's type for values with flash attention: `bf16` (one attention kernel for any batch: a
     token's logits, and so an answer at temperature 0, do not depend on how the prompt was split or what
-    the prompt cache held) or `f16` (llama.cpp's default: prompts of many hundred tokens about 10% faster,
-    answers that may change with the cache's history). Without flash attention values are f16."""
+    the prompt cache held) or `f16` (llama.cpp's default: prompts of many hundred tokens about a fifth
+    faster, answers that may change with the cache's history). Without flash attention values are f16."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping: a downloaded model is mapped only with `repack_weights` off) or `all` (the weights
