@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import llama_cpp.llama_cpp as low_level
 from llama_cpp import Llama
@@ -238,11 +238,11 @@ class Engine(LoadedModel):
         *,
         model_name: str,
         model_digest: str | None = None,
-        draft: Drafting | None = None,
+        draft: Drafting | Literal["auto"] | None = "auto",
     ) -> None:
         super().__init__(llama, model_name=model_name, model_digest=model_digest, settings=settings)
         self._decoder = Decoder(llama, row_group=settings.row_group)
-        self._draft = draft if draft is not None else default_drafting(settings)
+        self._draft = default_drafting(settings) if draft == "auto" else draft
         self._token_texts_by_attribute: dict[int, frozenset[str]] = {}
         self._settings = settings
         #: Saved prompt prefixes: the declared ones (pinned) and recent conversations' (least recently used).
@@ -269,7 +269,7 @@ class Engine(LoadedModel):
         model_name: str,
         source: str | None = None,
         model_digest: str | None = None,
-        draft: Drafting | None = None,
+        draft: Drafting | Literal["auto"] | None = "auto",
     ) -> Engine:
         """Load a GGUF file (``/proc/self/fd/N`` for a memfd) with llama.cpp: memory-mapped, or, for a memfd
         while ``settings.repack_weights`` is on, read into llama.cpp's own (repacked) buffers, after which
@@ -277,6 +277,7 @@ class Engine(LoadedModel):
 
         ``source`` names where the bytes came from (``s3://...``) in the :class:`ModelLoadError` raised
         when llama.cpp refuses them: a memfd's path alone says nothing about which model it was.
+        ``draft``: the speculative decoding requests get ("auto": :func:`default_drafting`; None: none).
         """
         threads = settings.threads or available_cpus()
         try:
