@@ -13,7 +13,8 @@ export NO_MKDOCS_2_WARNING := 1
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/dev.txt scripts/setup.sh layers/llama-cpp/cpu-flags.sh
+$(VENV)/.installed: pyproject.toml requirements/dev.txt scripts/setup.sh layers/llama-cpp/cpu-flags.sh \
+		layers/llama-cpp/patch-sources.sh $(wildcard layers/llama-cpp/patches/*.patch)
 	scripts/setup.sh
 
 # AWS SAM CLI pins its own boto3 range, so it lives in a venv of its own.

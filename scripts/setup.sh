@@ -14,19 +14,30 @@ fi
 # (layers/llama-cpp/cpu-flags.sh: never the build machine's own), so a seeded answer is the same on every
 # machine and the recorded replays (events/**/*.expected.json) hold wherever they run. OpenMP off: GNU
 # OpenMP does not survive fork(), which the local runner uses to model restores from one snapshot.
-# pip's wheel cache does not know the flags, so the wheel is built once into a folder named after them.
+# The sources carry snapllm's patches (layers/llama-cpp/patches). pip's wheel cache knows neither the flags
+# nor the patches, so the wheel is built once into a folder named after both.
 source layers/llama-cpp/cpu-flags.sh
+source layers/llama-cpp/patch-sources.sh
 llama_version=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
 cpu=$(cpu_flags "$(uname -m)" | tr '\n' ' ') || cpu=
 llama_flags="${SNAPLLM_LLAMA_CMAKE_ARGS:-$cpu-DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
-wheels=${SNAPLLM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/snapllm}/wheels
-wheels=$wheels/llama-cpp-python-$llama_version-$(printf '%s' "$llama_flags" | sha256sum | cut -c1-12)
+cache=${SNAPLLM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/snapllm}
+wheels=$cache/wheels/llama-cpp-python-$llama_version-$(printf '%s %s' "$llama_flags" "$(patches_digest)" | sha256sum | cut -c1-12)
 if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
   echo "setup: compiling llama-cpp-python $llama_version (about 10 minutes on 2 cores, once per machine)"
-  rm -rf "$wheels.partial"
+  sdist_dir=$cache/llama-cpp/sdist
+  if [ ! -f "$sdist_dir/llama_cpp_python-$llama_version.tar.gz" ]; then
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+      "llama-cpp-python==$llama_version" -d "$sdist_dir"
+  fi
+  rm -rf "$wheels.partial" "$wheels.sources"
+  mkdir -p "$wheels.sources"
+  tar -xzf "$sdist_dir/llama_cpp_python-$llama_version.tar.gz" -C "$wheels.sources"
+  patch_sources "$wheels.sources/llama_cpp_python-$llama_version"
   CMAKE_ARGS="$llama_flags" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
     "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-cache-dir \
-    --no-binary llama-cpp-python -w "$wheels.partial" "llama-cpp-python==$llama_version"
+    -w "$wheels.partial" "$wheels.sources/llama_cpp_python-$llama_version"
+  rm -rf "$wheels.sources"
   mv "$wheels.partial" "$wheels"
 fi
 # A venv set up before the flags changed holds another build: replace that one package.

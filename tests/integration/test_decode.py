@@ -178,16 +178,13 @@ def test_an_answer_continues_from_the_cached_prefix(serving):
     }
     first = serving.generate(parse_request(body))
     again = serving.generate(parse_request(body))
-    # The whole prompt but its last token is reused (evaluated again for its logits, in a batch of filler
-    # rows completing the kernels' row group), and the answer does not change.
+    # The whole prompt but its last token is reused (evaluated again for its logits, alone), and the answer
+    # does not change.
     assert again.cached_tokens == again.prompt_tokens - 1 and again.text == first.text
 
 
 def test_drafting_keeps_plain_decodings_tokens_and_leaves_no_wrong_guess_in_the_cache(model_path):
-    # Weights not repacked: every row is computed alike in any batch, so a verified draft holds as many rows
-    # as it has guesses.
-    settings = EngineSettings(threads=1, repack_weights=False)
-    drafting = Engine.load(str(model_path), settings, model_name="smollm2", draft=Drafting())
+    drafting = Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2", draft=Drafting())
     serving = serving_over(drafting)
     document = (Path(REPO) / "events/agent/documents/snapstart.md").read_text()[:600]
     question = [{"role": "user", "content": f"{document}\n\nQuote the first sentence above."}]

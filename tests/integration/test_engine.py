@@ -98,8 +98,7 @@ def test_context_window_limits(model_path):
     assert generation.prompt_tokens + generation.completion_tokens <= 64
     assert generation.finish_reason == "length"
     # A prompt one token short of llama.cpp's own window (256 cells), then one that differs from it in its
-    # last token only: that token, evaluated after the 254 cached, has no room for the filler rows that
-    # complete a row group, and is evaluated without them.
+    # last token only: that token is evaluated alone after the 254 cached, at the window's edge.
     full = Engine.load(str(model_path), EngineSettings(threads=1, n_ctx=256), model_name="full")
     first = full.tokenize("word " * 400, add_bos=True)[:255]
     second = [*first[:254], full.tokenize(" river", add_bos=False)[0]]
@@ -168,18 +167,20 @@ def _first_answers(engine: Engine, prompt: list[int]) -> list[tuple[TokenLogprob
     # then holds generated positions that the next prompt starts with too.
     answer(prompt[:100], reuse_cache=False)
     after_a_cached_prefix = answer(prompt)  # all but the first 100 tokens evaluated
-    sent_again = answer(prompt)  # only its last token evaluated again (with filler rows)
+    sent_again = answer(prompt)  # only its last token evaluated again, alone
     return [whole, after_a_cached_prefix, sent_again]
 
 
 @pytest.mark.parametrize(
     ("attention", "threads", "length", "same_after_a_prefix", "same_sent_again"),
     [
-        # Without flash attention the last token evaluated again, in a batch completed by filler rows, takes
-        # the same matrix kernels as in the whole prompt (shown after a prompt of two batches: 641 tokens).
-        ({"flash_attention": False}, 1, 641, True, True),
-        # f16 values: ggml's attention kernel for fewer than 64 rows rounds otherwise than its tiled one.
-        ({"cache_type_v": "f16"}, 1, 300, True, False),
+        # Without flash attention the attention's matrix products take one kernel for a row alone and another
+        # for a batch: the last token evaluated again alone (after a prompt of two batches: 641 tokens) gets
+        # other logits than in the whole prompt.
+        ({"flash_attention": False}, 1, 641, True, False),
+        # f16 values: ggml's attention kernel for fewer than 64 rows rounds otherwise than its tiled one, so
+        # the generated positions the prompt after the prefix reuses, and the last token sent again, differ.
+        ({"cache_type_v": "f16"}, 1, 300, False, False),
         # The default, bf16 values: one attention kernel for any batch, on one thread and on two (ggml
         # splits each batch's rows between the threads).
         ({}, 1, 300, True, True),
@@ -211,22 +212,13 @@ def test_answers_do_not_depend_on_what_the_prompt_cache_held(
 
 
 @pytest.mark.parametrize(
-    ("attention", "reused_by_the_follow_up", "reused_by_the_answer_sent_back"),
-    [
-        # Nothing computed while generating is reused (one row at a time: the repacked weights' one-row
-        # kernels), but every position a prompt's batches computed is.
-        ({}, 200, 100),
-        ({"flash_attention": False}, 200, 100),
-        # Weights not repacked: every row is computed alike in any batch, generated ones too.
-        ({"repack_weights": False}, 200, 108),
-    ],
+    "attention",
+    [{}, {"flash_attention": False}, {"repack_weights": False}],
     ids=["default", "no-flash-attention", "not-repacked"],
 )
-def test_what_a_prompt_takes_from_the_prompt_cache(
-    model_path, attention, reused_by_the_follow_up, reused_by_the_answer_sent_back
-):
-    # The live sequence's rule alone: a saved state of the 220-token prompt would give the answer sent back
-    # its 8 positions as that prompt's batch computed them (108 reused).
+def test_what_a_prompt_takes_from_the_prompt_cache(model_path, attention):
+    # The live sequence's rule alone: every cached position a prompt starts with is reused, the prompt's own
+    # and those computed while generating (a row is computed alike in any batch), but the prompt's last.
     settings = EngineSettings(threads=1, prefix_cache_mb=0, **attention)
     engine = Engine.load(str(model_path), settings, model_name="smollm2")
     try:
@@ -242,7 +234,7 @@ def test_what_a_prompt_takes_from_the_prompt_cache(
         answered = list(engine.cached_tokens)  # the prompt, and the 8 answer tokens evaluated after it
         assert len(answered) == 108
         sent_back = reused(answered + prompt[:100])
-        assert (follow_up, sent_back) == (reused_by_the_follow_up, reused_by_the_answer_sent_back)
+        assert (follow_up, sent_back) == (200, 108)
     finally:
         engine.close()
 

@@ -168,8 +168,9 @@ def test_the_cache_of_recent_prefixes_never_exceeds_its_bound(load):
         assert engine.prefix_cache.recent_bytes <= budget
     recent = engine.prefix_cache.recent
     assert engine.prefix_stats.evictions > 0 and len(recent) >= 3
-    # The most recent conversation before the live one is kept, and a prompt that returns to it restores it.
-    assert recent[-1].tokens == prompts[-2][: len(recent[-1].tokens)]
+    # The most recent conversation before the live one is kept (its prompt and the token generated after
+    # it), and a prompt that returns to it restores it.
+    assert recent[-1].tokens[: len(prompts[-2])] == prompts[-2]
     again = engine.generate(EngineRequest(tuple(prompts[-2]), greedy, max_tokens=2))
     assert again.cached_tokens > 0 and engine.prefix_stats.restores == 1
 

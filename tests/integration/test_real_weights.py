@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
+import jsonschema
 import openai
 import pydantic
 import pytest
@@ -155,6 +156,71 @@ def test_a_bare_json_call_under_auto_comes_back_as_the_call_whole_and_streamed(c
     assert _calls(completion) == [("get_weather", {"city": "Paris"})]
     text, calls, finish = _streamed_calls(client.chat.completions.create(**ask, stream=True))
     assert (text, calls, finish) == ("", [("get_weather", {"city": "Paris"})], "tool_calls")
+
+
+#: Answers a small model writes until the budget ends, as JSON: an open-ended array and a free string.
+LONG_ANSWERS = {
+    "open-ended array": (
+        "List two hundred fruits.",
+        {
+            "type": "object",
+            "properties": {"fruits": {"type": "array", "items": {"type": "string"}}},
+            "required": ["fruits"],
+        },
+    ),
+    "free string": (
+        "Write a long story about a lighthouse keeper.",
+        {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "story": {"type": "string"}},
+            "required": ["title", "story"],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LONG_ANSWERS))
+def test_an_answer_cut_by_max_tokens_still_parses_and_validates(client, name, case):
+    question, schema = LONG_ANSWERS[case]
+    ask = {
+        "model": name,
+        "messages": [{"role": "user", "content": question}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+        "max_tokens": 40,
+        "temperature": 0,
+    }
+    closed = client.chat.completions.create(**ask).choices[0]
+    # Cut: the client still learns that the budget ended the answer.
+    assert closed.finish_reason == "length"
+    jsonschema.validate(json.loads(closed.message.content or ""), schema)
+    # Without the closing the same answer is cut where the limit falls, and is not JSON.
+    cut = client.chat.completions.create(**ask, extra_body={"close_at_max_tokens": False}).choices[0]
+    assert cut.finish_reason == "length"
+    with pytest.raises(ValueError):
+        json.loads(cut.message.content or "")
+
+
+def test_a_tool_call_cut_by_max_tokens_is_still_the_call(client, name):
+    note = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "text": {"type": "string"}},
+        "required": ["title", "text"],
+    }
+    ask = {
+        "model": name,
+        "messages": [
+            {"role": "user", "content": "Write a 500-word essay on lighthouses and save it as a note."}
+        ],
+        "tools": [{"type": "function", "function": {"name": "save_note", "parameters": note}}],
+        "tool_choice": "required",
+        "max_tokens": 40,
+        "temperature": 0,
+    }
+    completion = client.chat.completions.create(**ask)
+    calls = _calls(completion)
+    assert [call_name for call_name, _ in calls] == ["save_note"], completion.choices[0].message
+    # The arguments are JSON with the tool's own keys only (none copied from the schema, none invented).
+    jsonschema.validate(calls[0][1], {**note, "additionalProperties": False})
 
 
 def test_a_json_object_answer_with_tools_is_never_a_call(client, name):
@@ -460,8 +526,9 @@ def merge(left, right):
 
 @pytest.fixture(scope="module")
 def drafting_engine() -> Engine:
-    # Weights not repacked: every row is computed alike in any batch, so drafting is on by default.
-    settings = EngineSettings(threads=int(TEST_THREADS), n_ctx=2048, repack_weights=False)
+    # The defaults (repacked weights, bf16 values): every row is computed alike in any batch, so drafting is
+    # on by default.
+    settings = EngineSettings(threads=int(TEST_THREADS), n_ctx=2048)
     engine = Engine.load(str(model_path("qwen2.5-coder-0.5b")), settings, model_name="qwen")
     assert engine.drafting is not None
     return engine
@@ -484,5 +551,6 @@ def test_speculative_answers_are_plain_decodings_tokens(drafting_engine, tempera
         assert answers[0].text == answers[1].text, question
         assert answers[1].timings.draft_n == 0
         kept[question] = answers[0].timings.draft_n_accepted
-    # The edit copies the function: much of its answer is drafted and kept.
-    assert kept[EDIT] >= ANSWER_TOKENS // 4, kept
+    # The edit copies the function: guesses of it are drafted and kept (how many depends on what each
+    # batch cost: drafting pauses after one that did not pay off).
+    assert kept[EDIT] > 0, kept

@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 
-from snapllm.engine import constraint
+from snapllm.engine import constraint, decode
+from snapllm.engine.model import Engine
+from snapllm.engine.settings import EngineSettings
 from snapllm.errors import SchemaValidationFailedError
 from snapllm.protocol.constraints import compiled_schema
 from snapllm.protocol.constraints.compiled_schema import clear_cache
 from snapllm.protocol.requests import ChatCompletionRequest
 from snapllm.protocol.serving import OpenAIServing
+from tests.support.generation import serving_over
 
 PLACE = {
     "type": "object",
@@ -74,3 +77,28 @@ def test_each_schema_of_a_request_is_compiled_once_and_a_repeat_not_at_all(servi
     _serve(serving, _body(response_format=form, tools=[WEATHER], tool_choice="auto"))
     assert compiled_schema.COMPILATIONS.count == before + 2
     assert constraint.COMPILES.count == grammars_before + 2
+
+
+def test_a_declared_schema_is_compiled_before_the_snapshot_and_kept(model_path, monkeypatch):
+    # A deploy's declared prefix with its response_format (SNAPLLM_PROMPT_PREFIXES), kept by the warm-up:
+    # a request with that schema compiles nothing, whatever its messages, even after other schemas have
+    # turned both caches over.
+    clear_cache()
+    engine = Engine.load(str(model_path), EngineSettings(threads=1), model_name="smollm2")
+    serving = serving_over(engine)
+    form = {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE}}
+    system = {"role": "system", "content": "You answer in JSON."}
+    serving.keep_prefixes([{"messages": [system], "response_format": form}])
+    monkeypatch.setattr(compiled_schema, "CACHE_SIZE", 2)
+    monkeypatch.setattr(decode, "COMPILED_GRAMMARS", 2)
+    for length in range(3, 7):
+        other = {"type": "object", "properties": {"name": {"type": "string", "maxLength": length}}}
+        _serve(
+            serving,
+            _body(response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": other}}),
+        )
+    before = compiled_schema.COMPILATIONS.count, constraint.COMPILES.count
+    question = {"role": "user", "content": "Name the capital of Italy as a place."}
+    _serve(serving, _body(response_format=form, messages=[system, question]))
+    assert (compiled_schema.COMPILATIONS.count, constraint.COMPILES.count) == before
+    engine.close()

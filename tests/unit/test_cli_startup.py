@@ -12,13 +12,14 @@ import sys
 import pytest
 
 from snapllm.engine.prefault import PREFAULT_MODES
-from snapllm_dev.bench import decode, engine, grammar
+from snapllm_dev.bench import engine, grammar, speculative
 from snapllm_dev.bench.arguments import (
-    DRAFTS,
     ENGINE_SIDES,
     GRAMMAR_CASES,
     GRAMMAR_MODELS,
     PREFAULT_CHOICES,
+    SPECULATIVE_CASES,
+    SPECULATIVE_SIDES,
 )
 from snapllm_dev.cli import build_parser
 from snapllm_dev.local.arguments import PACKAGED_MODEL_NAMES
@@ -105,7 +106,12 @@ def test_the_bench_prefault_choices_are_the_engine_modes():
 def test_the_bench_choices_are_the_benchmarks_own_tables():
     assert sorted(GRAMMAR_MODELS) == sorted(grammar.MODELS)
     assert sorted(GRAMMAR_CASES) == sorted(grammar.CASES)
-    assert sorted(DRAFTS) == sorted(decode.DRAFTS)
+    assert tuple(speculative.CASES) == SPECULATIVE_CASES
+    assert (
+        *speculative.SNAPLLM_SIDES,
+        *speculative.SERVER_SIDES,
+        speculative.DRAFT_SIDE,
+    ) == SPECULATIVE_SIDES
     assert tuple(engine.SIDES) == ENGINE_SIDES  # in the order each round runs them
 
 

@@ -123,6 +123,23 @@ def test_a_schema_over_the_size_limit_is_refused_before_any_compile():
     assert COMPILATIONS.count == before
 
 
+def test_a_compile_past_the_timeout_is_refused_and_served_once_it_is_done(monkeypatch):
+    # The bound is the compile's time, not the schema's size: 143,000 characters of properties compile.
+    clear_cache()
+    large = {"type": "object", "properties": {f"field_{i:05d}": {"type": "integer"} for i in range(4800)}}
+    assert len(json.dumps(large, separators=(",", ":"))) > 140_000
+    monkeypatch.setattr(compiled_schema, "COMPILE_TIMEOUT_S", 0.001)
+    with pytest.raises(InvalidRequestError, match=r"did not compile within 0\.001 s") as caught:
+        compile_schema(large, param="response_format")
+    assert caught.value.param == "response_format"
+    # The compile ran on to its end, and was kept: the same schema sent again is served at once.
+    monkeypatch.setattr(compiled_schema, "COMPILE_TIMEOUT_S", 60.0)
+    compiled = compile_schema(large, param="response_format")
+    assert not compiled.violations('{"field_00007": 7}')
+    monkeypatch.setattr(compiled_schema, "COMPILE_TIMEOUT_S", 0.001)
+    assert compile_schema(large, param="response_format") is compiled
+
+
 # --- Whitespace ---------------------------------------------------------------------------------------------
 
 PLACE = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "array"}}}
@@ -454,9 +471,8 @@ def test_a_hostile_schema_compiles_and_masks_within_its_bound_or_is_refused_nami
         assert matcher.consume_token(int(rng.choice(allowed)))
 
 
-def test_thousands_of_nested_refs_compile_on_a_stack_that_holds_them(monkeypatch):
+def test_thousands_of_nested_refs_compile_on_a_stack_that_holds_them():
     """3,000 nested ``$ref``s overflow a usual thread stack inside llguidance (the process died)."""
-    monkeypatch.setattr(compiled_schema, "MAX_SCHEMA_CHARS", 10**6)
     depth = 3000
     defs = {f"d{i}": {"type": "array", "items": {"$ref": f"#/$defs/d{i + 1}"}} for i in range(depth)}
     schema = {"$ref": "#/$defs/d0", "$defs": {**defs, f"d{depth}": {"type": "null"}}}

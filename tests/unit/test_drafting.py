@@ -28,24 +28,21 @@ def test_forced_tokens_come_first_and_the_lookup_continues_through_them():
     draft = _Draft(Drafting(ngram=3, min_ngram=2, tokens=8), [1, 2, 3, 4, 5, 1])
     assert draft.guesses(Forcing(), 5) == [2, 3, 4, 5, 1]  # type: ignore[arg-type]
     assert draft.guesses(Forcing(), 1) == [2]  # type: ignore[arg-type]
-    assert _Draft(Drafting(forced=False), [1, 2, 3, 1, 2]).guesses(Forcing(), 4) == [3, 1, 2]  # type: ignore[arg-type]
+    assert _Draft(Drafting(min_ngram=2, forced=False), [1, 2, 3, 1, 2]).guesses(Forcing(), 4) == [3, 1, 2]  # type: ignore[arg-type]
 
 
-def test_the_length_grows_after_a_run_kept_whole_shrinks_after_a_miss_and_pauses_after_misses_at_one():
+def test_the_length_follows_what_is_kept_and_a_batch_that_does_not_pay_off_pauses_drafting():
     draft = _Draft(Drafting(tokens=8), [])
     assert draft.room() == 8
-    draft.record(8, 2)
+    draft.record(8, 2, paid_off=True)
     assert draft.room() == 3
-    draft.record(3, 3)
+    draft.record(3, 3, paid_off=True)
     assert draft.room() == 6
-    draft.record(6, 0)
-    assert draft.room() == 1
-    draft.record(1, 0)  # a miss at one: one token without guesses
+    draft.record(6, 0, paid_off=False)  # no token sooner: one token without guesses
     assert [draft.room() for _ in range(2)] == [0, 1]
-    draft.record(1, 0)  # again: twice as long
+    draft.record(1, 0, paid_off=False)  # again: twice as long
     assert [draft.room() for _ in range(3)] == [0, 0, 1]
-    draft.record(1, 1)  # kept: the pause resets, the length doubles
+    draft.record(1, 1, paid_off=True)  # kept, and sooner: the pause resets, the length doubles
     assert draft.room() == 2
-    draft.record(2, 0)
-    draft.record(1, 0)
-    assert [draft.room() for _ in range(2)] == [0, 1]
+    draft.record(2, 1, paid_off=False)  # a guess kept, but the batch took longer than two tokens alone
+    assert [draft.room() for _ in range(2)] == [0, 2]

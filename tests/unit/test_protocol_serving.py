@@ -9,6 +9,7 @@ the same path with the real model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -129,6 +130,10 @@ class ScriptedEngine:
 
     def prime(self, tokens: list[int]) -> None:
         self.primed = tokens
+
+    @contextlib.contextmanager
+    def keeping_grammars(self) -> Iterator[None]:
+        yield
 
 
 def _serving(engine: ScriptedEngine, max_tokens: int = 64) -> OpenAIServing:

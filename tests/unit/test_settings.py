@@ -102,12 +102,16 @@ def test_an_explicit_mapping_is_all_that_is_read(monkeypatch):
         InferenceSettings.from_env()  # os.environ
 
 
-def test_any_batch_size_is_taken_and_repacked_weights_keep_rows_in_groups_of_four():
-    for attention in ({}, {"SNAPLLM_FLASH_ATTENTION": "false"}, {"SNAPLLM_CACHE_TYPE_V": "f16"}):
+def test_any_batch_size_is_taken_and_only_bf16_values_make_attention_batch_invariant():
+    for attention, invariant in (
+        ({}, True),
+        ({"SNAPLLM_REPACK_WEIGHTS": "false"}, True),
+        ({"SNAPLLM_FLASH_ATTENTION": "false"}, False),
+        ({"SNAPLLM_CACHE_TYPE_V": "f16"}, False),
+    ):
         settings = InferenceSettings.from_env({**MODEL, **attention, "SNAPLLM_N_BATCH": "64"})
-        assert (settings.engine.n_batch, settings.engine.row_group) == (64, 4)
-    unpacked = InferenceSettings.from_env({**MODEL, "SNAPLLM_REPACK_WEIGHTS": "false"})
-    assert unpacked.engine.row_group == 1 and unpacked.engine.batch_invariant_attention
+        assert settings.engine.n_batch == 64
+        assert settings.engine.batch_invariant_attention is invariant
 
 
 def test_values_are_stripped_and_blank_means_the_default():

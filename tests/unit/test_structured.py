@@ -16,6 +16,7 @@ from snapllm.protocol.constraints.structured import (
     generic_tool_call_text,
     parse_cut_tool_calls,
     parse_tool_calls,
+    tool_arguments,
     tool_call_schema,
 )
 from snapllm.protocol.limits import Limits
@@ -272,3 +273,33 @@ def test_strict_mode_applies_where_the_request_asks_for_it():
         assert caught.value.param == param
     lenient = {**tool, "function": {**tool["function"], "strict": False}}
     parse_request({**base, "tools": [lenient]})
+
+
+def test_tool_arguments_are_generated_with_the_listed_keys_and_checked_as_written():
+    said = {"type": "object", "properties": {"a": {"type": "string"}}}
+    parameters = {
+        "type": "object",
+        "properties": {
+            "plain": said,
+            "open": {**said, "additionalProperties": True},
+            "patterned": {**said, "patternProperties": {"^x-": {}}},
+            "combined": {"allOf": [said, {"properties": {"b": {}}}]},
+            "items": {"type": "array", "items": said},
+        },
+        "$defs": {"kept": said},
+    }
+    compiled = tool_arguments(parameters)
+    generated = compiled.enforced
+    properties = generated["properties"]
+    assert generated["additionalProperties"] is False
+    assert properties["plain"]["additionalProperties"] is False
+    assert properties["items"]["items"]["additionalProperties"] is False
+    assert generated["$defs"]["kept"]["additionalProperties"] is False
+    assert properties["open"]["additionalProperties"] is True
+    assert "additionalProperties" not in properties["patterned"]
+    # Each branch of an allOf names some of the keys: closing one would refuse the other's.
+    assert all("additionalProperties" not in branch for branch in properties["combined"]["allOf"])
+    # The answer is checked against the schema as written: a key the grammar never writes still validates.
+    assert compiled.schema == parameters and not compiled.value_violations({"extra": 1, "plain": {"z": 2}})
+    # One compile for the request's validation, its grammar and its answer check.
+    assert check_schema(parameters, param="tools.0.function.parameters", listed_keys_only=True) is compiled

@@ -327,3 +327,35 @@ def test_markers_are_the_models_special_tokens_where_it_has_them():
     assert found == {"<|channel|>": 7, "<|message|>": 8, "[TOOL_CALLS]": 9, "<tool_call>": 10}
     assert spelled("<|channel|>final<|message|>", found) == '<[7]> "final" <[8]>'
     assert spelled('say "hi"\n', {}) == '"say \\"hi\\"\\n"'
+
+
+#: A tool whose parameters say nothing of keys besides their properties (JSON Schema then allows any).
+OPEN = {
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "where": {"type": "object", "properties": {"x": {}}}},
+        "required": ["city"],
+    },
+}
+
+
+@pytest.mark.parametrize("tool_format", FORMATS, ids=lambda f: f.name)
+def test_arguments_are_generated_with_only_the_keys_the_tool_lists(tool_format):
+    # A model that invents a key, or copies the schema's own ("required") into the call, is refused, nested
+    # objects too, as llama.cpp's converter refuses them; the tool's own keys are taken.
+    request = parse_request(
+        {
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [{"type": "function", "function": OPEN}],
+            "tool_choice": "required",
+        }
+    )
+    grammar = _grammar(TOKENS, tool_format, request=request)
+    text = WRITTEN[tool_format.name][0]
+    for arguments in ('{"city": "Paris", "days": 2}', '{"city":"Paris","days":2}'):
+        text = text.replace(arguments, '{"city": "Paris", "where": {"x": 1}}')
+    assert TOKENS.allows(grammar, text), text
+    for extra in ('"required": ["city"]', '"# appreciable": 1'):
+        assert not TOKENS.allows(grammar, text.replace('"city": "Paris"', f'"city": "Paris", {extra}')), extra
+    assert not TOKENS.allows(grammar, text.replace('{"x": 1}', '{"x": 1, "y": 2}'))

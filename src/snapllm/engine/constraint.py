@@ -49,6 +49,12 @@ MASK_TIME_BOUND_S = 0.1
 #: schemas holds 5-30 MB of grammar and lexer, which its copies share (about 0.3 MB each); :data:`LIMITS`
 #: caps one at about 40 MB of lexer states, so eight hold 320 MB at the very most.
 COMPILED_GRAMMARS = 8
+#: The tokens tried, in order, to end a structured answer soonest (:meth:`Constraint.closing`): outside a
+#: JSON string, closing its containers first, then the comma that ends a value (a number would otherwise
+#: grow), then the shortest values; inside one, its closing quote, then a character for a string that must
+#: grow. Each is tried where the model's vocabulary has it as one token.
+CLOSING_OUTSIDE = ("}", "]", ",", "0", '""', "null", "false", "[]", "{}", '"', "[", "{", ":", " ")
+CLOSING_INSIDE = ('"', "a", "0")
 #: The stack a grammar compiles on. llguidance walks nested rules recursively: 3,000 nested rules overflow the
 #: main thread's 8 MiB and kill the process (SIGSEGV); 256 MiB holds about 100,000, more than a request's
 #: size limits let a grammar nest. Only the pages a compile touches are ever backed by memory.
@@ -126,12 +132,18 @@ class Constraint:
         self._matcher = _compiled(tokenizer, grammar)
         if self._matcher.is_error():
             raise ValueError(f"the grammar does not compile: {self._matcher.get_error()}")
+        self._closers = (
+            _single_tokens(tokenizer, CLOSING_OUTSIDE),
+            _single_tokens(tokenizer, CLOSING_INSIDE),
+        )
         self._start()
 
     def _start(self) -> None:
         self._bitmask = llguidance.numpy.allocate_token_bitmask(1, self._tokenizer.vocab_size)
         self._n_vocab = self._tokenizer.vocab_size
         self._ends = frozenset(self._tokenizer.eos_tokens)
+        #: Whether the text taken so far ends inside a JSON string (and after a backslash in it).
+        self._in_string = self._escaped = False
         #: Masks computed (a token the pick broke the grammar with, or every step when checking eagerly).
         self.masks = 0
         #: The longest mask took this long (seconds).
@@ -145,6 +157,7 @@ class Constraint:
         copy = object.__new__(Constraint)
         copy._tokenizer = self._tokenizer
         copy._matcher = self._matcher.deep_copy()
+        copy._closers = self._closers
         copy._start()
         return copy
 
@@ -180,9 +193,59 @@ class Constraint:
         """Advance past ``token`` (one :meth:`allows` said yes to)."""
         started = time.perf_counter()
         taken = self._matcher.consume_token(token)
+        self._in_string, self._escaped = self._scan(token, self._in_string, self._escaped)
         self.seconds += time.perf_counter() - started
         if not taken:
             self._fail()
+
+    def closing(self, most: int) -> list[int] | None:
+        """The tokens that end the answer soonest from here, the grammar complete after them: ``[]`` where it
+        is complete already, None where that takes more than ``most`` tokens (or no way is found). Greedy:
+        the tokens the grammar forces, else the first of :data:`CLOSING_OUTSIDE` (or, in a JSON string,
+        :data:`CLOSING_INSIDE`) it allows, else the first token its mask allows. The matcher is left as it
+        was."""
+        started = time.perf_counter()
+        matcher = self._matcher
+        taken: list[int] = []
+        in_string, escaped = self._in_string, self._escaped
+        try:
+            while not matcher.is_accepting():
+                if len(taken) >= most:
+                    return None
+                token = next(iter(matcher.compute_ff_tokens()), None)
+                if token is None:
+                    token = self._closer(in_string)
+                if token is None or not matcher.consume_token(token):
+                    return None
+                taken.append(token)
+                in_string, escaped = self._scan(token, in_string, escaped)
+            return taken
+        finally:
+            if taken:
+                matcher.rollback(len(taken))
+            self.seconds += time.perf_counter() - started
+
+    def _closer(self, in_string: bool) -> int | None:
+        for token in self._closers[1 if in_string else 0]:
+            if self._matcher.validate_tokens([token]) == 1:
+                return token
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bitmask)
+        bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little", count=self._n_vocab)
+        return next((int(token) for token in np.flatnonzero(bits) if int(token) not in self._ends), None)
+
+    def _scan(self, token: int, in_string: bool, escaped: bool) -> tuple[bool, bool]:
+        """Where the text is after ``token``: inside a JSON string or not, and after a backslash in it. A
+        control token (a tool call's marker) is outside any string."""
+        if self._tokenizer.is_special_token(token):
+            return False, False
+        for byte in self._tokenizer.decode_bytes([token]):
+            if escaped:
+                escaped = False
+            elif in_string and byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = not in_string
+        return in_string, escaped
 
     def allowed(self) -> np.ndarray:
         """Which tokens the grammar allows next, as a boolean array over the vocabulary."""
@@ -202,3 +265,9 @@ class Constraint:
             f"the output constraint could not be enforced within its bounds: {self._matcher.get_error()}; "
             "simplify the schema or grammar"
         )
+
+
+def _single_tokens(tokenizer: llguidance.LLTokenizer, texts: Sequence[str]) -> tuple[int, ...]:
+    """The tokens of those of ``texts`` that the vocabulary has as one token, in order."""
+    found = (tokenizer.tokenize_str(text) for text in texts)
+    return tuple(tokens[0] for tokens in found if len(tokens) == 1)

@@ -4,7 +4,7 @@
         ...  # stop iterating to stop: the last token yielded is never evaluated
 
 It knows tokens, samplers and grammars, nothing of requests. docs/decoding.md says how it samples, checks
-grammars and drafts, and why a prompt's batches hold whole groups of rows (``row_group``).
+grammars and drafts, and why a token's logits do not depend on the batch that computed it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from snapllm.engine.types import Sampling, SpanBudget
 
 #: llama_token_data as numpy sees it: the candidates array is filled from the logits without a Python loop.
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
-#: How the decoder computed a cached position: in a prompt's batch (whole groups of ``row_group`` rows), or
-#: while generating (one row, or a verified draft's few).
-_PROMPT, _GENERATED = 0, 1
 #: The most candidates a sampling chain may keep for the grammar to check them one by one: past that, one
 #: mask costs less than the checks.
 _CHECKED_CANDIDATES = 64
@@ -47,6 +44,13 @@ _logits_ith.argtypes = (ctypes.c_void_p, ctypes.c_int32)
 _logits_ith.restype = ctypes.c_void_p
 #: The most biases a greedy pick weighs one by one rather than with numpy over the vocabulary.
 _BIASES_WEIGHED_ONE_BY_ONE = 8
+#: How many tokens before the limit a constrained answer starts checking whether its shortest valid end
+#: still fits (:meth:`Constraint.closing`), and the tokens left beside that end when it is written: one
+#: token may open two containers, so the end may grow by two while the tokens left shrink by one.
+CLOSING_WINDOW = 64
+CLOSING_MARGIN = 2
+#: The weight of the latest decode in :attr:`Decoder._decode_seconds`' moving averages.
+_DECODE_TIME_WEIGHT = 0.25
 #: The rows of a decode's logits sampled from when it had one output: its last.
 _LAST_ROW = (-1,)
 _FLOAT32 = struct.Struct("f")
@@ -62,10 +66,11 @@ PromptCheck = Callable[[int, int, float], None]
 class Drafting:
     """Speculative decoding's proposers: the tokens a grammar forces next (``forced``), then what followed
     the latest earlier occurrence of the answer's last ``ngram`` tokens (down to ``min_ngram``) in the
-    prompt or the answer so far. Up to ``tokens`` guesses a step, fewer while guesses miss."""
+    prompt or the answer so far. Up to ``tokens`` guesses a step, fewer while guesses miss. A match of two
+    tokens guessed wrong too often in free text to pay for its batches: three by default."""
 
     ngram: int = 3
-    min_ngram: int = 2
+    min_ngram: int = 3
     tokens: int = 8
     forced: bool = True
 
@@ -103,8 +108,9 @@ class _NgramIndex:
 class _Draft:
     """One request's drafting: its proposers over the prompt and the answer so far, and how many guesses to
     offer next. That number doubles after a run kept whole and falls to one past the guesses kept after a
-    miss; after a miss at one, drafting pauses (twice as long each time, up to 64 tokens), so a proposer
-    that keeps missing stops costing rows."""
+    miss; after a batch that did not pay for itself (fewer tokens than its time would have decoded one by
+    one), drafting pauses, twice as long each time up to 64 tokens, so a proposer that keeps missing stops
+    costing time."""
 
     def __init__(self, drafting: Drafting, prompt: Sequence[int]) -> None:
         self.drafting = drafting
@@ -127,15 +133,18 @@ class _Draft:
         tail = [*self.index.tokens[-self.drafting.ngram :], *forced]
         return [*forced, *self.index.following(tail, room - len(forced))] if len(forced) < room else forced
 
-    def record(self, offered: int, kept: int) -> None:
+    def record(self, offered: int, kept: int, *, paid_off: bool) -> None:
+        """After a batch of ``offered`` guesses of which the first ``kept`` were confirmed; ``paid_off``:
+        whether its tokens (``kept`` + 1) came sooner than one by one would have given them."""
         if kept == offered:
             self.length = min(self.drafting.tokens, self.length * 2)
-            self._pause = 0
-        elif kept == 0 and self.length == 1:
-            self._pause = min(64, max(1, self._pause * 2))
-            self._paused = self._pause
         else:
             self.length = max(1, kept + 1)
+        if paid_off:
+            self._pause = 0
+        else:
+            self._pause = min(64, max(1, self._pause * 2))
+            self._paused = self._pause
 
 
 @dataclass(frozen=True)
@@ -356,15 +365,19 @@ class Decoder:
         self._tokenizer = vocabulary_tokenizer(llama)
         #: The grammars compiled lately, each as a matcher at its start that requests take copies of.
         self._compiled: OrderedDict[str, Constraint] = OrderedDict()
+        #: The grammars kept compiled for good (a deploy's declared ones, before the snapshot), and whether
+        #: the grammars compiled now are (:meth:`snapllm.engine.model.Engine.keeping_grammars`).
+        self._kept: set[str] = set()
+        self.keeping = False
         self._compiled_lock = threading.Lock()
         #: The tokens whose keys and values the context holds, in order.
         self.cached: list[int] = []
-        #: How many rows the weight kernels multiply at once: a prompt's batches hold whole groups of it
-        #: (filler rows complete the last), and a generated row, computed alone, is not reused by a prompt
-        #: (1: every row is computed alike in any batch).
+        #: How many rows the weight kernels multiply at once (4 over repacked weights): a draft's batch holds
+        #: whole groups of them, as a row outside a group reads every weight again, alone.
         self.row_group = row_group
-        #: How each cached position was computed (``_PROMPT``, ``_GENERATED``).
-        self._computed: list[int] = []
+        #: What a generating decode of so many rows has taken lately, in seconds (a moving average): whether
+        #: a draft's batch paid for itself, on this machine, model and context.
+        self._decode_seconds: dict[int, float] = {}
         # Whether the context's last logits are those after ``cached[-1]`` (a prompt equal to ``cached`` can
         # then be sampled from without evaluating anything).
         self._logits_current = False
@@ -412,12 +425,17 @@ class Decoder:
             found = self._compiled.get(grammar)
             if found is not None:
                 self._compiled.move_to_end(grammar)
+                if self.keeping:
+                    self._kept.add(grammar)
                 return found
         compiled = Constraint(self._tokenizer, grammar)
         with self._compiled_lock:
             self._compiled[grammar] = compiled
-            while len(self._compiled) > COMPILED_GRAMMARS:
-                self._compiled.popitem(last=False)
+            if self.keeping:
+                self._kept.add(grammar)
+            loose = [key for key in self._compiled if key not in self._kept]
+            for key in loose[: max(0, len(loose) - COMPILED_GRAMMARS)]:
+                del self._compiled[key]
         return compiled
 
     def _take_constraint(self, grammar: str | None) -> Constraint | None:
@@ -432,14 +450,9 @@ class Decoder:
         # of the cache, which after a restore faulted in all of it at the first request.
         low_level.llama_memory_clear(self._memory, False)
         self.cached = []
-        self._computed = []
         self._logits_current = False
 
     # --- Saved states (snapllm.engine.prefixes) ------------------------------------------------------------
-
-    def keepable(self) -> int:
-        """How many leading cached positions a later prompt could reuse (those computed as a prompt's are)."""
-        return self._alike()
 
     def save(self, length: int) -> SavedState:
         """The KV state of the first ``length`` cached positions (the cache keeps only those afterwards)."""
@@ -449,7 +462,7 @@ class Decoder:
         written = low_level.llama_state_seq_get_data(self._ctx, data, size, 0)
         if written != size:
             raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
-        return SavedState(list(self.cached), list(self._computed), data)
+        return SavedState(list(self.cached), data)
 
     def restore(self, state: SavedState) -> None:
         """Make the cache hold ``state`` (and nothing else), as when its tokens were evaluated."""
@@ -458,30 +471,22 @@ class Decoder:
             self.reset()
             raise RuntimeError("llama.cpp refused a saved sequence state")
         self.cached = list(state.tokens)
-        self._computed = list(state.computed)
 
     def reused_from(self, state: SavedState, prompt: Sequence[int]) -> int:
         """How many of ``prompt``'s tokens :meth:`reused` would give after :meth:`restore` of ``state``."""
-        live = self.cached, self._computed
-        # The same rule as the live sequence's: reused() only reads them.
-        self.cached, self._computed = state.tokens, state.computed
-        try:
-            return self.reused(prompt)
-        finally:
-            self.cached, self._computed = live
+        return _reusable(state.tokens, prompt)
 
     def reused(self, prompt: Sequence[int]) -> int:
-        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating: the
-        common prefix of the positions computed as a prompt's are, less the last prompt token, which is
-        evaluated again for its logits."""
-        return max(0, min(_common_prefix(self.cached, prompt), self._alike(), len(prompt) - 1))
+        """How many of ``prompt``'s tokens :meth:`tokens` will take from the cache instead of evaluating."""
+        return _reusable(self.cached, prompt)
 
-    def _alike(self) -> int:
-        """How many leading cached positions were computed as a prompt's evaluation computes them: all of them
-        when a row is computed alike in any batch, else those before the first generated one."""
-        if self.row_group == 1:
-            return len(self._computed)
-        return next((i for i, how in enumerate(self._computed) if how == _GENERATED), len(self._computed))
+    def reserve_outputs(self, rows: int) -> None:
+        """Make llama.cpp's logits buffer hold ``rows`` rows (a decode with that many outputs; the cache is
+        left empty)."""
+        self.reset()
+        rows = min(rows, self._n_batch, self._n_ctx)
+        self._decode([0] * rows, outputs=rows)
+        self.reset()
 
     def evaluate(self, tokens: Sequence[int], check: PromptCheck | None = None) -> None:
         """Evaluate ``tokens`` after the cached ones, in batches of ``n_batch`` at most (the logits of the
@@ -489,13 +494,12 @@ class Decoder:
         stops the evaluation there, the batches evaluated staying in the cache."""
         last = (0.0, 1)  # the last batch's seconds and tokens: the pace the next one is expected at
         largest = min(self._n_batch, self._n_ubatch)
-        largest -= largest % self.row_group
         for start in range(0, len(tokens), largest):
             end = min(start + largest, len(tokens))
             if check is not None and start:
                 check(start, len(tokens), last[0] * (end - start) / last[1])
             began = time.perf_counter()
-            self._decode(tokens[start:end], outputs=1, grouped=True)
+            self._decode(tokens[start:end], outputs=1)
             last = (time.perf_counter() - began, end - start)
 
     def _truncate(self, length: int) -> None:
@@ -504,47 +508,32 @@ class Decoder:
                 self.reset()
                 return
             del self.cached[length:]
-            del self._computed[length:]
             self._logits_current = False
 
     def _load(self, prompt: Sequence[int], check: PromptCheck | None) -> None:
-        if self._logits_current and self.cached == list(prompt) and self._alike() == len(prompt):
+        if self._logits_current and self.cached == list(prompt):
             return
         self._truncate(self.reused(prompt))
         self.evaluate(prompt[len(self.cached) :], check)
 
-    def _decode(self, tokens: Sequence[int], *, outputs: int, grouped: bool = False) -> None:
-        """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``.
-        ``grouped``: a prompt's batch, completed to whole groups of ``row_group`` rows by filler rows (the
-        last token again, at the next positions), whose keys and values are dropped afterwards."""
+    def _decode(self, tokens: Sequence[int], *, outputs: int) -> None:
+        """One llama_decode of ``tokens`` (at most ``n_batch``), with logits for the last ``outputs``."""
         batch = self._batch
         n = len(tokens)
         past = len(self.cached)
-        # Filler rows only where the context has room for them (a prompt that fills it ends ungrouped).
-        rows = min(n + (-n % self.row_group if grouped else 0), max(n, self._n_ctx - past))
-        if rows == 1:  # a generated token: three writes cost less than three numpy slices
+        if n == 1:  # a generated token: three writes cost less than three numpy slices
             batch.token[0], batch.pos[0], batch.logits[0] = tokens[0], past, outputs > 0
         else:
             self._batch_tokens[:n] = tokens
-            self._batch_tokens[n:rows] = tokens[-1]
-            self._batch_positions[:rows] = np.arange(past, past + rows, dtype=np.int32)
-            self._batch_outputs[:rows] = 0
+            self._batch_positions[:n] = np.arange(past, past + n, dtype=np.int32)
+            self._batch_outputs[:n] = 0
             self._batch_outputs[n - outputs : n] = 1
-        batch.n_tokens = rows
-        try:
-            code = low_level.llama_decode(self._ctx, batch)
-        finally:
-            if rows > n:  # the filler rows' keys and values
-                low_level.llama_memory_seq_rm(self._memory, 0, past + n, -1)
+        batch.n_tokens = n
+        code = low_level.llama_decode(self._ctx, batch)
         if code != 0:
             self._logits_current = False
             raise RuntimeError(f"llama_decode returned {code}")
         self.cached.extend(tokens)
-        how = _PROMPT if grouped else _GENERATED
-        if n == 1:
-            self._computed.append(how)
-        else:
-            self._computed.extend([how] * n)
         self._logits_current = True
 
     # --- Generation -------------------------------------------------------------------------------------
@@ -561,6 +550,7 @@ class Decoder:
         draft: Drafting | None = None,
         span: SpanTracker | None = None,
         check: PromptCheck | None = None,
+        close_at_limit: bool = False,
     ) -> Iterator[Sampled]:
         """Sample after ``prompt`` until the caller stops iterating, ``limit`` tokens are out, or an
         end-of-generation token (yielded, flagged, and never evaluated) comes.
@@ -569,8 +559,11 @@ class Decoder:
         the last one the caller took. ``logprobs``: how many of the most likely alternatives each token
         reports (0: only its own log probability; None: nothing). ``check`` is asked between the prompt's
         batches (:meth:`evaluate`): what it raises comes out of the first ``next()``. ``draft``: guesses
-        evaluated beside each sampled token, in a batch no larger than :attr:`exact_rows` (each row of it
-        computed as a generated token alone is), so the tokens are those plain decoding picks.
+        evaluated beside each sampled token in one batch, each row of which computes what it would
+        alone, so the tokens are those plain decoding picks.
+        ``close_at_limit``: a constrained answer whose shortest valid end only just fits the tokens left
+        before ``limit`` ends that way (:meth:`Constraint.closing`), so an answer cut by the limit is
+        still complete.
         """
         constraint = self._take_constraint(grammar)
         self._load(prompt, check)
@@ -584,7 +577,7 @@ class Decoder:
             # are checked against (row i predicts guess i).
             rows: Sequence[int] = _LAST_ROW
             guesses: list[int] = []
-            kept = 0
+            kept = batch_rows = 0
             while True:
                 for i, row in enumerate(rows):
                     picked = self._sample(samplers, row, grammar_check, logprobs)
@@ -598,6 +591,13 @@ class Decoder:
                         drafter.index.append(picked.token)
                     if limit is not None and produced >= limit:
                         return
+                    if close_at_limit and samplers.constraint is not None and limit is not None:
+                        end = _closing_due(samplers.constraint, limit - produced)
+                        if end:
+                            for token in end:
+                                samplers.accept(token)
+                                yield Sampled(token, False, None if logprobs is None else 0.0)
+                            return
                     closing = span.closing_due(picked.token) if span is not None else ()
                     if closing:
                         for token in closing:
@@ -620,7 +620,7 @@ class Decoder:
                     break
                 if guesses:
                     assert drafter is not None
-                    drafter.record(len(guesses), kept)
+                    drafter.record(len(guesses), kept, paid_off=self._paid_off(batch_rows, kept + 1))
                     self.drafted_accepted += kept
                     guesses = []
                 # The cache holds the accepted tokens; anything after them was a wrong guess.
@@ -629,18 +629,24 @@ class Decoder:
                 pending = history[len(self.cached) :]  # the last token picked, and any closing written
                 kept = 0
                 if drafter is not None:
-                    room = min(drafter.room(), self.exact_rows - len(pending))
+                    room = drafter.room()
+                    if room:  # at least the guesses that complete the pending tokens' row group
+                        room = max(room, -len(pending) % self.row_group)
+                    room = min(room, self._n_batch - len(pending))
                     if limit is not None:
                         room = min(room, limit - produced - 1)
                     if room > 0:
                         guesses = drafter.guesses(samplers.constraint, room)
+                        rows = len(pending) + len(guesses)
+                        del guesses[max(0, len(guesses) - rows % self.row_group) :]
                 if not guesses:  # one token at a time: the next row is the only one
-                    self._decode(pending, outputs=1)
+                    self._timed_decode(pending, outputs=1)
                     accepted_length = len(self.cached)
                     rows = _LAST_ROW
                     continue
                 self.drafted += len(guesses)
-                self._decode([*pending, *guesses], outputs=1 + len(guesses))
+                batch_rows = len(pending) + len(guesses)
+                self._timed_decode([*pending, *guesses], outputs=1 + len(guesses))
                 accepted_length = len(self.cached) - len(guesses)
                 # Batch rows: the last pending token's (its logits predict guess 0), then each guess's.
                 rows = list(range(len(pending) - 1, len(pending) + len(guesses)))
@@ -650,12 +656,23 @@ class Decoder:
             samplers.close()
             self._truncate(accepted_length)
 
-    @property
-    def exact_rows(self) -> int:
-        """The most rows a generating batch may hold for each to be computed as a generated token alone is:
-        any number when rows are computed alike in any batch, else fewer than a row group (each row then
-        goes through the one-row kernels)."""
-        return self._n_batch if self.row_group == 1 else self.row_group - 1
+    def _timed_decode(self, tokens: Sequence[int], *, outputs: int) -> None:
+        """A generating decode, its time kept in :attr:`_decode_seconds` by its number of rows."""
+        started = time.perf_counter()
+        self._decode(tokens, outputs=outputs)
+        took = time.perf_counter() - started
+        last = self._decode_seconds.get(len(tokens))
+        self._decode_seconds[len(tokens)] = (
+            took if last is None else last + _DECODE_TIME_WEIGHT * (took - last)
+        )
+
+    def _paid_off(self, rows: int, tokens: int) -> bool:
+        """Whether a batch of ``rows`` that gave ``tokens`` took less than as many one-row decodes (at first,
+        before either is timed: whether it gave more than one)."""
+        batch, one = self._decode_seconds.get(rows), self._decode_seconds.get(1)
+        if batch is None or one is None:
+            return tokens > 1
+        return batch < tokens * one
 
     def _sample(
         self, samplers: _Samplers, row: int, grammar_check: GrammarCheck, logprobs: int | None
@@ -775,6 +792,21 @@ def _biased(logit: float, biases: tuple[float, ...]) -> float:
         except OverflowError:  # beyond float32's range: float32 addition gives the infinity
             logit = math.copysign(math.inf, total)
     return logit
+
+
+def _closing_due(constraint: Constraint, left: int) -> list[int]:
+    """The shortest valid end of a constrained answer when it is time to write it (it and
+    :data:`CLOSING_MARGIN` fill the ``left`` tokens), else nothing."""
+    if left > CLOSING_WINDOW:
+        return []
+    end = constraint.closing(left)
+    return end if end and len(end) + CLOSING_MARGIN >= left else []
+
+
+def _reusable(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many of ``prompt``'s tokens a cache holding ``cached`` gives: their common prefix, less the last
+    prompt token, which is evaluated again for its logits (every position computes alike in any batch)."""
+    return max(0, min(_common_prefix(cached, prompt), len(prompt) - 1))
 
 
 def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:

@@ -10,6 +10,7 @@ It takes tokens, sampling settings, stop strings and a grammar, and knows no Ope
 from __future__ import annotations
 
 import codecs
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
@@ -390,6 +391,16 @@ class Engine(LoadedModel):
             return False
         return True
 
+    @contextlib.contextmanager
+    def keeping_grammars(self) -> Iterator[None]:
+        """Keep for good every grammar compiled (or found compiled) inside: a deploy's declared ones, compiled
+        before the snapshot, which no number of other grammars evicts."""
+        self._decoder.keeping = True
+        try:
+            yield
+        finally:
+            self._decoder.keeping = False
+
     # --- Generation -----------------------------------------------------------------------------------------
 
     def generate(
@@ -448,7 +459,7 @@ class Engine(LoadedModel):
         with self._running():
             self._decoder.reset()
             self._decoder.evaluate(tokens)
-            keep = min(self._decoder.keepable(), len(tokens))
+            keep = min(len(self._decoder.cached), len(tokens))
             if not keep:
                 return 0
             state = self._decoder.save(keep)
@@ -459,6 +470,10 @@ class Engine(LoadedModel):
         """Leave exactly ``tokens`` evaluated in the KV cache (after a warm-up: the prefix every chat
         starts with, so the first request after a restore reuses it as a warm one would)."""
         with self._running():
+            if self._draft is not None:
+                # llama.cpp's logits buffer grows to a drafted batch's rows now, before the snapshot, rather
+                # than in the first request after a restore (whose pages the prefault has not touched).
+                self._decoder.reserve_outputs(1 + self._draft.tokens)
             self._decoder.reset()
             self._decoder.evaluate(tokens)
             self._prefixes.forget_recent()
@@ -506,7 +521,7 @@ class Engine(LoadedModel):
         prompt = list(request.tokens)
         # A request that evaluates afresh (a seed) reuses nothing, but still evaluates over the live sequence.
         live = decoder.reused(prompt) if request.reuse_cache else 0
-        keep = decoder.keepable()
+        keep = len(decoder.cached)
         if keep > max(live, MIN_SAVED_TOKENS - 1) and not prefixes.holds(decoder.cached[:keep]):
             # The request would evaluate over what this conversation may reuse next turn.
             prefixes.add(decoder.save(keep))
@@ -542,6 +557,7 @@ class Engine(LoadedModel):
             draft=self._draft if request.speculative else None,
             span=span,
             check=progress.check_prompt if progress.deadline is not None else None,
+            close_at_limit=request.close_at_limit,
         )
         return _Completion(
             tokens, piece, stop=list(request.stop), max_tokens=max_tokens, progress=progress, span=span
@@ -549,10 +565,9 @@ class Engine(LoadedModel):
 
 
 def default_drafting(settings: EngineSettings) -> Drafting | None:
-    """Speculative decoding where it is exact and can gain: kernels that compute a row alike in any batch
-    (weights not repacked, attention over bf16 values). With repacked weights a verified draft may hold only
-    rows the one-row kernels compute, each reading the weights again: exact, but no faster."""
-    return Drafting() if settings.row_group == 1 and settings.batch_invariant_attention else None
+    """Speculative decoding where it is exact: attention over bf16 values, which computes a row alike in
+    any batch (the weight kernels do in snapllm's build of llama.cpp: docs/decoding.md)."""
+    return Drafting() if settings.batch_invariant_attention else None
 
 
 def _result(

@@ -24,8 +24,6 @@ class SavedState:
     """One sequence's KV state as llama.cpp wrote it, and the tokens whose keys and values it holds."""
 
     tokens: list[int]
-    #: How the decoder computed each position (its ``_computed`` codes), so its reuse rule applies.
-    computed: list[int]
     data: ctypes.Array[ctypes.c_uint8] = field(repr=False)
 
     @property

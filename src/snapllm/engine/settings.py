@@ -27,8 +27,8 @@ ValueCacheType = Literal["f16", "bf16"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 #: How many of a batch's rows ggml's repacked weight kernels multiply at once: rows in whole groups of four
-#: go through the group kernel, the rest (a generated token among them) through the one-row kernel, which
-#: rounds differently (:mod:`snapllm.engine.decode` keeps the two apart).
+#: share one read of the weights, a row outside a group reads them alone (both give the same bits in
+#: snapllm's build: docs/decoding.md).
 REPACKED_ROW_GROUP = 4
 #: The prefix cache's default bound, as a share of the function's memory: 188 MiB of 3,008 (three 1,700-token
 #: prefixes of Llama 3.2 1B, at 32 KiB a token), 640 MiB of 10,240.
@@ -194,10 +194,8 @@ class EngineSettings(Settings):
     """Longest the after-restore prefault runs, in milliseconds; what is left then, the first request
     faults in. Lambda fails a restore whose hooks take over 10 s."""
 
-    # A restored state gives the answer the whole prompt evaluated afresh gives: a state holds only
-    # positions a prompt's batches computed (snapllm.engine.decode keeps them apart from generated ones where
-    # the weight kernels round a lone row differently), and a prompt reuses from it by the live sequence's
-    # rule (tests/integration/test_real_weights.py holds it on Qwen2.5-Coder).
+    # A restored state gives the answer the whole prompt evaluated afresh gives: every position computes
+    # alike in any batch (docs/decoding.md; tests/integration/test_real_weights.py holds it on Qwen2.5-Coder).
     prefix_cache_mb: int | None = Field(None, ge=0, json_schema_extra={"unset": "1/16 of the memory"})
     """RAM for the KV states of recent conversations' prompt prefixes, in MiB: a request that starts like
     one of them restores its state rather than evaluating it again (least recently used dropped first; 0:
@@ -215,5 +213,5 @@ class EngineSettings(Settings):
 
     @property
     def row_group(self) -> int:
-        """How many rows the weight kernels multiply at once (1: each row alike in any batch)."""
+        """How many rows the weight kernels multiply at once (:data:`REPACKED_ROW_GROUP`, or 1)."""
         return REPACKED_ROW_GROUP if self.repack_weights else 1

@@ -114,6 +114,9 @@ class EngineRequest:
     span: SpanBudget | None = None
     #: Whether speculative decoding may draft for it (the tokens are the same either way).
     speculative: bool = True
+    #: Whether a constrained answer cut by ``max_tokens`` ends the shortest valid way in its last tokens
+    #: (the JSON closed), rather than where the limit falls.
+    close_at_limit: bool = True
 
 
 @dataclass(frozen=True)

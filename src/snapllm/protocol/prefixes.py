@@ -1,7 +1,10 @@
 """A deploy's declared prompt prefixes (``SNAPLLM_PROMPT_PREFIXES``): chat requests without their last user
 turn, read and rendered to the tokens whose state the engine keeps (:mod:`snapllm.engine.prefixes`).
 
-    [{"messages": [{"role": "system", "content": "You are..."}], "tools": [...]}]
+    [{"messages": [{"role": "system", "content": "You are..."}], "tools": [...], "response_format": {...}}]
+
+An entry's ``tools`` and ``response_format`` are compiled before the snapshot and kept: a request that
+sends the same ones compiles nothing.
 
 docs/architecture.md ("Declared prompt prefixes") says what an entry holds and where its prefix ends.
 """
@@ -22,8 +25,10 @@ _BUNDLED_FILES = Path(__file__).parent / "declared"
 MAX_PREFIXES_BYTES = 4 * 1024 * 1024
 #: The most entries one file may declare: each is a KV state in RAM and in the snapshot.
 MAX_PREFIXES = 64
-#: The fields an entry may have: what shapes a chat's rendered start.
-PREFIX_FIELDS = frozenset({"messages", "tools", "tool_choice", "reasoning_effort", "chat_template_kwargs"})
+#: The fields an entry may have: what shapes a chat's rendered start, and the schemas compiled with it.
+PREFIX_FIELDS = frozenset(
+    {"messages", "tools", "tool_choice", "response_format", "reasoning_effort", "chat_template_kwargs"}
+)
 #: The two user turns appended to an entry: the prefix ends where they first differ.
 SENTINELS = ("Hello.", "Goodbye.")
 

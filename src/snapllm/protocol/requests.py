@@ -214,6 +214,7 @@ def check_tools(
                 function.parameters,
                 param=parameters_param.format(index=index),
                 strict=function.strict is True,
+                listed_keys_only=True,  # as the grammar and the answer check compile it (tool_arguments)
             )
 
 
@@ -493,6 +494,11 @@ class GenerationParameters(DecidedRequest, LocalSamplingFields):
     speculative: bool | None = Field(
         default=None,
         description="snapllm's own: false turns speculative decoding off (the same tokens either way).",
+    )
+    close_at_max_tokens: bool | None = Field(
+        default=None,
+        description="snapllm's own: false leaves a constrained answer cut by max_tokens where the limit "
+        "falls, rather than ending it the shortest valid way in its last tokens.",
     )
     n: int = 1
     stream: bool = False

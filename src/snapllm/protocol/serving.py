@@ -37,9 +37,9 @@ from snapllm.protocol.completions.constraints import ToolCalls, answer_schema, c
 from snapllm.protocol.completions.objects import render_response
 from snapllm.protocol.completions.sse import StreamEncoder, encoder_for
 from snapllm.protocol.constraints.answer_check import check_answer
-from snapllm.protocol.constraints.compiled_schema import compile_schema
+from snapllm.protocol.constraints.compiled_schema import compile_schema, keeping_compiles
 from snapllm.protocol.constraints.lark_grammar import marker_tokens
-from snapllm.protocol.constraints.structured import arguments_schema, arguments_valid, cut_call_error
+from snapllm.protocol.constraints.structured import arguments_valid, cut_call_error, tool_arguments
 from snapllm.protocol.families.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
 from snapllm.protocol.families.families import ModelFamily, detect_family
 from snapllm.protocol.families.reasoning import ReasoningSplitter, ThinkingState
@@ -310,6 +310,7 @@ class OpenAIServing:
                 special_text=self.family.special_text,
                 span=span,
                 speculative=request.speculative is not False,
+                close_at_limit=request.close_at_max_tokens is not False,
             ),
             tool_calls=tool_calls,
             tool_names=tuple(f.name for f in functions),
@@ -520,7 +521,7 @@ class OpenAIServing:
                 # Forced calls come from the call branch alone; what its grammar cannot hold is checked here.
                 parameters = dict(prepared.tool_parameters)
                 for call in calls:
-                    check_answer(arguments_schema(parameters.get(call.name)), call.arguments, param="tools")
+                    tool_arguments(parameters.get(call.name)).check_answer(call.arguments, param="tools")
         if prepared.answer_schema is not None and not calls and finish_reason == "stop":
             check_answer(prepared.answer_schema, text, param="response_format")
         return Generation(
@@ -613,7 +614,9 @@ class OpenAIServing:
         self.prefix_refusals.clear()
         for index, entry in enumerate(entries):
             try:
-                tokens = self.prefix_tokens(entry)
+                # An entry's response_format and tools are compiled as its requests' are, and kept.
+                with keeping_compiles(), self.engine.keeping_grammars():
+                    tokens = self.prefix_tokens(entry)
             except RequestError as exc:
                 refusal = f"declared prompt prefix {index} is refused: {exc.message}"
                 if not refused_ok:

@@ -18,12 +18,21 @@ DEFAULT_BUDGET_MS = 10.0
 MAX_REPEATS = 100_000
 #: The most tokens a benchmark request generates.
 MAX_BENCH_TOKENS = 4096
-#: The grammar benchmark's models and cases, and the drafting methods (the benchmarks' own tables,
-#: :data:`snapllm_dev.bench.grammar.MODELS` / ``CASES`` and :data:`snapllm_dev.bench.decode.DRAFTS`, import
-#: llama_cpp; a unit test keeps them equal).
+#: The grammar benchmark's models and cases, and the speculative benchmark's cases and sides (the
+#: benchmarks' own tables, :data:`snapllm_dev.bench.grammar.MODELS` / ``CASES`` and
+#: :data:`snapllm_dev.bench.speculative.CASES` / ``SNAPLLM_SIDES`` / ``SERVER_SIDES`` / ``DRAFT_SIDE``,
+#: import llama_cpp; a unit test keeps them equal).
 GRAMMAR_MODELS = ("gemma3-270m", "smollm2-135m")
 GRAMMAR_CASES = ("json_object", "json_schema", "tools auto", "tools required")
-DRAFTS = ("prompt-lookup",)
+SPECULATIVE_CASES = ("edit", "rag", "json", "chat")
+SPECULATIVE_SIDES = (
+    "snapllm off",
+    "snapllm lookup",
+    "snapllm auto",
+    "llama-server",
+    "llama-server ngram-simple",
+    "llama-server draft",
+)
 #: The engine benchmark's sides (:data:`snapllm_dev.bench.engine.SIDES`, which imports llama_cpp; a unit test
 #: keeps them equal).
 ENGINE_SIDES = ("snapllm", "llama.cpp", "llama-cpp-python", "engine-kernels", "llama-server")
@@ -261,14 +270,47 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     engine.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     engine.set_defaults(implementation="snapllm_dev.bench.engine")
 
-    decode = kinds.add_parser("decode", help="decoding speed with and without drafting, as ratios")
-    decode.add_argument("--draft", choices=DRAFTS, default="prompt-lookup", help="the drafting method")
-    decode.add_argument(
-        "--model", type=model_or_gguf, default="smollm2-135m", help="a packaged model's name or a GGUF file"
+    speculative = kinds.add_parser(
+        "speculative", help="decode tokens/s with speculative decoding, snapllm and llama-server, as ratios"
     )
-    _decoding_run(decode, rounds=2)
-    decode.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    decode.set_defaults(implementation="snapllm_dev.bench.decode")
+    speculative.add_argument(
+        "--model",
+        type=model_or_gguf,
+        default="qwen2.5-coder-1.5b",
+        help="a packaged model's name or a GGUF file (default qwen2.5-coder-1.5b)",
+    )
+    speculative.add_argument(
+        "--draft-model",
+        type=model_or_gguf,
+        default=None,
+        help="a draft model of the same tokenizer for llama-server's -md side (e.g. qwen2.5-coder-0.5b)",
+    )
+    speculative.add_argument(
+        "--case", choices=SPECULATIVE_CASES, action="append", help="only this case (repeatable)"
+    )
+    speculative.add_argument(
+        "--side", choices=SPECULATIVE_SIDES, action="append", help="only this side (repeatable)"
+    )
+    speculative.add_argument(
+        "--threads",
+        type=integers(1, 1024),
+        default=None,
+        help="thread counts to measure, comma-separated (default: all cores)",
+    )
+    speculative.add_argument(
+        "--rounds",
+        type=integer(1, MAX_REPEATS),
+        default=3,
+        help="measured rounds per case (after one warm-up)",
+    )
+    speculative.add_argument(
+        "--tokens", type=integer(2, MAX_BENCH_TOKENS), default=192, help="max_tokens of every request"
+    )
+    speculative.add_argument(
+        "--n-ctx", type=integer(256, 131_072), default=4096, help="context window, tokens"
+    )
+    speculative.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    speculative.set_defaults(implementation="snapllm_dev.bench.speculative")
 
     prefixes = kinds.add_parser(
         "prefixes", help="time to first token with declared and cached prompt prefixes, as ratios"

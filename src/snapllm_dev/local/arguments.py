@@ -16,7 +16,7 @@ MCP_HELP = (
 )
 #: The packaged models' names (:data:`snapllm_dev.packaged_models.PACKAGED_MODELS`, whose module imports
 #: what a usage error should not load; a unit test keeps them equal).
-PACKAGED_MODEL_NAMES = ("gemma3-270m", "qwen2.5-coder-0.5b", "smollm2-135m")
+PACKAGED_MODEL_NAMES = ("gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2-135m")
 MODEL_HELP = (
     f"GGUF file, or a packaged model ({', '.join(PACKAGED_MODEL_NAMES)}), to serve (default: smollm2-135m)"
 )

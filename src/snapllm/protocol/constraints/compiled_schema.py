@@ -16,7 +16,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import islice
@@ -42,11 +44,16 @@ from jsonschema_specifications import REGISTRY as METASCHEMAS
 from snapllm.errors import InvalidRequestError, SchemaValidationFailedError, UnsupportedParameterError
 from snapllm.protocol.constraints.formats import FORMAT_CHECKER
 
-#: A schema's size as compact JSON, in characters, above which it is refused before anything compiles it
-#: (a deployment may set a lower limit: :class:`snapllm.protocol.limits.Limits`). Real schemas run large
-#: (Kubernetes and JSON Schema Store ones to 100 kB); compiling one costs time in proportion to its size
-#: (0.1-1 s for 20-70 kB on a busy 2-core machine, mostly checking it against its draft's metaschema).
-MAX_SCHEMA_CHARS = 128_000
+#: The longest a request waits for its schema to compile, in seconds: a schema's cost is bounded by time, as
+#: the rest of a request's work is, and by llguidance's limits (:data:`PARSER_LIMITS`), not by its size. A
+#: compile past it is refused; it runs on to its end (those limits bound it) and its result is kept, so the
+#: same schema sent again is served at once.
+COMPILE_TIMEOUT_S = 2.0
+#: A schema's size as compact JSON, in characters, above which it is refused before anything compiles it:
+#: a backstop for what the timeout does not stop (a compile past it runs on), far above real schemas
+#: (Kubernetes and JSON Schema Store ones run to 150 kB; the largest in JSONSchemaBench's sample, 960 kB,
+#: fits). A deployment may set a lower limit (:class:`snapllm.protocol.limits.Limits`).
+MAX_SCHEMA_CHARS = 1_048_576
 #: The longest indentation after a newline between two JSON tokens (``indent=2`` sixteen levels deep:
 #: real-world instances nest eleven and twelve deep).  A gap is one or two tokens whatever its length.
 MAX_INDENT = 32
@@ -256,27 +263,55 @@ def subschemas(schema: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
                     yield f"dependencies.{name}", sub
 
 
+# What makes an object take keys besides its properties, or name keys elsewhere: such an object is
+# generated as written under ``listed_keys_only``.
+_KEYS_BESIDE_PROPERTIES = (
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "$ref",
+)
 # What stays beside a $ref in the drafts that ignore its siblings.
 _BESIDE_REF = frozenset({"$ref", "definitions", "$defs", "$id", "id", "$schema"})
 _REF_ALONE_DRAFTS = (Draft3Validator, Draft4Validator, Draft6Validator, Draft7Validator)
 
 
-def _modern(schema: Any, *, draft4: bool, ref_alone: bool = False) -> Any:
+def _modern(
+    schema: Any,
+    *,
+    draft4: bool,
+    ref_alone: bool = False,
+    listed_keys_only: bool = False,
+    branch: bool = False,
+) -> Any:
     """``schema`` as llguidance reads it (2020-12's spelling): a tuple ``items`` (a list) becomes
     ``prefixItems`` with ``additionalItems`` as ``items``; under draft-04 a boolean ``exclusiveMaximum``
-    moves ``maximum`` (and the same below). Values (``enum``, ``const``) are left as they are."""
+    moves ``maximum`` (and the same below). Values (``enum``, ``const``) are left as they are.
+    ``listed_keys_only``: each object that lists its ``properties`` and says nothing of other keys takes only
+    those (:func:`compile_schema`); ``branch``: this one is an ``allOf`` branch, which names only some."""
     if not isinstance(schema, Mapping):
         return schema
     out = dict(schema)
+    nested = {"draft4": draft4, "ref_alone": ref_alone, "listed_keys_only": listed_keys_only}
     for keyword, value in schema.items():
         if keyword in _SCHEMA_MAPS and isinstance(value, Mapping):
-            out[keyword] = {
-                name: _modern(sub, draft4=draft4, ref_alone=ref_alone) for name, sub in value.items()
-            }
+            out[keyword] = {name: _modern(sub, **nested) for name, sub in value.items()}
         elif keyword in (*_SCHEMA_LISTS, "items") and isinstance(value, list):
-            out[keyword] = [_modern(sub, draft4=draft4, ref_alone=ref_alone) for sub in value]
+            out[keyword] = [_modern(sub, **nested, branch=keyword == "allOf") for sub in value]
         elif keyword in _SCHEMA_ONE:
-            out[keyword] = _modern(value, draft4=draft4, ref_alone=ref_alone)
+            out[keyword] = _modern(value, **nested)
+    listed = schema.get("properties")
+    closable = listed_keys_only and not branch and isinstance(listed, Mapping)
+    # A required key the properties do not list must stay writable.
+    required = schema.get("required")
+    if closable and isinstance(required, list) and not set(map(str, required)) <= set(listed):
+        closable = False
+    if closable and not any(keyword in schema for keyword in _KEYS_BESIDE_PROPERTIES):
+        out["additionalProperties"] = False
     if ref_alone and "$ref" in out:
         # Up to draft-07 a $ref's siblings are ignored (llguidance refuses them in a cycle): only what
         # the reference and the definitions need stays.
@@ -686,7 +721,7 @@ def _left_recursion(schema: Any) -> str | None:
     return None
 
 
-def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
+def _compile(schema: Mapping[str, Any], listed_keys_only: bool) -> CompiledSchema:
     started = time.perf_counter()
     if not isinstance(schema.get("$schema", ""), str):
         raise _Refused("the schema is not valid JSON Schema: $schema must be a string (the draft's URI)")
@@ -708,7 +743,10 @@ def _compile(schema: Mapping[str, Any]) -> CompiledSchema:
             "answer could be validated against it"
         )
     enforced = _modern(
-        schema, draft4=draft in (Draft3Validator, Draft4Validator), ref_alone=draft in _REF_ALONE_DRAFTS
+        schema,
+        draft4=draft in (Draft3Validator, Draft4Validator),
+        ref_alone=draft in _REF_ALONE_DRAFTS,
+        listed_keys_only=listed_keys_only,
     )
     validated: list[str] = list(_dropped_numbers(schema, enforced))
     failed, messages = _llguidance(enforced)
@@ -786,9 +824,9 @@ def _renamed(schema: Any) -> Any:
     return out
 
 
-def _compile_or_refuse(schema: Mapping[str, Any]) -> CompiledSchema | str:
+def _compile_or_refuse(schema: Mapping[str, Any], listed_keys_only: bool) -> CompiledSchema | str:
     try:
-        return _compile(schema)
+        return _compile(schema, listed_keys_only)
     except _Refused as exc:
         return str(exc)
     except RecursionError:
@@ -815,21 +853,46 @@ def _compiler() -> ThreadPoolExecutor:
 
 def _forget_compiler() -> None:
     # A process forked from one that compiled (the local stack restores a snapshot by forking) has no
-    # compile thread: it starts its own, rather than wait on one that is not there.
-    global _COMPILER_LOCK
+    # compile thread: it starts its own, rather than wait on one that is not there, and forgets the compiles
+    # that were running on its parent's.
+    global _COMPILER_LOCK, _CACHE_LOCK
     _COMPILER.clear()
     _COMPILER_LOCK = Lock()
+    _CACHE_LOCK = Lock()
+    for key in [key for key, compiling in _CACHE.items() if not compiling.done()]:
+        del _CACHE[key]
 
 
 os.register_at_fork(after_in_child=_forget_compiler)
 
-_CACHE: OrderedDict[str, CompiledSchema | str] = OrderedDict()
+#: Each schema's compile, by its compact JSON: done (the compiled schema, or why it is refused) or running.
+_CACHE: OrderedDict[str, Future[CompiledSchema | str]] = OrderedDict()
 _CACHE_LOCK = Lock()
+#: The compiles kept for good, never evicted: a deploy's declared schemas, compiled before the snapshot.
+_KEPT: set[str] = set()
+#: Whether the compiles asked for now are kept (:func:`keeping_compiles`).
+_KEEPING = ContextVar("keeping_compiles", default=False)
 
 
-def compile_schema(schema: Any, *, param: str) -> CompiledSchema:
+@contextmanager
+def keeping_compiles() -> Iterator[None]:
+    """Keep for good every schema compiled (or found compiled) inside: a request with one of them never
+    compiles it again, however many others pass through the cache."""
+    token = _KEEPING.set(True)
+    try:
+        yield
+    finally:
+        _KEEPING.reset(token)
+
+
+def compile_schema(schema: Any, *, param: str, listed_keys_only: bool = False) -> CompiledSchema:
     """``schema`` compiled (once: later calls with the same schema share it), or the 400 that refuses it,
-    naming ``param``. Its size is checked before anything compiles it."""
+    naming ``param``: not JSON Schema, not enforceable, over llguidance's limits, or not compiled within
+    :data:`COMPILE_TIMEOUT_S`. Its size is checked (:data:`MAX_SCHEMA_CHARS`) before anything compiles it.
+
+    ``listed_keys_only`` (a tool's arguments): each object that lists its ``properties`` and says nothing
+    of other keys (nor combines schemas that might) is generated with those keys only, as llama.cpp's
+    converter generates it; an answer is still validated against the schema as written."""
     if not isinstance(schema, Mapping):
         raise UnsupportedParameterError(f"{param}: the schema must be a JSON object", param=param)
     try:
@@ -842,22 +905,39 @@ def compile_schema(schema: Any, *, param: str) -> CompiledSchema:
             "accepted",
             param=param,
         )
+    if listed_keys_only:
+        key = f"listed keys only:{key}"
     with _CACHE_LOCK:
-        found = _CACHE.get(key)
-        if found is not None:
+        compiling = _CACHE.get(key)
+        if compiling is None:
+            compiling = _CACHE[key] = _compiler().submit(_compile_or_refuse, schema, listed_keys_only)
+            _evict()
+        else:
             _CACHE.move_to_end(key)
-    if found is None:
-        found = _compiler().submit(_compile_or_refuse, schema).result()
-        with _CACHE_LOCK:
-            _CACHE[key] = found
-            while len(_CACHE) > CACHE_SIZE:
-                _CACHE.popitem(last=False)
+        if _KEEPING.get():
+            _KEPT.add(key)
+    try:
+        found = compiling.result(timeout=COMPILE_TIMEOUT_S)
+    except TimeoutError:
+        raise InvalidRequestError(
+            f"{param}: the schema did not compile within {COMPILE_TIMEOUT_S:g} s, the bound on a schema's "
+            "cost: fewer alternatives, definitions or patterns compile sooner",
+            param=param,
+        ) from None
     if isinstance(found, str):
         raise UnsupportedParameterError(f"{param}: {found}", param=param)
     return found
+
+
+def _evict() -> None:
+    """Drop the least recently used compiles past :data:`CACHE_SIZE`, the kept ones aside. The caller holds
+    the cache's lock."""
+    for key in [key for key in _CACHE if key not in _KEPT][: max(0, len(_CACHE) - len(_KEPT) - CACHE_SIZE)]:
+        del _CACHE[key]
 
 
 def clear_cache() -> None:
     """Forget every compiled schema (a benchmark's compile times are of compiles, not of cache hits)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+        _KEPT.clear()

@@ -78,12 +78,14 @@ _SCHEMA_VALUES = ("items", "additionalProperties")
 MAX_PARALLEL_TOOL_CALLS = 4
 
 
-def check_schema(schema: Any, *, param: str, strict: bool = False) -> CompiledSchema:
+def check_schema(
+    schema: Any, *, param: str, strict: bool = False, listed_keys_only: bool = False
+) -> CompiledSchema:
     """``schema`` compiled (:func:`~snapllm.protocol.constraints.compiled_schema.compile_schema`), or the 400
     that refuses it: not valid JSON Schema in its draft, over the size limit, or over llguidance's limits.
     ``strict`` (OpenAI's ``strict: true``) holds it to OpenAI's strict-mode rules too
     (:func:`strict_mode_breach`)."""
-    compiled = compile_schema(schema, param=param)
+    compiled = compile_schema(schema, param=param, listed_keys_only=listed_keys_only)
     breach = strict_mode_breach(schema) if strict else None
     if breach is not None:
         raise InvalidRequestError(f"{param}: strict mode: {breach}", param=param)
@@ -122,9 +124,18 @@ def strict_mode_breach(schema: Mapping[str, Any]) -> str | None:
 
 
 def arguments_schema(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A function's ``parameters`` as written (an empty object where it has none): what its arguments are
+    checked against."""
     if not parameters:
         return {"type": "object", "properties": {}, "additionalProperties": False}
     return dict(parameters)
+
+
+def tool_arguments(parameters: Mapping[str, Any] | None, *, param: str = "tools") -> CompiledSchema:
+    """A function's arguments compiled (:func:`arguments_schema`), once for the request's validation, its
+    grammar and its answer's check: generated with only the keys each object lists
+    (``listed_keys_only``), checked against the schema as written."""
+    return compile_schema(arguments_schema(parameters), param=param, listed_keys_only=True)
 
 
 def _pointer_token(name: str) -> str:
@@ -261,7 +272,7 @@ def arguments_valid(arguments: str, parameters: Mapping[str, Any] | None) -> boo
         return False
     # The answer check's validator (compiled when the request was read: a cache hit).
     try:
-        compiled = compile_schema(arguments_schema(parameters), param="tools")
+        compiled = tool_arguments(parameters)
     except SnapllmError:
         return False
     return not compiled.value_violations(value)

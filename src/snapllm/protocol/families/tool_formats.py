@@ -14,14 +14,13 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from snapllm.protocol.constraints.compiled_schema import compile_schema
 from snapllm.protocol.constraints.lark_grammar import SPACE, SPACE_RULES, Specials, spelled, string
 from snapllm.protocol.constraints.structured import (
     MAX_PARALLEL_TOOL_CALLS,
     CutCall,
-    arguments_schema,
     parse_cut_tool_calls,
     parse_tool_calls,
+    tool_arguments,
 )
 from snapllm.protocol.families.reasoning import held_length
 
@@ -41,7 +40,7 @@ def _arguments(functions: Functions) -> str:
     """Lark rules ``args_<i>``: each function's arguments, JSON valid against its ``parameters``."""
     rules = []
     for index, function in enumerate(functions):
-        compiled = compile_schema(arguments_schema(function.get("parameters")), param="tools")
+        compiled = tool_arguments(function.get("parameters"))
         rules.append(f"args_{index}: {compiled.lark()}\n")
     return "".join(rules)
 

@@ -68,6 +68,11 @@ _CACHE_PROMPT = _served(
 _SPECULATIVE = _served(
     "snapllm's own: false turns speculative decoding off for the request; the tokens are the same either way"
 )
+_CLOSE_AT_MAX_TOKENS = _served(
+    "snapllm's own: false leaves a structured answer (response_format, text.format, tool arguments) cut by "
+    "max_tokens where the limit falls; by default its last tokens end it the shortest valid way, "
+    "finish_reason still length"
+)
 _MODERATION = _refused("no moderation runs here; moderate before or after calling")
 _MAX_TOKENS = _served("at least 1, at most the deployment's SNAPLLM_MAX_TOKENS; capped by the context window")
 
@@ -147,8 +152,12 @@ LOCAL_IGNORED: dict[str, Decision] = {
     "request_id": _ignored("every answer carries its own x-request-id"),
 }
 
-#: llama-server's own fields served here.
-LOCAL_SERVED: dict[str, Decision] = {"cache_prompt": _CACHE_PROMPT, "speculative": _SPECULATIVE}
+#: Fields of llama-server's and snapllm's own served here.
+LOCAL_SERVED: dict[str, Decision] = {
+    "cache_prompt": _CACHE_PROMPT,
+    "speculative": _SPECULATIVE,
+    "close_at_max_tokens": _CLOSE_AT_MAX_TOKENS,
+}
 
 FIELD_DECISIONS: dict[Endpoint, dict[str, Decision]] = {
     "chat": {

@@ -342,6 +342,11 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
         default=None,
         description="snapllm's own: false turns speculative decoding off (the same tokens either way).",
     )
+    close_at_max_tokens: bool | None = Field(
+        default=None,
+        description="snapllm's own: false leaves a constrained answer cut by max_tokens where the limit "
+        "falls, rather than ending it the shortest valid way in its last tokens.",
+    )
 
     _chat: ChatCompletionRequest | None = PrivateAttr(default=None)
 
@@ -436,6 +441,8 @@ class ResponsesRequest(DecidedRequest, LocalSamplingFields):
             body["cache_prompt"] = self.cache_prompt
         if self.speculative is not None:
             body["speculative"] = self.speculative
+        if self.close_at_max_tokens is not None:
+            body["close_at_max_tokens"] = self.close_at_max_tokens
         if self.max_output_tokens is not None:
             body["max_completion_tokens"] = self.max_output_tokens
         if self.reasoning is not None and self.reasoning.effort is not None:
