@@ -637,8 +637,8 @@ class Decoder:
                         room = min(room, limit - produced - 1)
                     if room > 0:
                         guesses = drafter.guesses(samplers.constraint, room)
-                        rows = len(pending) + len(guesses)
-                        del guesses[max(0, len(guesses) - rows % self.row_group) :]
+                        spare = (len(pending) + len(guesses)) % self.row_group
+                        del guesses[max(0, len(guesses) - spare) :]
                 if not guesses:  # one token at a time: the next row is the only one
                     self._timed_decode(pending, outputs=1)
                     accepted_length = len(self.cached)
