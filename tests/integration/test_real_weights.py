@@ -526,9 +526,8 @@ def merge(left, right):
 
 @pytest.fixture(scope="module")
 def drafting_engine() -> Engine:
-    # The defaults (repacked weights, bf16 values): every row is computed alike in any batch, so drafting is
-    # on by default.
-    settings = EngineSettings(threads=int(TEST_THREADS), n_ctx=2048)
+    # Repacked weights and bf16 values, as by default: every row is computed alike in any batch.
+    settings = EngineSettings(threads=int(TEST_THREADS), n_ctx=2048, speculative=True)
     engine = Engine.load(str(model_path("qwen2.5-coder-0.5b")), settings, model_name="qwen")
     assert engine.drafting is not None
     return engine

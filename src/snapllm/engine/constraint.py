@@ -142,7 +142,10 @@ class Constraint:
         self._bitmask = llguidance.numpy.allocate_token_bitmask(1, self._tokenizer.vocab_size)
         self._n_vocab = self._tokenizer.vocab_size
         self._ends = frozenset(self._tokenizer.eos_tokens)
-        #: Whether the text taken so far ends inside a JSON string (and after a backslash in it).
+        #: The tokens taken, and whether the text of the first ``_scanned`` of them ends inside a JSON string
+        #: (and after a backslash in it): read only when an end is asked for (:meth:`closing`).
+        self._taken: list[int] = []
+        self._scanned = 0
         self._in_string = self._escaped = False
         #: Masks computed (a token the pick broke the grammar with, or every step when checking eagerly).
         self.masks = 0
@@ -193,7 +196,7 @@ class Constraint:
         """Advance past ``token`` (one :meth:`allows` said yes to)."""
         started = time.perf_counter()
         taken = self._matcher.consume_token(token)
-        self._in_string, self._escaped = self._scan(token, self._in_string, self._escaped)
+        self._taken.append(token)
         self.seconds += time.perf_counter() - started
         if not taken:
             self._fail()
@@ -206,6 +209,9 @@ class Constraint:
         was."""
         started = time.perf_counter()
         matcher = self._matcher
+        for token in self._taken[self._scanned :]:
+            self._in_string, self._escaped = self._scan(token, self._in_string, self._escaped)
+        self._scanned = len(self._taken)
         taken: list[int] = []
         in_string, escaped = self._in_string, self._escaped
         try:

@@ -459,7 +459,7 @@ class Engine(LoadedModel):
         with self._running():
             self._decoder.reset()
             self._decoder.evaluate(tokens)
-            keep = min(len(self._decoder.cached), len(tokens))
+            keep = len(tokens)
             if not keep:
                 return 0
             state = self._decoder.save(keep)
@@ -565,9 +565,10 @@ class Engine(LoadedModel):
 
 
 def default_drafting(settings: EngineSettings) -> Drafting | None:
-    """Speculative decoding where it is exact: attention over bf16 values, which computes a row alike in
-    any batch (the weight kernels do in snapllm's build of llama.cpp: docs/decoding.md)."""
-    return Drafting() if settings.batch_invariant_attention else None
+    """Speculative decoding where it is asked for (``settings.speculative``) and exact: attention over bf16
+    values, which computes a row alike in any batch (the weight kernels do in snapllm's build of llama.cpp:
+    docs/decoding.md)."""
+    return Drafting() if settings.speculative and settings.batch_invariant_attention else None
 
 
 def _result(

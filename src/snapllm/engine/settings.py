@@ -180,6 +180,13 @@ class EngineSettings(Settings):
     token's logits, and so an answer at temperature 0, do not depend on how the prompt was split or what
     the prompt cache held) or `f16` (llama.cpp's default: prompts of many hundred tokens about a fifth
     faster, answers that may change with the cache's history). Without flash attention values are f16."""
+    # Off by default: on two cores a batch of four rows costs about 2.2 tokens' time, and on text the prompt
+    # does not echo its guesses missed often enough to cost 5-9% (docs/benchmarks.md, "Speculative decoding").
+    speculative: bool = False
+    """Speculative decoding: guesses of the next tokens (the grammar's forced tokens, then n-grams of the
+    prompt and the answer) verified in one batch, each token the one plain decoding picks (with bf16 values:
+    `cache_type_v`). It gains where answers copy their prompt (a third faster quoting a document, on two
+    cores); a request's `speculative: false` turns it off."""
     prefault: PrefaultMode = "all"
     """Memory the after-restore hook faults in, so the first request does not: `none`, `weights` (the
     model's mapping: a downloaded model is mapped only with `repack_weights` off) or `all` (the weights

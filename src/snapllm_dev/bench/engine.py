@@ -37,6 +37,7 @@ from snapllm_dev.bench.grammar import LLAMA_SERVER, MODELS, llama_server
 from snapllm_dev.bench.stats import CONFIDENCE, PairedRatio
 from snapllm_dev.bench.uprobes import DECODE_SYMBOL, DecodeCalls, DecodeTracer, ProbeUnavailable
 from snapllm_dev.local.report import table
+from snapllm_dev.packaged_models import model_path
 
 #: The side every ratio is taken against: llama-server as its users run it.
 BASELINE = "llama-server"
@@ -369,10 +370,6 @@ def render(model: str, by_threads: dict[int, dict[str, dict[str, Any]]], *, note
     return table(rows, title=f"{model}: {note}")
 
 
-def _model_path(name: str) -> Path:
-    return MODELS[name]() if name in MODELS else Path(name)
-
-
 @contextlib.contextmanager
 def _sides(
     path: Path, settings: EngineSettings, server: str | None, chosen: Collection[str], *, model_name: str
@@ -467,7 +464,11 @@ def _measure_models(
 ) -> int:
     """Each model's table (printed) and results (into ``results``); 2 where a side could not run."""
     for model_name in args.model or list(MODELS):
-        path = _model_path(model_name)
+        try:
+            path = model_path(model_name)
+        except SnapllmError as exc:
+            print(f"snapllm bench engine: {exc}", file=sys.stderr)
+            return 2
         by_threads: dict[int, dict[str, dict[str, Any]]] = {}
         for threads in thread_counts:
             settings = EngineSettings(threads=threads)

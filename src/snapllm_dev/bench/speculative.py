@@ -180,11 +180,6 @@ SERVER_SIDES: dict[str, list[str]] = {
     "llama-server ngram-simple": ["--spec-type", "ngram-simple"],
 }
 DRAFT_SIDE = "llama-server draft"
-#: The side each side's text is compared with (speculation off on the same program).
-_OFF = {
-    name: "snapllm off" if name.startswith("snapllm") else BASELINE
-    for name in [*SNAPLLM_SIDES, *SERVER_SIDES, DRAFT_SIDE]
-}
 
 
 @dataclass(frozen=True)
@@ -251,7 +246,9 @@ def measure(
                     drafts[name][1] += sample.accepted
         by_side: dict[str, Any] = {}
         for name in sides:
-            off = _OFF[name] if _OFF[name] in sides else None
+            # The text is compared with speculation off on the same program.
+            off = "snapllm off" if name.startswith("snapllm") else BASELINE
+            off = off if off in sides else None
             paired = PairedRatio.of(rates[name], rates[BASELINE]) if BASELINE in rates else None
             drafted, accepted = drafts[name]
             by_side[name] = {
