@@ -47,7 +47,9 @@ if [ "$arm64" = 1 ] && [ "$(uname -m)" != aarch64 ]; then
     }
     rm -f .aws-sam/build-arm64.log
     scripts/lambda-base-image.sh arm64 >/dev/null
-    .venv/bin/snapllm sam-local --arch arm64 --build-dir .aws-sam/build --model-only --logs .aws-sam/sam-local-logs-arm64
+    # The tests' model (SmolLM2-135M): under emulation the default model's init alone would take minutes.
+    .venv/bin/snapllm sam-local --arch arm64 --build-dir .aws-sam/build --model-only --model smollm2-135m \
+      --logs .aws-sam/sam-local-logs-arm64
   else
     echo "arm64: skipped, binfmt_misc cannot run qemu-aarch64 on this kernel ('make test-arm64' runs the layer)"
   fi

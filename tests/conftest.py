@@ -17,7 +17,7 @@ import pytest
 from snapllm_dev import sam
 from snapllm_dev.local.s3 import LocalS3
 from snapllm_dev.local.session import LocalDeployment
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 from tests.support.generation import TEST_THREADS, TEST_WARMUP_TOKENS
 from tests.support.paths import TEMPLATE
 
@@ -64,7 +64,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    return default_model_path()
+    return smollm2_path()
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 snapllm local invoke InferenceFunction -e events/inference/chat.json
 snapllm bench coldstart --json
+snapllm eval tools --model qwen2.5-coder-0.5b
 snapllm settings --write docs/configuration.md
 
 Each subcommand's arguments are declared in a light module (``snapllm.<package>.arguments``) that names
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from snapllm_dev.bench.arguments import add_parser as add_bench
 from snapllm_dev.cost.arguments import add_parser as add_cost
 from snapllm_dev.deploycheck.arguments import add_parser as add_deploy_check
+from snapllm_dev.eval.arguments import add_parser as add_eval
 from snapllm_dev.keys.arguments import add_parser as add_keys
 from snapllm_dev.local.arguments import add_parser as add_local
 from snapllm_dev.local.processes import exit_on_sigterm
@@ -33,6 +35,7 @@ SubcommandRegistrar = Callable[[argparse._SubParsersAction], None]
 REGISTRARS: list[SubcommandRegistrar] = [
     add_local,
     add_bench,
+    add_eval,
     add_preflight,
     add_settings,
     add_sam_local,

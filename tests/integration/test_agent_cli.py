@@ -33,7 +33,7 @@ def invoke(capfd, caplog) -> Invoker:
 
     def run(*flags: str) -> InProcessRun:
         done = run_main(
-            ["local", "invoke", "AgentFunction", *flags],
+            ["local", "invoke", "AgentFunction", "--model", "smollm2-135m", *flags],
             capfd,
             env={"SNAPLLM_THREADS": TEST_THREADS},
             caplog=caplog,
@@ -83,7 +83,18 @@ def test_mcp_adds_a_real_mcp_servers_tools_and_the_table_shows_each_call():
     with ToolServer.start() as server:
         done = subprocess.run(
             [
-                *[sys.executable, "-m", "snapllm_dev.cli", "local", "invoke", "AgentFunction", "-e", "-"],
+                *[
+                    sys.executable,
+                    "-m",
+                    "snapllm_dev.cli",
+                    "local",
+                    "invoke",
+                    "AgentFunction",
+                    "-e",
+                    "-",
+                    "--model",
+                    "smollm2-135m",
+                ],
                 *["--mcp", f"ops={server.url}", "--env", "SNAPLLM_AGENT_MAX_TOOL_CALLS=2", "--approve"],
             ],
             cwd=REPO,

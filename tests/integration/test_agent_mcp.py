@@ -21,6 +21,7 @@ import pytest
 
 from snapllm.agent.budget import OFFLOADED
 from snapllm.agent.errors import MAX_ERROR_TEXT_BYTES
+from snapllm.agent.flow import PROMPT_SNIPPET_CHARS
 from snapllm.agent.mcp import model_tool_name
 from snapllm.agent.settings import McpServerConfig
 from snapllm_dev.local.durable import LocalAgent, LocalRun, approve
@@ -180,7 +181,7 @@ def test_a_large_result_goes_to_s3_and_only_its_reference_is_checkpointed(agent,
     (call,) = _calls(run, "ops__report")
     assert call.bytes < 1024  # 200 KB of text answered, a reference and a preview checkpointed
     checkpointed = _step_result(run, call.name)
-    assert checkpointed["text_bytes"] == REPORT_BYTES and len(checkpointed["preview"]) <= 300
+    assert checkpointed["text_bytes"] == REPORT_BYTES and len(checkpointed["preview"]) <= PROMPT_SNIPPET_CHARS
     ref = checkpointed["result"][OFFLOADED]
     stored = agent.deployment.s3.client().get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
     assert len(json.loads(stored)["text"]) == REPORT_BYTES and ref["size"] == len(stored)

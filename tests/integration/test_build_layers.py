@@ -152,7 +152,7 @@ def test_the_local_build_uses_the_layers_cpu_flags_not_the_machines_own():
             + hashlib.sha256(
                 (
                     " ".join(_cpu_flags("x86_64")) + " -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF "
-                    f"-DLLAMA_BUILD_EXAMPLES=OFF {digest}"
+                    f"-DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF {digest}"
                 ).encode()
             ).hexdigest()[:12]
         )

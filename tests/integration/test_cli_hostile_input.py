@@ -55,8 +55,16 @@ def case(id: str, *argv: str, names: str, env: Mapping[str, str] | None = None, 
 FAKE_KEYS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"}
 COST = ("cost", "--no-plot", "--requests-per-day", "100", "--tokens-per-s", "40")
 SPEED = ("--tokens-per-s", "40", "--ttft-ms", "300")
-INVOKE = ("local", "invoke", "InferenceFunction", "-e", "events/inference/completion.json")
-SERVE = ("local", "serve", "--no-stream")
+INVOKE = (
+    "local",
+    "invoke",
+    "InferenceFunction",
+    "-e",
+    "events/inference/completion.json",
+    "--model",
+    "smollm2-135m",
+)
+SERVE = ("local", "serve", "--no-stream", "--model", "smollm2-135m")
 
 CASES = [
     # --- the command itself, and PORT, which used to be read while the parser was built -----------------

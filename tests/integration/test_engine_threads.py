@@ -66,6 +66,24 @@ def test_an_idle_pool_sleeps_and_close_joins_its_threads(model_path):
     engine.close()  # twice is harmless
 
 
+def test_a_stopped_pool_is_joined_after_the_next_request_and_started_again(model_path):
+    # The runtime stops it before its warm-up, so the snapshot holds one thread (the local stack's restore
+    # forks), and starts it in the restore's hook. ggml's CPU backend lets go of a pool at its next decode.
+    tasks = _worker_threads()
+    engine = _load(model_path)
+    expected = engine.generate(_counting(engine)).text
+    engine.stop_threads()
+    assert engine.generate(_counting(engine)).text == expected  # on threads of its own
+    assert _worker_threads() == tasks
+    assert engine.generate(_counting(engine)).text == expected  # still stopped
+    assert _worker_threads() == tasks
+    engine.start_threads()
+    assert _worker_threads() == tasks + THREADS - 1
+    assert engine.generate(_counting(engine)).text == expected
+    engine.close()
+    assert _worker_threads() == tasks
+
+
 def test_a_forked_process_generates_on_a_pool_of_its_own(pooled):
     # fork() copies only the calling thread: the child must not wait on the parent's workers.
     expected = pooled.generate(_counting(pooled)).text

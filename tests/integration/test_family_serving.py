@@ -1,7 +1,8 @@
 """The families' own formats through snapllm's serving, on each family's test model (random weights, the
 family's real tokenizer and chat template): thinking told apart from the answer (whole, streamed, and in
 the rendered response), a thinking budget that closes it, thinking switched off, and message text that
-cannot become the model's control tokens.
+cannot become the model's control tokens; DeepSeek-R1's own calls and tool history, and Gemma 3's forced
+arguments.
 
 Random weights write noise: what a test checks is what the grammar and the budget force (the thinking's
 markers, the answer's JSON) and how it is read back, never what the noise says.
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
+from transformers.utils.chat_template_utils import render_jinja_template
 
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import Deadline, TokenDelta
+from snapllm.protocol.model_routes.tokens import count_chat_tokens
 from snapllm.protocol.requests import ChatCompletionRequest, Generation
 from snapllm.protocol.serving import OpenAIServing, ReasoningDelta
-from tests.support.family_models import FAMILY_NAMES, family_model
+from tests.support.family_models import FAMILY_NAMES, family_model, reference_tokenizer, scripted_bias
 from tests.support.generation import serving_over
 
 THINKING_FAMILIES = ["qwen3", "deepseek-r1-distill"]
@@ -158,3 +162,132 @@ def test_message_text_never_becomes_the_models_control_tokens(family_serving):
     # The injection's markers stay text: the prompt holds exactly the template's own control tokens.
     assert injected == plain, (name, injected)
     assert plain, "the template writes control tokens of its own"
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"],
+}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
+CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Lima"]}}, "required": ["city"]}
+# DeepSeek-R1's call, as its template writes an earlier one.
+DEEPSEEK_CALL = (
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+    '{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+)
+
+
+def _reference_tokens(name: str, messages: list[dict], **variables) -> int:
+    """How many tokens the family's template renders ``messages`` in, by Hugging Face's rendering and
+    tokenizer."""
+    model = family_model(name)
+    rendered = render_jinja_template(
+        [messages],
+        chat_template=model.chat_template,
+        add_generation_prompt=True,
+        bos_token=model.bos_token,
+        eos_token=model.eos_token,
+        **variables,
+    )[0][0]
+    return len(reference_tokenizer(model).encode(rendered, add_special_tokens=False).ids)
+
+
+def test_deepseek_r1s_thinking_closed_by_its_budget_is_output_not_prompt(thinkers):
+    serving = thinkers["deepseek-r1-distill"]
+    # max_tokens 1 leaves the thinking no budget: its closing is written before the answer's one token.
+    request = _request(serving, max_tokens=1)
+    messages = request.model_dump()["messages"]
+    closing = len(serving.engine.tokenize(serving.family.thinking.closing_text, add_bos=False))
+    prompt = _reference_tokens("deepseek-r1-distill", messages, enable_thinking=True)
+    answer = serving.generate(request)
+    assert answer.prompt_tokens == prompt
+    assert (answer.completion_tokens, answer.reasoning_tokens) == (1 + closing, closing)
+    body, _ = serving.complete(request, deadline=None)
+    assert body["usage"]["prompt_tokens"] == prompt
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": closing}
+    assert _streamed(serving, request)[2].prompt_tokens == prompt
+    assert count_chat_tokens(serving, {"messages": messages, "max_tokens": 1})["input_tokens"] == prompt
+    # Thinking switched off is the prompt's (the template's off form), not output.
+    off = serving.generate(_request(serving, max_tokens=1, reasoning_effort="none"))
+    assert (off.completion_tokens, off.reasoning_tokens, off.reasoning) == (1, 0, None)
+
+
+def test_deepseek_r1s_call_after_its_thinking_comes_back_as_tool_calls(thinkers):
+    serving = thinkers["deepseek-r1-distill"]
+    model = family_model("deepseek-r1-distill")
+    common = {
+        "messages": PARIS,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": CITY}}],
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "temperature": 0,
+        "reasoning_effort": "minimal",
+    }
+    # The model thinks, then opens its calls with its own token (its template describes no tools, but
+    # writes its calls in R1's markup): the grammar holds the call from there.
+    bias = scripted_bias(model, DEEPSEEK_CALL, favoured="<｜tool▁calls▁begin｜>")
+    request = _request(serving, **common, max_tokens=200, logit_bias=bias)
+    whole = serving.generate(request)
+    assert whole.reasoning is not None
+    assert whole.finish_reason == "tool_calls", whole
+    assert [(c.name, json.loads(c.arguments)) for c in whole.tool_calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert whole.text == ""
+    streamed = _streamed(serving, request)[2]
+    assert [(c.name, c.arguments) for c in streamed.tool_calls] == [
+        (c.name, c.arguments) for c in whole.tool_calls
+    ]
+    # With one token of answer, the opener is that token: a call cut short, still a call.
+    one = serving.generate(_request(serving, **common, max_tokens=1, logit_bias=bias))
+    assert one.finish_reason == "length" and [c.name for c in one.tool_calls] == ["get_weather"]
+
+
+def test_deepseek_r1s_tool_history_is_rendered_by_its_template(thinkers):
+    serving = thinkers["deepseek-r1-distill"]
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    messages = [
+        *PARIS,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 18}'},
+    ]
+    reference = [
+        *PARIS,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{**call, "function": {**call["function"], "arguments": {"city": "Paris"}}}],
+        },
+        messages[2],
+    ]
+    prepared = serving.prepare(serving.parse({"messages": messages}, required="messages"))
+    prompt = serving.engine.llama.detokenize(list(prepared.engine_request.tokens), special=True).decode()
+    assert "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather" in prompt
+    assert prepared.prompt_tokens == _reference_tokens("deepseek-r1-distill", reference, enable_thinking=True)
+
+
+def test_gemma3s_forced_arguments_hold_only_the_listed_keys_and_parse():
+    serving = _serving("gemma3")
+    # The model is pushed to write a key the tool does not list (the "# appreciable" key a Gemma 3 model
+    # once wrote until max_tokens): it gets only the listed ones, closed as JSON even when cut short.
+    script = '{"name": "get_weather", "arguments": {"city": "Paris", "# appreciable": "yes"}}'
+    bias = scripted_bias(family_model("gemma3"), script, favoured='"#')
+    finishes = set()
+    for seed in (0, 1):
+        for max_tokens in (24, 160):
+            body = {"tools": TOOLS, "tool_choice": "required", "seed": seed, "max_tokens": max_tokens}
+            answer = serving.generate(_request(serving, **body, messages=PARIS, logit_bias=bias))
+            assert answer.tool_calls, answer
+            finishes.add(answer.finish_reason)
+            for call in answer.tool_calls:
+                arguments = json.loads(call.arguments)
+                assert set(arguments) <= set(WEATHER["properties"]), call.arguments
+                if answer.finish_reason == "tool_calls":
+                    jsonschema.validate(arguments, WEATHER)
+    assert finishes == {"length", "tool_calls"}  # cut by max_tokens, and whole

@@ -9,8 +9,10 @@ the template's own variables (``enable_thinking``, ``reasoning_effort``), and in
 ``chat_template_kwargs`` or ``reasoning_effort``.
 
 Templates that write no ``tools`` get snapllm's generic tool format instead of the reference's (which drops
-the tools); for those the tool cases check the generic instructions are in the prompt. Where the reference
-refuses a conversation, snapllm must answer 400 (``InvalidRequestError`` on ``messages``), never crash.
+the tools); for those the tool cases check the generic instructions are in the prompt. A template that
+writes earlier calls in its family's format all the same (DeepSeek-R1's) renders them itself: the reference
+gets the family's instructions in the system turn, as snapllm writes them. Where the reference refuses a
+conversation, snapllm must answer 400 (``InvalidRequestError`` on ``messages``), never crash.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ CASES: dict[str, Case] = {
     "tools": Case({"messages": [SYSTEM, QUESTION], "tools": [WEATHER]}),
     # Mistral's template takes only 9-character alphanumeric call ids; OpenAI's look like "call_...".
     "tool call + result": Case({"messages": _tool_turns("call12345"), "tools": [WEATHER]}),
+    "tool call + result, no tools": Case({"messages": _tool_turns("call12345")}),
     "tool call + result, OpenAI id": Case({"messages": _tool_turns("call_Qx7dVb1kLm2n"), "tools": [WEATHER]}),
     "thinking off (chat_template_kwargs)": Case(
         {"messages": [QUESTION], "chat_template_kwargs": {"enable_thinking": False}},
@@ -132,8 +135,11 @@ def templates() -> dict[str, FamilyTemplate]:
     return {source.family: source for source in family_templates()}
 
 
-def reference_prompt(source: FamilyTemplate, case: Case) -> str:
+def reference_prompt(source: FamilyTemplate, case: Case, *, instructions: str = "") -> str:
+    """The reference's prompt; ``instructions`` are added to the system turn as snapllm adds its tools'."""
     messages = copy.deepcopy(case.body["messages"])
+    if instructions:
+        messages[0]["content"] += "\n\n" + instructions
     for message in messages:
         if message.get("content") is None:
             message["content"] = ""
@@ -168,15 +174,22 @@ def snapllm_prompt(source: FamilyTemplate, request: ChatCompletionRequest) -> st
 def outcome(source: FamilyTemplate, case: Case) -> str:
     """How snapllm's rendering of ``case`` compares with the reference's."""
     request = parse_request({**case.body, "max_tokens": 8})
-    if request.tools and "tools" not in source.template:
+    family = detect_family(source.template)
+    instructions = ""
+    if request.tools and "tools" not in source.template and family.writes_calls(source.template):
+        functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools]
+        instructions = family.tool_calls.instructions(functions, parallel=True)
+    elif request.tools and "tools" not in source.template:
         # The generic format: the tools in the system message, earlier calls and results as plain turns
         # (which the reference, dropping the tools, cannot be compared with).
         prompt = snapllm_prompt(source, request)
         functions = [tool.function.model_dump(exclude_none=True) for tool in request.tools]
         assert generic_tool_instructions(functions, parallel=True) in prompt
         return "generic tools"
+    elif any(m.tool_calls for m in request.messages) and not family.writes_calls(source.template):
+        return "generic tools"  # earlier calls in the generic format, as plain turns
     try:
-        expected = reference_prompt(source, case)
+        expected = reference_prompt(source, case, instructions=instructions)
     except Exception as refused:
         with pytest.raises(InvalidRequestError) as error:
             snapllm_prompt(source, request)
@@ -221,3 +234,18 @@ def test_each_template_of_the_corpus_is_claimed_by_one_family_at_most():
     assert claims["Mistral-Small-3.2-24B-Instruct-2506.jinja"] == ["mistral-args"]
     assert claims["mistralai-Mistral-Nemo-Instruct-2407.jinja"] == ["mistral"]
     assert claims["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"] == ["deepseek-r1"]
+
+
+def test_deepseek_r1s_templates_write_its_calls_though_they_take_no_tools():
+    """R1's templates describe no tools, but write earlier calls and results in R1's markup: snapllm serves
+    R1's format with them (the tool cases above compare its rendering of them with the reference's). V3.1's
+    template, claimed by the same family, writes calls of another shape: it keeps the generic format."""
+    corpus = corpus_folder()
+    for name in ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B"):
+        template = (corpus / f"{name}.jinja").read_text()
+        assert "tools" not in template and detect_family(template).writes_calls(template), name
+    v31 = (corpus / "deepseek-ai-DeepSeek-V3.1.jinja").read_text()
+    assert detect_family(v31).name == "deepseek-r1" and not detect_family(v31).writes_calls(v31)
+    source = templates()["deepseek-r1-distill"]
+    assert outcome(source, CASES["tool call + result, no tools"]) == "equal"
+    assert outcome(source, CASES["tool call + result"]) == "equal"

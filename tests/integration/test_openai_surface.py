@@ -12,8 +12,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from snapllm.errors import ConfigurationError
-from snapllm_dev.local.stack import model_name
-from snapllm_dev.packaged_models import gemma3_270m_path
+from snapllm_dev.packaged_models import gemma3_270m_path, served_name
 from tests.support.paths import TEMPLATE
 from tests.support.serve import MODEL, SERVE_ENV, SERVER_GROUP, ServeProcess
 
@@ -203,7 +202,7 @@ def gemma() -> Iterator[tuple[ServeProcess, str]]:
     except ConfigurationError as exc:
         pytest.skip(str(exc))
     with ServeProcess.start(template=TEMPLATE, env=SERVE_ENV, args=["--model", str(path)]) as server:
-        yield server, model_name(path)
+        yield server, served_name(path)
 
 
 def test_a_model_given_by_file_is_served_and_listed_under_its_own_name(gemma):

@@ -15,6 +15,7 @@ import enum
 import functools
 import itertools
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -28,10 +29,10 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import EngineRequest, Sampling, TokenDelta
 from snapllm.protocol.serving import OpenAIServing
-from snapllm_dev.local.stack import model_name
-from snapllm_dev.packaged_models import model_path
+from snapllm_dev.packaged_models import model_path, served_name
+from tests.support.cli import snapllm
 from tests.support.generation import TEST_THREADS, serving_over
-from tests.support.paths import TEMPLATE
+from tests.support.paths import REPO, TEMPLATE
 from tests.support.serve import SERVE_ENV, ServeProcess
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,7 @@ def qwen() -> Iterator[tuple[ServeProcess, str]]:
     with ServeProcess.start(
         template=TEMPLATE, env=env, args=["--model", "qwen2.5-coder-0.5b"], timeout_s=600
     ) as server:
-        yield server, model_name(path)
+        yield server, served_name(path)
 
 
 @pytest.fixture(scope="module")
@@ -386,6 +387,37 @@ def _busy(processes: int) -> Iterator[None]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+#: What each of the review event's documents says, as words an answer drawn from it uses.
+SNAPSTART_FACTS = ("snapshot", "publish", "restor", "initializ")
+DURABLE_FACTS = ("checkpoint", "billed", "wait", "replay", "durable")
+#: The lines of the agent's log that count a model call's prompt tokens and those a saved state held.
+MODEL_CALL = re.compile(r"INFO snapllm\.agent (.+?): (\d+) prompt tokens \((\d+) cached\), (\d+) generated")
+
+
+@pytest.mark.alone
+def test_the_agent_plans_calls_approves_and_answers_from_both_documents_on_the_default_model():
+    # `make demo`'s second command, on the default model: the plan names the built-in tools over the event's
+    # documents, every call runs, and the answer ends where the model ended it, drawn from both documents.
+    run = snapllm(
+        "local", "invoke", "AgentFunction", "-e", "events/agent/review.json", "--approve", timeout=900
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout)
+    assert result["status"] == "completed" and result["approval"]["approved"] is True
+    documents = json.loads((REPO / "events/agent/review.json").read_text())["documents"]
+    assert {step["tool"] for step in result["plan"]} <= {"read_excerpt", "summarize_chunk"}
+    assert {step["arguments"]["uri"] for step in result["plan"]} == set(documents)
+    assert [finding["is_error"] for finding in result["findings"]] == [False] * len(result["plan"])
+    answer = result["answer"].lower()
+    assert any(fact in answer for fact in SNAPSTART_FACTS), answer
+    assert any(fact in answer for fact in DURABLE_FACTS), answer
+    assert answer.rstrip().endswith((".", "!", "?")), answer
+    # The calls after the first reuse the conversation before them from the prompt cache.
+    calls = [(what, int(p), int(c)) for what, p, c, _ in MODEL_CALL.findall(run.stderr)]
+    later = [(p, c) for what, p, c in calls if what.startswith("call ")][1:]
+    assert later and all(cached >= prompt // 2 for prompt, cached in later), calls
 
 
 @pytest.mark.alone

@@ -75,6 +75,7 @@ def test_a_warm_up_past_the_limit_is_one_line_naming_the_phase_and_the_limit(tmp
 def test_serve_past_its_start_limit_exits_2_with_one_line_and_no_traceback():
     run = snapllm(
         "local", "serve", "--port", str(free_port()), "-t", str(TEMPLATE), "--start-timeout", "0.5",
+        "--model", "smollm2-135m",
         env=SERVE_ENV,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr[-2000:]

@@ -29,7 +29,7 @@ from snapllm_dev.local.lwa import LocalServeError
 from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.s3 import free_port
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import TEST_MODEL, smollm2_path
 from tests.support.generation import NO_PROMPT_PREFIXES, TEST_THREADS
 from tests.support.paths import TEMPLATE
 
@@ -142,6 +142,9 @@ class ServeProcess:
             str(port),
             "-t",
             str(template),
+            # The tests' model unless ``args`` name another (the last --model counts).
+            "--model",
+            TEST_MODEL,
             *args,
             *(["--api-key", api_key] if api_key and not api_key_variable else []),
         ]
@@ -203,7 +206,7 @@ def shared_keyed_server() -> ServeProcess:
         folder = Path(tempfile.mkdtemp(prefix="snapllm-keyed-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         log = folder / "serve.log"
-        args = [*embedding_serve_args(default_model_path()), "--cors-origin", CORS_ORIGIN]
+        args = [*embedding_serve_args(smollm2_path()), "--cors-origin", CORS_ORIGIN]
         with log.open("wb") as sink:
             server = ServeProcess.start(
                 template=TEMPLATE,

@@ -34,6 +34,11 @@ TOOLS = (("get_weather", CITY), ("get_time", CITY), ("ping", None))
             ("get_weather", {"city": "Paris"}),
         ),
         ('```\n{"name": "get_time", "arguments": {"city": "Oslo"}}\n```\n', ("get_time", {"city": "Oslo"})),
+        # Cut (by max_tokens or the deadline) after the call, before its fence closed.
+        (
+            '```json\n{"name": "get_weather", "arguments": {"city": "Lima"}}\n',
+            ("get_weather", {"city": "Lima"}),
+        ),
     ],
 )
 def test_one_bare_json_call_to_a_provided_tool_is_the_call(answer, call):

@@ -14,7 +14,7 @@ from llama_cpp import Llama
 
 from snapllm.engine.constraint import Constraint, vocabulary_tokenizer
 from snapllm.protocol.constraints.compiled_schema import compile_schema
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 
 # A compile takes milliseconds; a child that inherited a dead thread waited forever.
 CHILD_BOUND_S = 20
@@ -43,7 +43,7 @@ def test_a_schema_compiles_in_a_forked_process():
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_grammar_compiles_in_a_forked_process():
-    llama = Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+    llama = Llama(model_path=str(smollm2_path()), vocab_only=True, verbose=False)
     tokenizer = vocabulary_tokenizer(llama)
     Constraint(tokenizer, llguidance.LLMatcher.grammar_from_lark('start: "yes" | "no"'))
     grammar = llguidance.LLMatcher.grammar_from_lark('start: "maybe"')

@@ -31,7 +31,7 @@ from snapllm.protocol.families.tool_formats import (
     ToolCallFormat,
 )
 from snapllm.protocol.requests import parse_request
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 from tests.support.grammar_sampler import GrammarSampler
 
 WEATHER = {
@@ -51,7 +51,7 @@ FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, MISTRAL_ARGS, PHI4, GRANITE, D
 
 @pytest.fixture(scope="module")
 def sampler() -> GrammarSampler:
-    llama = Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+    llama = Llama(model_path=str(smollm2_path()), vocab_only=True, verbose=False)
     return GrammarSampler(llama)
 
 

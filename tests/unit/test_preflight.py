@@ -17,7 +17,7 @@ import pytest
 
 from snapllm_dev import sam
 from snapllm_dev.footprint import kv_cache_bytes
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 from snapllm_dev.preflight.cli import main, run
 from snapllm_dev.preflight.elf import is_elf, read_elf
 from snapllm_dev.preflight.model import ModelProfile
@@ -608,7 +608,7 @@ def test_a_large_models_memory_is_its_loads_peak_of_two_copies():
 
 
 def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_path, capsys):
-    model = str(default_model_path())
+    model = str(smollm2_path())
     roomy = make_build(tmp_path / "roomy", props=MODEL_PROPS)
     assert main([str(roomy), "--no-zip", "--model", model]) == 0
     out = capsys.readouterr().out
@@ -639,7 +639,7 @@ def test_a_users_model_is_reported_with_its_family_and_the_memory_it_needs(tmp_p
 
 
 def test_the_declared_prompt_prefixes_states_count_toward_the_memory(tmp_path, capsys):
-    model = str(default_model_path())
+    model = str(smollm2_path())
     build = make_build(tmp_path / "build", props=MODEL_PROPS)
     assert main([str(build), "--no-zip", "--model", model, "--prompt-prefixes", ""]) == 0
     plain = int(capsys.readouterr().out.split("the model needs about ")[1].split(" MB")[0])

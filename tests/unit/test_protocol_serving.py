@@ -35,7 +35,7 @@ from snapllm.protocol.completions.chat import MAX_RENDER_SECONDS, ChatRenderer
 from snapllm.protocol.completions.chat_templates import GEMMA_TURNS
 from snapllm.protocol.requests import Generation, parse_request
 from snapllm.protocol.serving import OpenAIServing, fingerprint
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 from tests.support.byte_tokenizer import ByteVocabulary
 from tests.support.grammar_sampler import GrammarSampler
 
@@ -353,6 +353,23 @@ def test_a_call_cut_by_max_tokens_is_a_call_and_one_cut_before_its_name_is_an_er
     assert raised.value.status_code == 504
 
 
+def test_a_bare_call_cut_after_its_object_is_the_call():
+    # Written whole, then cut (by max_tokens here, the deadline alike) before its block's fence closed; in a
+    # format whose calls open with a marker (Hermes' <tool_call>), so that a bare call is read at all.
+    bare = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+    hermes = CHATML + FAMILY_MARKS["hermes"]
+    serving = _serving(ScriptedEngine(answers=[bare], template=hermes), max_tokens=128)
+    generation = serving.generate(parse_request(_chat(tools=[WEATHER], max_tokens=len(bare) - 2)))
+    assert generation.finish_reason == "length" and generation.text == ""
+    assert [(call.name, call.arguments) for call in generation.tool_calls] == [
+        ("get_weather", '{"city": "Paris"}')
+    ]
+    # Cut inside its object, it is text.
+    serving = _serving(ScriptedEngine(answers=[bare], template=hermes))
+    generation = serving.generate(parse_request(_chat(tools=[WEATHER], max_tokens=30)))
+    assert generation.tool_calls == () and generation.text == bare[:30]
+
+
 def _streamed(serving: OpenAIServing, body: dict) -> tuple[list[str], Generation]:
     *deltas, final = serving.stream(parse_request(body))
     assert isinstance(final, Generation) and all(isinstance(d, TokenDelta) for d in deltas)
@@ -443,7 +460,7 @@ FAMILY_MARKS = {
 
 @pytest.fixture(scope="module")
 def sampler() -> GrammarSampler:
-    return GrammarSampler(Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False))
+    return GrammarSampler(Llama(model_path=str(smollm2_path()), vocab_only=True, verbose=False))
 
 
 def test_a_json_answer_shaped_like_a_call_stays_an_answer():

@@ -39,7 +39,7 @@ from snapllm_dev.replay.events import Manifest
 from tests.support.http_stub import HttpStub, Reply
 
 EVENTS = Path(__file__).resolve().parents[2] / "events" / "router"
-MODEL = "smollm2-135m-instruct"
+MODEL = "qwen2.5-coder-0.5b-instruct"  # the template's ModelName, which the events name
 ALIAS = "arn:aws:lambda:us-east-1:123456789012:function:snapllm-Inference:live"
 COMPLETION = {
     "id": "chatcmpl-1",

@@ -113,7 +113,7 @@ def test_an_embedding_model_is_a_function_of_its_own_that_the_router_routes_to()
     # The router routes its name to its alias, and may invoke that alias.
     router = template.function("RouterFunction")
     routes = router.environment["SNAPLLM_ROUTES"]
-    assert '"e5-small": ' in routes.partial and '"smollm2-135m-instruct": ' in routes.partial
+    assert '"e5-small": ' in routes.partial and '"qwen2.5-coder-0.5b-instruct": ' in routes.partial
     assert routes.expression["Fn::Sub"][1]["EmbeddingAlias"] == {"Ref": "EmbeddingFunction.Alias"}
     statements = {s["Sid"]: s for s in router.properties["Policies"][0]["Statement"]}
     assert statements["InvokeTheEmbeddingModel"]["Resource"].expression == {"Ref": "EmbeddingFunction.Alias"}
@@ -122,7 +122,7 @@ def test_an_embedding_model_is_a_function_of_its_own_that_the_router_routes_to()
 def test_an_embedding_model_needs_a_name_of_its_own():
     rules = dict(sam.load(TEMPLATE, overrides={"EmbeddingModelKey": "models/e.gguf"}).failing_rules())
     assert "EmbeddingModelName" in rules["EmbeddingModelNeedsItsOwnName"]
-    same = {**EMBEDDING, "EmbeddingModelName": "smollm2-135m-instruct"}
+    same = {**EMBEDDING, "EmbeddingModelName": "qwen2.5-coder-0.5b-instruct"}
     rules = dict(sam.load(TEMPLATE, overrides=same).failing_rules())
     assert "differ from ModelName" in rules["EmbeddingModelNeedsItsOwnName"]
     assert "EmbeddingModelNeedsItsOwnName" not in dict(

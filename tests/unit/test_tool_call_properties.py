@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from llama_cpp import Llama
 
 from snapllm.protocol.families.tool_formats import DEEPSEEK, GENERIC, HARMONY, HERMES, LLAMA3_JSON, MISTRAL
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 from tests.support.grammar_sampler import GrammarSampler
 
 FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, DEEPSEEK, HARMONY]
@@ -28,7 +28,7 @@ FORMATS = [GENERIC, LLAMA3_JSON, HERMES, MISTRAL, DEEPSEEK, HARMONY]
 
 @pytest.fixture(scope="module")
 def sampler() -> GrammarSampler:
-    llama = Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+    llama = Llama(model_path=str(smollm2_path()), vocab_only=True, verbose=False)
     return GrammarSampler(llama)
 
 

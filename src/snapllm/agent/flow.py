@@ -41,7 +41,7 @@ from snapllm.agent.errors import (
     agent_error_class,
     bounded_failure,
 )
-from snapllm.agent.llm import ChatReply, chat, complete, complete_items
+from snapllm.agent.llm import ChatReply, chat, complete, complete_items, whole_sentences
 from snapllm.agent.operations import APPROVAL_CALLBACK, review_document, tool_approval_callback
 from snapllm.agent.request import AgentRequest
 from snapllm.agent.retry import RETRY, RetryStrategy
@@ -60,7 +60,7 @@ from snapllm.inference.client import InferenceClient
 JSON = JsonSerDes()
 BATCH_JSON = BatchJsonSerDes()
 # Text of earlier results that goes into a prompt: the model's context is small and so are its answers.
-_PROMPT_SNIPPET_CHARS = 300
+PROMPT_SNIPPET_CHARS = 640
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,7 @@ def _run_tools(
             # Not called: the model is told so, as the call's answer.
             outcome = {
                 "is_error": True,
-                "preview": f"not called: {decision['reason']}"[:_PROMPT_SNIPPET_CHARS],
+                "preview": f"not called: {decision['reason']}"[:PROMPT_SNIPPET_CHARS],
             }
         else:
             outcome = _call_tool(context, index, spec, call["arguments"], deps, budget)
@@ -477,7 +477,8 @@ def _call_tool(
         result = source.call(spec.tool, arguments, deps.tool_context, idempotency_key=key)
         return {
             "is_error": result.is_error,
-            "preview": result.text[:_PROMPT_SNIPPET_CHARS],
+            # Whole sentences: a small model copies a note into its answer, cut word and all.
+            "preview": whole_sentences(result.text[:PROMPT_SNIPPET_CHARS]),
             "text_bytes": len(result.text.encode()),
             "result": budget.fit(name, result.to_dict()),
         }
@@ -557,7 +558,7 @@ def _answer(
     lines = []
     for f in findings:
         said = "failed: " if f["is_error"] else ""
-        lines.append(f"- {describe_step(f)}: {said}{f['preview'][:_PROMPT_SNIPPET_CHARS].strip()}")
+        lines.append(f"- {describe_step(f)}: {said}{f['preview'][:PROMPT_SNIPPET_CHARS].strip()}")
     notes = "\n".join(lines) or "- no tool calls"
     reply = chat(
         deps.inference,
@@ -566,7 +567,7 @@ def _answer(
         max_tokens=deps.settings.answer_max_tokens,
     )
     _log_reply(step_context, "answer", reply)
-    return {"text": reply.text, "tokens": reply.completion_tokens}
+    return {"text": reply.prose, "tokens": reply.completion_tokens}
 
 
 def _log_reply(step_context: StepContext, what: str, reply: ChatReply) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,9 @@ from typing import Any
 from snapllm.agent.errors import InferenceDeadlineError, InferenceRejectedError, ModelAnswerIncompleteError
 from snapllm.errors import DeadlineExceededError, InferenceInvokeError, RequestError
 from snapllm.inference.client import InferenceClient
+
+# A sentence's end: its mark, any closing quote or bracket, then a space or the text's end ("3.5" is none).
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,12 @@ class ChatReply:
     #: The prompt's tokens the model reused from a saved state (a declared prefix, an earlier request).
     cached_tokens: int = 0
 
+    @property
+    def prose(self) -> str:
+        """The text, ended at its last whole sentence when ``max_tokens`` cut it: an answer stops at a
+        sentence, not mid-word."""
+        return whole_sentences(self.text) if self.finish_reason == "length" else self.text
+
     def json(self, what: str = "answer") -> Any:
         """The reply's text as JSON. The grammar guarantees valid JSON unless ``max_tokens`` cut it."""
         try:
@@ -39,6 +49,16 @@ class ChatReply:
                 f"the model's {what} is not complete JSON (finish_reason {self.finish_reason!r}); "
                 "raise its max_tokens"
             ) from None
+
+
+def whole_sentences(text: str) -> str:
+    """``text`` up to the end of its last whole sentence; all of it when no sentence ends in it.
+
+    >>> whole_sentences("It restores a snapshot. So the requ")
+    'It restores a snapshot.'
+    """
+    ends = [match.end() for match in _SENTENCE_END.finditer(text)]
+    return text[: ends[-1]] if ends else text
 
 
 def complete_items(text: str, key: str) -> list[Any]:

@@ -103,10 +103,11 @@ class AgentVariables(Settings):
     """Tokens the model may generate for the plan (JSON: the steps, each a tool and its arguments)."""
     tool_call_max_tokens: int = Field(128, ge=1)
     """Tokens the model may generate for one tool call (its arguments)."""
-    summary_max_tokens: int = Field(40, ge=1)
-    """Tokens the model may generate per summary."""
-    answer_max_tokens: int = Field(64, ge=1)
-    """Tokens the model may generate for the answer."""
+    summary_max_tokens: int = Field(64, ge=1)
+    """Tokens the model may generate per summary (a summary cut short ends at its last whole sentence)."""
+    answer_max_tokens: int = Field(256, ge=1)
+    """Tokens the model may generate for the answer: room for the two or three sentences it is asked for
+    (an answer cut short ends at its last whole sentence)."""
     mcp_servers: Annotated[tuple[McpServerConfig, ...], JSON_TEXT] = Field(
         (), json_schema_extra={"unset": "no MCP servers"}
     )

@@ -241,7 +241,7 @@ class SummarizeChunk:
             user=f"Summarize this text in one sentence:\n\n{text}",
             max_tokens=ctx.settings.summary_max_tokens,
         )
-        return ToolResult(text=reply.text, data={**data, "tokens": reply.completion_tokens})
+        return ToolResult(text=reply.prose, data={**data, "tokens": reply.completion_tokens})
 
 
 class BuiltinTools:

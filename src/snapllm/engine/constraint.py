@@ -107,6 +107,19 @@ def _forget_compiler() -> None:
 os.register_at_fork(after_in_child=_forget_compiler)
 
 
+def start_grammar_thread() -> None:
+    """Start the compile thread now, so that no request waits for it."""
+    _compiler()
+
+
+def stop_grammar_thread() -> None:
+    """Stop the compile thread (:func:`_compiler` starts it again): a snapshot then holds no thread, and the
+    local stack's restore forks a process of one thread."""
+    with _COMPILER_LOCK:
+        if _COMPILER:
+            _COMPILER.pop().shutdown(wait=True)
+
+
 def _compiler() -> ThreadPoolExecutor:
     """The one thread grammars compile on, started on first use with the deep stack (a thread a request
     would cost 1-10 ms to start)."""

@@ -99,7 +99,8 @@ class LoadedModel:
         settings = settings or EngineSettings()
         self._pool: CpuThreadPool | None = None
         if settings.thread_pool:
-            # Created with the model, so it is in the snapshot: a restore finds its threads asleep.
+            # Created with the model; the runtime stops its threads before a snapshot and starts them again
+            # in the restore's hook (docs/architecture.md).
             self._pool = CpuThreadPool(
                 llama,
                 threads=int(llama.n_threads),
@@ -147,6 +148,19 @@ class LoadedModel:
                 return
             with self._pool.running():
                 yield
+
+    def stop_threads(self) -> None:
+        """Detach the thread pool: the next request decodes on threads of its own, and the pool's threads
+        are joined after it, until :meth:`start_threads`."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.stop()
+
+    def start_threads(self) -> None:
+        """Start the thread pool's threads now, so that no request waits for them."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.start()
 
     def close(self) -> None:
         """Join the thread pool's threads; the model is not used afterwards."""

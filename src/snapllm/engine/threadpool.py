@@ -73,6 +73,11 @@ class CpuThreadPool:
         self.poll = poll
         self._pools: tuple[int, ...] = ()
         self._pid = 0
+        self._closed = False
+        #: Stopped: requests decode on ggml's threads of their own until :meth:`start`.
+        self._stopped = False
+        #: Pools detached by :meth:`stop`, joined once a decode made the backend let go of them.
+        self._detached: tuple[int, ...] = ()
         self._start()
 
     def _new(self, threads: int) -> int:
@@ -99,26 +104,44 @@ class CpuThreadPool:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """Around one request's decodes: the pool made live in this process, then paused (its workers
-        asleep) when the request ends, however it ends."""
-        if self._pools and self._pid != os.getpid():
-            # Forked: the pools' threads stayed in the parent. Their memory is not freed: freeing would
-            # join threads that do not exist here.
-            self._start()
+        """Around one request's decodes: the pool made live in this process (in a forked process, whose
+        pools' threads stayed in the parent; not after :meth:`stop`), then paused (its workers asleep) when
+        the request ends, however it ends."""
+        if not self._stopped:
+            self.start()
         try:
             yield
         finally:
             if self.alive:
                 for pool in self._pools:
                     _pool_pause(pool)
+            self._free_stopped()
 
-    def close(self) -> None:
-        """Detach the pool from the context and join its threads (in the process that created them)."""
-        if not self._pools:
-            return
-        pools, self._pools = self._pools, ()
-        if self._pid != os.getpid():
-            return
-        _detach(self._ctx)
+    def start(self) -> None:
+        """Start the pool's threads in this process, where they do not run (never after :meth:`close`)."""
+        self._stopped = False
+        if not self._closed and not self.alive:
+            # A forked process's pools are its parent's: their memory is not freed, as freeing would join
+            # threads that do not exist here (and the CPU backend pauses the last one at the next decode).
+            self._start()
+
+    def stop(self) -> None:
+        """Detach the pool: the next request decodes on threads of its own, and its threads are joined
+        after it, as ggml's CPU backend pauses a pool it was given until then (freeing it earlier would
+        leave the backend a dangling pointer). :meth:`start` attaches a new pool."""
+        self._stopped = True
+        if self.alive:
+            _detach(self._ctx)
+            self._detached += self._pools
+        self._pools = ()
+
+    def _free_stopped(self) -> None:
+        pools, self._detached = self._detached, ()
         for pool in pools:
             _pool_free(pool)
+
+    def close(self) -> None:
+        """Detach the pool and join its threads: the model decodes no more."""
+        self._closed = True
+        self.stop()
+        self._free_stopped()

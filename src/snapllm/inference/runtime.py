@@ -19,6 +19,7 @@ from typing import Any
 
 from snapshot_restore_py import register_after_restore, register_before_snapshot
 
+from snapllm.engine.constraint import start_grammar_thread, stop_grammar_thread
 from snapllm.engine.embedding import EmbeddingEngine
 from snapllm.engine.loader import DownloadStats, S3ModelLoader
 from snapllm.engine.model import Engine
@@ -26,6 +27,7 @@ from snapllm.engine.prefault import PrefaultStats, prefault
 from snapllm.errors import ConfigurationError, RequestError, ServerError, UnsupportedParameterError
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
+from snapllm.protocol.constraints.compiled_schema import start_schema_thread, stop_schema_thread
 from snapllm.protocol.http.routes import EMBEDDINGS, RERANK
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
 from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event, split_event
@@ -176,6 +178,10 @@ class InferenceRuntime:
         """Prime the model so the snapshot holds warm compute buffers, then tidy the heap. ``streams``: the
         function streams answers too (the streaming function), so the streamed paths are primed as well."""
         with phases.measure("warm_up"):
+            # No thread but this one in the snapshot: the local stack restores it by forking, which keeps
+            # only the forking thread. The warm-up's decodes run on threads of their own, after which the
+            # pool's are joined; the restore's hook starts a pool again.
+            self.engine.stop_threads()
             if self._serving is None:
                 # Through the handler, so decoding, validation and a batch of several inputs have run once.
                 event = (
@@ -189,6 +195,8 @@ class InferenceRuntime:
             else:
                 self._warm_up_completions(streams=streams)
         self._first_invoke_pending = True
+        stop_grammar_thread()
+        stop_schema_thread()
         gc.collect()
         logger.info("snapshot ready", extra={"rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()})
 
@@ -227,6 +235,9 @@ class InferenceRuntime:
         self.environment_id = uuid.uuid4().hex
         self.restores += 1
         self._first_invoke_pending = True
+        self.engine.start_threads()
+        start_grammar_thread()
+        start_schema_thread()
         engine = self.settings.engine
         with phases.measure("prefault"):
             self.last_prefault = prefault(engine.prefault, threads=engine.prefault_threads)

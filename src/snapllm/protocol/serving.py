@@ -150,10 +150,18 @@ class PreparedRequest:
     # Whether an answer that is one bare JSON call, without the format's tags, is read as that call
     # (snapllm.protocol.families.bare_calls).
     bare_calls: bool = False
+    # The tokens of the thinking's closing written at the end of the prompt because its budget left no room
+    # to think: the model's output (its thinking's), not the prompt's, though evaluated with it.
+    closed_thinking: int = 0
 
     @property
     def seed(self) -> int:
         return self.engine_request.sampling.seed
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens, as ``usage.prompt_tokens`` counts them."""
+        return len(self.engine_request.tokens) - self.closed_thinking
 
 
 def fingerprint(identity: str) -> str:
@@ -183,9 +191,10 @@ class OpenAIServing:
         self.family: ModelFamily = detect_family(
             self._chat.source if self._chat else "", architecture=architecture
         )
-        #: How calls are written: the family's own format when the template takes tools (and describes that
-        #: format to the model), else the generic JSON format snapllm describes in the system message.
-        self.tool_format = self.family.tool_calls if self._chat and self._chat.native_tools else GENERIC
+        #: How calls are written: the family's own format when the template writes calls in it (it takes
+        #: tools, or shows its calls as DeepSeek-R1's does), else the generic JSON format snapllm describes in
+        #: the system message.
+        self.tool_format = self.family.tool_calls if self._chat and self._chat.native_calls else GENERIC
         thinking = self.family.thinking
         markers = (thinking.start, thinking.end, thinking.resume, thinking.answer_prefix) if thinking else ()
         #: The special tokens the family's markers are made of (text to id): grammars write them as tokens.
@@ -234,6 +243,7 @@ class OpenAIServing:
         tool_calls: ToolCalls | None = None
         thinking: ThinkingState = "closed"
         span: SpanBudget | None = None
+        closed_thinking = 0
         if isinstance(request, ChatCompletionRequest):
             if self._chat is None:
                 raise UnsupportedParameterError(
@@ -248,7 +258,7 @@ class OpenAIServing:
             tokens = self._chat_tokens(chat)
             stop += chat.stop
             param = "messages"
-            tokens, thinking, span = self._thinking(request, chat.prompt, tokens, deadline)
+            tokens, thinking, span, closed_thinking = self._thinking(request, chat.prompt, tokens, deadline)
             grammar, tool_calls = chat_grammar(
                 request,
                 tool_format=self.tool_format,
@@ -295,11 +305,14 @@ class OpenAIServing:
         tools = getattr(request, "tools", None) or []
         schema = answer_schema(request) if isinstance(request, ChatCompletionRequest) else None
         functions = forced or [tool.function for tool in tools]
+        # A thinking closed in the prompt by its budget is output, charged to max_tokens as the engine's
+        # closing of a span is; the answer keeps one token at least, so it always starts.
+        answer_tokens = max(1, (request.requested_max_tokens or self.max_tokens) - closed_thinking)
         return PreparedRequest(
             EngineRequest(
                 tokens=tuple(tokens),
                 sampling=sampling,
-                max_tokens=min(request.requested_max_tokens or self.max_tokens, n_ctx - len(tokens)),
+                max_tokens=min(answer_tokens, n_ctx - len(tokens)),
                 stop=tuple(stop),
                 grammar=grammar,
                 top_logprobs=request.logprobs_count,
@@ -321,6 +334,7 @@ class OpenAIServing:
             bare_calls=bare_calls_allowed(
                 tool_calls=tool_calls, answer_schema=schema, opener=self.tool_format.opener
             ),
+            closed_thinking=closed_thinking,
         )
 
     def _token_biases(self, request: InferenceRequest) -> tuple[tuple[int, float], ...]:
@@ -351,17 +365,18 @@ class OpenAIServing:
 
     def _thinking(
         self, request: ChatCompletionRequest, prompt: str, tokens: list[int], deadline: Deadline | None
-    ) -> tuple[list[int], ThinkingState, SpanBudget | None]:
+    ) -> tuple[list[int], ThinkingState, SpanBudget | None, int]:
         """Where the prompt leaves a reasoning model, and the budget of its thinking: at most its
         ``reasoning_effort``'s tokens (with its markers, half the answer's ``max_tokens`` at most) and a
         share of the time left. Thinking switched off where the template cannot switch it off is closed in
-        the prompt."""
+        the prompt, and so is thinking its budget leaves no token: the last value is how many of the prompt's
+        tokens are then that closing, which is output (0 for "none", whose closing is the prompt's)."""
         markers = self.family.thinking
         if markers is None:
-            return tokens, "closed", None
+            return tokens, "closed", None, 0
         state = markers.prompt_state(prompt)
         if state == "closed":
-            return tokens, state, None
+            return tokens, state, None, 0
         answer_tokens = request.requested_max_tokens or self.max_tokens
         effort = request.reasoning_effort or DEFAULT_REASONING_EFFORT
         closing = tuple(self.engine.tokenize(markers.closing_text, add_bos=False))
@@ -370,12 +385,13 @@ class OpenAIServing:
         markup = len(closing) + len(self.engine.tokenize(opening, add_bos=False))
         budget = min(REASONING_BUDGETS[effort], max(0, answer_tokens // 2 - markup))
         if budget == 0 and state == "open":
-            return tokens + list(closing), "closed", None
+            # The engine closes a span after a token of it: a budget of none is closed before the first.
+            return tokens + list(closing), "closed", None, 0 if effort == "none" else len(closing)
         close_by = None
         if deadline is not None:
             now = time.monotonic()
             close_by = now + max(0.0, deadline.at - now) * THINKING_TIME_SHARE
-        return tokens, state, SpanBudget(opening, markers.end, closing, budget, close_by)
+        return tokens, state, SpanBudget(opening, markers.end, closing, budget, close_by), 0
 
     # --- Generation ---------------------------------------------------------------------------------------
 
@@ -501,6 +517,11 @@ class OpenAIServing:
                         parsed, prose = [bare], ""
             else:
                 parsed = tool_format.parse_cut(call_text, names) if call_text else None
+                if parsed is None and prepared.bare_calls:
+                    # A bare call written whole before the cut came (before its fence closed, say).
+                    bare = bare_call(text, prepared.tool_parameters, arguments_key=tool_format.arguments_key)
+                    if bare is not None:
+                        parsed, prose = [bare], ""
                 # An answer that must call but was cut before its first token has no call either.
                 nothing = parsed is None and prepared.tool_calls == "all" and not text.strip()
                 if nothing or (parsed is not None and any(name is None for name, _ in parsed)):
@@ -524,20 +545,24 @@ class OpenAIServing:
                     tool_arguments(parameters.get(call.name)).check_answer(call.arguments, param="tools")
         if prepared.answer_schema is not None and not calls and finish_reason == "stop":
             check_answer(prepared.answer_schema, text, param="response_format")
+        reasoning_tokens = completion.span_tokens if reasoning is not None else 0
+        if prepared.closed_thinking:  # an empty thinking, closed in the prompt: its closing is output
+            reasoning, reasoning_tokens = "", prepared.closed_thinking
+        prompt_tokens = completion.prompt_tokens - prepared.closed_thinking
         return Generation(
             system_fingerprint=self.fingerprint,
             logprobs=completion.logprobs,
             text=text,
             finish_reason=finish_reason,
-            prompt_tokens=completion.prompt_tokens,
-            completion_tokens=completion.completion_tokens,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion.completion_tokens + prepared.closed_thinking,
             timings=completion.timings,
             seed=prepared.seed,
             deadline_reached=completion.deadline_reached,
             tool_calls=calls,
-            cached_tokens=completion.cached_tokens,
+            cached_tokens=min(completion.cached_tokens, prompt_tokens),
             reasoning=reasoning,
-            reasoning_tokens=completion.span_tokens if reasoning is not None else 0,
+            reasoning_tokens=reasoning_tokens,
             validated=prepared.validated if not calls else (),
         )
 

@@ -38,9 +38,9 @@ from snapllm_dev.local.processes import stop_process
 from snapllm_dev.local.readiness import wait_until_answering
 from snapllm_dev.local.report import table
 from snapllm_dev.local.s3 import free_port
-from snapllm_dev.packaged_models import default_model_path, gemma3_270m_path
+from snapllm_dev.packaged_models import gemma3_270m_path, smollm2_path
 
-MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": default_model_path, "gemma3-270m": gemma3_270m_path}
+MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": smollm2_path, "gemma3-270m": gemma3_270m_path}
 CITIES = ("Lisbon", "Kyoto")
 PROMPT = "Tell me about {city}: its country, the weather there today and one sight to see. Answer in JSON."
 PLACE = {

@@ -18,7 +18,8 @@ MCP_HELP = (
 #: what a usage error should not load; a unit test keeps them equal).
 PACKAGED_MODEL_NAMES = ("gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2-135m")
 MODEL_HELP = (
-    f"GGUF file, or a packaged model ({', '.join(PACKAGED_MODEL_NAMES)}), to serve (default: smollm2-135m)"
+    f"GGUF file, or a packaged model ({', '.join(PACKAGED_MODEL_NAMES)}), to serve "
+    "(default: qwen2.5-coder-0.5b)"
 )
 #: The longest invoke timeout: Lambda's limit (15 minutes).
 MAX_TIMEOUT_S = 900.0

@@ -139,6 +139,9 @@ class _Host:
 
 def main() -> None:
     address = sys.argv[1]
+    # numpy's OpenBLAS starts a thread per extra core at import, which snapllm never gives work: without
+    # them, the restore's fork copies a process of one thread, as fork() can do safely.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     logging.basicConfig(
         stream=sys.stderr,
         level=os.environ.get("SNAPLLM_LOG_LEVEL", "WARNING").upper(),

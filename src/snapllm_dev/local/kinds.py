@@ -16,6 +16,7 @@ from snapllm.errors import ConfigurationError
 from snapllm_dev.sam import Function, Template, references
 
 MODEL_KEY_VARIABLE = "SNAPLLM_MODEL_KEY"
+MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
 WEB_ADAPTER_WRAPPER = "/opt/bootstrap"
 WEB_ADAPTER_LAYER = ":layer:LambdaAdapterLayer"
 HTTP_API_INTEGRATION = "AWS::ApiGatewayV2::Integration"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from snapllm.errors import ConfigurationError
 from snapllm_dev.local.environment import check_strict_variables, function_environment
-from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE, model_function
+from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE, MODEL_NAME_VARIABLE, model_function
 from snapllm_dev.local.lifecycle import LocalFunction
 from snapllm_dev.local.processes import Closing
 from snapllm_dev.local.s3 import LocalS3
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import default_model_path, is_default_model, served_name
 from snapllm_dev.sam import Function, Template
 
 LOCAL_MODEL_BUCKET = "snapllm-models-local"
@@ -61,14 +61,23 @@ class LocalDeployment(Closing):
 
     def local_values(self, function: Function | None = None) -> dict[str, str]:
         """What only a deployment resolves, locally: the S3 endpoint and credentials, bucket, loader profile
-        and model key (a function's own ``SNAPLLM_MODEL_KEY`` is kept: its model was uploaded under it)."""
+        and model key (a function's own ``SNAPLLM_MODEL_KEY`` is kept: its model was uploaded under it), and
+        the model's name where it is not the template's default model."""
         own = _model_key(function) if function is not None else None
+        named = function is None or MODEL_NAME_VARIABLE in function.environment
         return {
             **self.s3.client_environment(),
             **LOCAL_LOADER_ENVIRONMENT,
             "SNAPLLM_MODEL_BUCKET": LOCAL_MODEL_BUCKET,
             MODEL_KEY_VARIABLE: own if own in self.model_keys else self.model_key,
+            **(self.naming() if named else {}),
         }
+
+    def naming(self) -> dict[str, str]:
+        """The model's name as its functions serve and route it: the template's (``ModelName``) for the
+        default model it names, the model's own (:func:`~snapllm_dev.packaged_models.served_name`) for any
+        other, so a request names the model that answers it."""
+        return model_naming(self.model_path)
 
     def environment(self, **overrides: str) -> dict[str, str]:
         """Variables that point a function at the local S3 endpoint and the uploaded model, under the
@@ -81,6 +90,13 @@ class LocalDeployment(Closing):
 
     def close(self) -> None:
         self.s3.stop()
+
+
+def model_naming(model_path: Path | None) -> dict[str, str]:
+    """:meth:`LocalDeployment.naming` of ``model_path`` (None: the default model), before it is uploaded."""
+    if model_path is None or is_default_model(model_path):
+        return {}
+    return {MODEL_NAME_VARIABLE: served_name(model_path)}
 
 
 def _model_key(function: Function) -> str | None:

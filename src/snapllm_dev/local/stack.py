@@ -21,7 +21,6 @@ from aws_lambda_powertools import Logger
 from snapllm.agent import routes as agent_routes
 from snapllm.api_keys import LOCAL_REALM, ApiKeyVerifier, FileKeyStore
 from snapllm.engine.settings import EmbeddingPooling
-from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, InferenceClient
 from snapllm.router.app import RouterApp
 from snapllm.router.settings import RouterSettings
@@ -29,15 +28,20 @@ from snapllm_dev.local.cors import CorsPolicies
 from snapllm_dev.local.durable import LocalAgent, agent_runs, agent_settings
 from snapllm_dev.local.environment import function_environment
 from snapllm_dev.local.inference import LocalInferenceClient
-from snapllm_dev.local.kinds import MODEL_KEY_VARIABLE, Kind, model_function, of_kind, one_of_kind
+from snapllm_dev.local.kinds import (
+    MODEL_KEY_VARIABLE,
+    MODEL_NAME_VARIABLE,
+    Kind,
+    model_function,
+    of_kind,
+    one_of_kind,
+)
 from snapllm_dev.local.lifecycle import RestoredEnvironment
 from snapllm_dev.local.lwa import WebAdapterProcess, default_start_timeout_s
 from snapllm_dev.local.processes import Closing
-from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment, model_naming
 from snapllm_dev.sam import Function, Template
 
-MODEL_NAME_VARIABLE = "SNAPLLM_MODEL_NAME"
 # Posted as they are by events/agent/review.json, which names these files on the local S3.
 AGENT_DOCUMENTS = Path("events/agent/documents")
 
@@ -109,7 +113,9 @@ class LocalStack(Closing):
         agent_function = one_of_kind(template, Kind.DURABLE, named_by=[router_function]) if durable else None
         model_fn = model_function(template, callers=[router_function])
         # The router's settings, checked before anything starts (the same check runs on the built router).
-        named = function_environment(model_fn, wired=tuple(model_fn.environment)).get("SNAPLLM_MODEL_NAME")
+        named = model_naming(model_path).get(MODEL_NAME_VARIABLE) or function_environment(
+            model_fn, wired=tuple(model_fn.environment)
+        ).get(MODEL_NAME_VARIABLE)
         models = {embedding.name: f"local:{embedding.name}"} if embedding else {}
         cls._router_settings(
             router_function,
@@ -121,18 +127,15 @@ class LocalStack(Closing):
         )
         with contextlib.ExitStack() as resources:
             deployment = resources.enter_context(LocalDeployment.start(template, model_path=model_path))
-            # A model given as a file is served and listed under its own name, not the template's (whose
-            # name is the packaged model's).
-            named = {MODEL_NAME_VARIABLE: model_name(model_path)} if _another_model(model_path) else {}
             # The web-adapter function loads its own copy of the model: its process starts first, so its
             # init runs beside the model function's.
             stream = None
             web_adapter = of_kind(template, Kind.WEB_ADAPTER)
             if streaming and web_adapter:
                 keys = {"SNAPLLM_API_KEYS_FILE": str(api_keys_file or "")}
-                stream = cls._web_adapter(deployment, web_adapter[0], {**named, **keys}, start_timeout_s)
+                stream = cls._web_adapter(deployment, web_adapter[0], keys, start_timeout_s)
                 resources.callback(stream.stop)
-            inference = resources.enter_context(deployment.function(model_fn.name, **named))
+            inference = resources.enter_context(deployment.function(model_fn.name))
             inference.init()
             inference.snapshot()
             environment = resources.enter_context(inference.restore())
@@ -241,7 +244,7 @@ class LocalStack(Closing):
     def _web_adapter(
         deployment: LocalDeployment,
         function: Function,
-        named: Mapping[str, str],
+        keys: Mapping[str, str],
         timeout_s: float | None = None,
     ) -> WebAdapterProcess:
         env = function_environment(
@@ -251,7 +254,7 @@ class LocalStack(Closing):
             overrides={
                 "SNAPLLM_STREAM_TIMEOUT_S": str(function.timeout_s),
                 "SNAPLLM_API_KEY_PARAMETER_PATH": "",
-                **named,
+                **keys,
             },
         )
         if timeout_s is None:
@@ -270,18 +273,3 @@ class _CurrentStdout:
 
     def flush(self) -> None:
         sys.stdout.flush()
-
-
-def _another_model(path: Path | None) -> bool:
-    if path is None:
-        return False
-    try:
-        return path.resolve() != default_model_path().resolve()
-    except ConfigurationError:  # the packaged model is not installed: the file is another model
-        return True
-
-
-def model_name(path: Path) -> str:
-    """The name a model given as a file is served under: its file name without ``.gguf``, lower-cased
-    (``gemma-3-270m-q4_k_m``)."""
-    return path.name.removesuffix(".gguf").lower()

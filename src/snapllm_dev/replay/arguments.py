@@ -19,5 +19,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--events", type=directory, default=Path("events"), help="the folder with replay.toml"
     )
     replay.add_argument("-t", "--template", type=readable_file, default=Path("template.yaml"))
-    replay.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: the packaged SmolLM2)")
+    replay.add_argument("--model", type=gguf_file, help="GGUF file to serve (default: qwen2.5-coder-0.5b)")
     replay.set_defaults(implementation="snapllm_dev.replay.cli")

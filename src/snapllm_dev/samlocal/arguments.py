@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from snapllm_dev.argtypes import directory
+from snapllm_dev.local.arguments import MODEL_HELP, served_model
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -22,4 +23,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="only the model function, once (an emulated architecture runs about 40 times slower)",
     )
+    parser.add_argument("--model", type=served_model, help=MODEL_HELP)
     parser.set_defaults(implementation="snapllm_dev.samlocal.cli")

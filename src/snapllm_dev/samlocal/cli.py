@@ -19,6 +19,7 @@ from typing import Any
 
 from snapllm.errors import SnapllmError
 from snapllm_dev.local.report import table
+from snapllm_dev.packaged_models import model_path
 from snapllm_dev.preflight.container import ContainerTarget, run_container_rules
 from snapllm_dev.preflight.template import load_build
 from snapllm_dev.samlocal.docker import bridge_gateway, remove_sam_containers, require_engine
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             host=host,
             logs=args.logs,
             arch=args.arch,
+            model_path=model_path(args.model) if args.model else None,
             # The warm-up serves the router's and the agent's calls; a model-only run has none.
             warm_up=not args.model_only,
         ) as stage:

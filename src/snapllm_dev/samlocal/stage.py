@@ -29,7 +29,7 @@ from snapllm.errors import SnapllmError
 from snapllm_dev import sam
 from snapllm_dev.local.durable import agent_settings, upload_documents
 from snapllm_dev.local.environment import function_environment
-from snapllm_dev.local.kinds import Kind, model_function, of_kind, one_of_kind
+from snapllm_dev.local.kinds import MODEL_NAME_VARIABLE, Kind, model_function, of_kind, one_of_kind
 from snapllm_dev.local.processes import Closing, stop_process
 from snapllm_dev.local.s3 import LOCAL_CREDENTIALS, LocalS3, free_port
 from snapllm_dev.local.session import LOCAL_MODEL_BUCKET, LocalDeployment
@@ -94,7 +94,15 @@ class SamLocalStage(Closing):
 
     @classmethod
     def start(
-        cls, build_dir: Path, *, sam_cli: Path, host: str, logs: Path, arch: str, warm_up: bool = True
+        cls,
+        build_dir: Path,
+        *,
+        sam_cli: Path,
+        host: str,
+        logs: Path,
+        arch: str,
+        model_path: Path | None = None,
+        warm_up: bool = True,
     ) -> SamLocalStage:
         template = sam.load(build_dir / "template.yaml", overrides={"Architecture": arch, "ApiAuth": "IAM"})
         roles = Roles.of(template)
@@ -102,7 +110,7 @@ class SamLocalStage(Closing):
         remove_orphaned_build_locks()
         with contextlib.ExitStack() as resources:
             s3 = resources.enter_context(LocalS3.start(host=host))
-            deployment = LocalDeployment.start(template, s3=s3)
+            deployment = LocalDeployment.start(template, model_path=model_path, s3=s3)
             lambda_port, emulator_port = free_port(host), free_port()
             lambda_endpoint = f"http://{host}:{lambda_port}"
             variables = _variables(template, roles, deployment, lambda_endpoint)
@@ -190,13 +198,15 @@ def _variables(
 ) -> dict[str, dict[str, str]]:
     """``--env-vars`` content: each function's local values, by logical ID."""
     s3_endpoint = {"AWS_ENDPOINT_URL_S3": deployment.s3.endpoint_url}
-    model_name = str(roles.model.environment.get("SNAPLLM_MODEL_NAME") or roles.model.name)
     model = {
         name: value
         for name, value in deployment.local_values(roles.model).items()
         # SAM passes the container credentials of its own (moto accepts any).
         if not name.startswith("AWS_") or name == "AWS_ENDPOINT_URL_S3"
     }
+    model_name = model.get(MODEL_NAME_VARIABLE) or str(
+        roles.model.environment.get(MODEL_NAME_VARIABLE) or roles.model.name
+    )
     model["SNAPLLM_MODEL_SHA256"] = deployment.model_sha256
     # ggml's threads spin-wait on each other: with the SAM CLI, the emulators and Docker busy on the same
     # cores, one generation thread keeps a local run's timings sane (on Lambda the template's value applies).

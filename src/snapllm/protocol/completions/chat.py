@@ -24,8 +24,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from snapllm.errors import InvalidRequestError
 from snapllm.protocol.completions.chat_templates import family_template
-from snapllm.protocol.constraints.structured import generic_tool_call_text, generic_tool_instructions
+from snapllm.protocol.constraints.structured import generic_tool_call_text
 from snapllm.protocol.families.families import ModelFamily, detect_family
+from snapllm.protocol.families.tool_formats import GENERIC
 from snapllm.protocol.http.edge import is_unicode
 from snapllm.protocol.requests import ChatCompletionRequest
 
@@ -198,6 +199,9 @@ class ChatRenderer:
         self.native_tools = "tools" in template
         #: The template's family: what its template needs of a request beyond what OpenAI requires.
         self.family: ModelFamily = detect_family(template)
+        #: Whether the template writes earlier calls and results itself, in its family's format (else they
+        #: are written in the generic format); it may do so without taking tools, as DeepSeek-R1's does.
+        self.native_calls = self.family.writes_calls(template)
 
     @classmethod
     def for_model(
@@ -250,7 +254,9 @@ class ChatRenderer:
             if self.native_tools:
                 tools = [{"type": "function", "function": self.family.template_tool(f)} for f in functions]
             else:
-                instructions = generic_tool_instructions(functions, parallel=request.parallel_calls)
+                # The calls' format: the family's where the template writes its calls, else the generic one.
+                calls = self.family.tool_calls if self.native_calls else GENERIC
+                instructions = calls.instructions(functions, parallel=request.parallel_calls)
                 if messages[0]["role"] == "system":
                     messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{instructions}"}
                 else:
@@ -389,7 +395,7 @@ class ChatRenderer:
     def _messages(self, request: ChatCompletionRequest) -> list[dict[str, Any]]:
         """The messages as templates read them: plain text content, and tool turns as the template (or the
         generic format) expects them."""
-        native = self.native_tools
+        native = self.native_calls
         names = {call.id: call.function.name for m in request.messages for call in m.tool_calls or []}
         messages: list[dict[str, Any]] = []
         for m in request.messages:

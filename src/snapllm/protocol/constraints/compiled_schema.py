@@ -837,6 +837,19 @@ _COMPILER: list[ThreadPoolExecutor] = []
 _COMPILER_LOCK = Lock()
 
 
+def start_schema_thread() -> None:
+    """Start the compile thread now, so that no request waits for it."""
+    _compiler()
+
+
+def stop_schema_thread() -> None:
+    """Stop the compile thread once its compiles are done (:func:`_compiler` starts it again): a snapshot
+    then holds no thread, and the local stack's restore forks a process of one thread."""
+    with _COMPILER_LOCK:
+        if _COMPILER:
+            _COMPILER.pop().shutdown(wait=True)
+
+
 def _compiler() -> ThreadPoolExecutor:
     """The thread schemas compile on, started on first use with a :data:`COMPILE_STACK_BYTES` stack."""
     with _COMPILER_LOCK:

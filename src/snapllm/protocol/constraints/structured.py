@@ -232,23 +232,26 @@ def generic_tool_instructions(functions: Sequence[Mapping[str, Any]], *, paralle
 
     This is the documented generic format: the functions as a JSON list, and the reply format the
     grammar enforces when the model calls one."""
-    listed = json.dumps(
-        [
-            {
-                "name": f["name"],
-                "description": f.get("description") or "",
-                "parameters": arguments_schema(f.get("parameters")),
-            }
-            for f in functions
-        ],
-        ensure_ascii=False,
-    )
     shape = '{"name": <function name>, "arguments": {<arguments>}}'
     many = f" or a JSON list of such objects to call several at once ({MAX_PARALLEL_TOOL_CALLS} at most)"
     return (
-        f"You can call these functions: {listed}\n"
+        f"{listed_functions(functions)}\n"
         f"To call a function, reply with only the JSON object {shape}{many if parallel else ''}."
     )
+
+
+def listed_functions(functions: Sequence[Mapping[str, Any]]) -> str:
+    """The sentence that lists ``functions`` (name, description, parameters) as JSON to a model whose chat
+    template describes no tools."""
+    listed = [
+        {
+            "name": f["name"],
+            "description": f.get("description") or "",
+            "parameters": arguments_schema(f.get("parameters")),
+        }
+        for f in functions
+    ]
+    return f"You can call these functions: {json.dumps(listed, ensure_ascii=False)}"
 
 
 def generic_tool_call_text(calls: Sequence[tuple[str, str]]) -> str:

@@ -45,8 +45,11 @@ def bare_call(text: str, tools: Tools, *, arguments_key: str = "arguments") -> t
 
 
 def _unfenced(text: str) -> str:
-    """``text`` without one Markdown code block around all of it (```` ```json ```` or ```` ``` ````)."""
+    """``text`` without one Markdown code block around all of it (```` ```json ```` or ```` ``` ````), or
+    opening all of it (an answer cut before its fence closed)."""
     for opening in ("```json\n", "```\n"):
         if text.startswith(opening) and text.endswith("```") and text.count("```") == 2:
             return text[len(opening) : -3].strip()
+        if text.startswith(opening) and text.count("```") == 1:
+            return text[len(opening) :].rstrip("`").strip()
     return text

@@ -46,6 +46,10 @@ class ModelFamily:
     #: Whether the model's control tokens must appear in the generated text (its output format is written
     #: in them, as gpt-oss's channels are).
     special_text: ClassVar[bool] = False
+    #: Text by which a template that takes no ``tools`` shows it writes earlier calls in the family's own
+    #: format ("" for none): DeepSeek-R1's templates describe no tools but write calls and results in
+    #: DeepSeek's markup, so its calls are served in that format (see :meth:`writes_calls`).
+    calls_shown_by: ClassVar[str] = ""
 
     def __init__(self, template: str = "") -> None:
         #: Whether the template switches the thinking on and off (``enable_thinking``, as Qwen3's does).
@@ -58,6 +62,11 @@ class ModelFamily:
                 text in template for text in cls.excludes
             )
         return architecture in cls.architectures
+
+    def writes_calls(self, template: str) -> bool:
+        """Whether ``template`` writes earlier tool calls and their results itself, in the family's format:
+        it takes ``tools``, or shows the family's call markup though it describes no tools."""
+        return "tools" in template or bool(self.calls_shown_by and self.calls_shown_by in template)
 
     def template_kwargs(self, effort: str | None) -> dict[str, Any]:
         """Template variables that carry the request's ``reasoning_effort``: a template with a thinking
@@ -136,6 +145,8 @@ class DeepSeekR1(ModelFamily):
     thinking = THINK_TAGS
     tool_calls = DEEPSEEK
     special_text = True
+    # R1's fenced arguments (V3.1's templates write calls without the fence, in a format of their own).
+    calls_shown_by = "```json"
 
 
 class Hermes(ModelFamily):

@@ -18,6 +18,8 @@ from snapllm.protocol.constraints.lark_grammar import SPACE, SPACE_RULES, Specia
 from snapllm.protocol.constraints.structured import (
     MAX_PARALLEL_TOOL_CALLS,
     CutCall,
+    generic_tool_instructions,
+    listed_functions,
     parse_cut_tool_calls,
     parse_tool_calls,
     tool_arguments,
@@ -107,6 +109,10 @@ class ToolCallFormat:
         format with an opener ``calls_opened`` (the same after the first opener)."""
         calls = f"call | {_json_list(parallel=True)}" if parallel else "call"
         return f"calls: {calls}\n" + _json_calls(functions, self.arguments_key)
+
+    def instructions(self, functions: Functions, *, parallel: bool) -> str:
+        """The system-message text that describes ``functions`` where the template describes no tools."""
+        return generic_tool_instructions(functions, parallel=parallel)
 
     def split(self, text: str) -> tuple[str, str]:
         """An answer's text before its calls, and the calls' text (from the opener; the whole answer in a
@@ -308,6 +314,16 @@ class DeepSeekToolCalls(ToolCallFormat):
     @property
     def markers(self) -> tuple[str, ...]:
         return (self.opener, self._BEGIN, self._SEP, self._END, self._CLOSER)
+
+    def instructions(self, functions: Functions, *, parallel: bool) -> str:
+        # The markers are control tokens, which a message's text never becomes: the format is named, not
+        # shown (the family's templates write it in earlier turns, and the grammar forces it).
+        several = " (several calls in one block)" if parallel else ""
+        return (
+            f"{listed_functions(functions)}\n"
+            f"To call a function, write a tool-calls block{several}: each call's function name, then its "
+            "arguments as a JSON object in a ```json fence."
+        )
 
     def grammar(self, functions: Functions, *, parallel: bool, specials: Specials) -> str:
         choices = []

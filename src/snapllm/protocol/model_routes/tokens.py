@@ -133,10 +133,10 @@ def count_chat_tokens(serving: OpenAIServing, body: Any) -> dict[str, Any]:
     """The prompt tokens of a chat completion request, prepared exactly as the completion would be
     (``stream`` is read and ignored: nothing is generated)."""
     request = serving.parse(body, required="messages")
-    prepared = serving.prepare(request).engine_request
+    prepared = serving.prepare(request)
     return ChatTokenCount(
         model=serving.model_name,
-        input_tokens=len(prepared.tokens),
+        input_tokens=prepared.prompt_tokens,
         context_window=serving.engine.n_ctx,
-        max_completion_tokens=prepared.max_tokens,
+        max_completion_tokens=prepared.engine_request.max_tokens,
     ).model_dump()
