@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv on python3.13 and installs snapllm with everything it needs locally.
-# llama-cpp-python is source-only on PyPI: the first setup on a machine compiles llama.cpp (about 10 minutes
+# llama-cpp-python is source-only on PyPI: the first setup on a machine compiles llama.cpp (about 3 minutes
 # on 2 cores) into ~/.cache/snapllm/wheels, so later setups (and fresh clones on the same machine) reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ llama_flags="${SNAPLLM_LLAMA_CMAKE_ARGS:-$cpu-DGGML_OPENMP=OFF -DLLAMA_BUILD_TES
 cache=${SNAPLLM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/snapllm}
 wheels=$cache/wheels/llama-cpp-python-$llama_version-$(printf '%s %s' "$llama_flags" "$(patches_digest)" | sha256sum | cut -c1-12)
 if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
-  echo "setup: compiling llama-cpp-python $llama_version (about 10 minutes on 2 cores, once per machine)"
+  echo "setup: compiling llama-cpp-python $llama_version (about 3 minutes on 2 cores, once per machine)"
   sdist_dir=$cache/llama-cpp/sdist
   if [ ! -f "$sdist_dir/llama_cpp_python-$llama_version.tar.gz" ]; then
     "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \

@@ -20,9 +20,8 @@ from snapllm.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from snapllm.protocol.http.routes import EMBEDDINGS, TOKENIZE
+from snapllm.protocol.http.routes import EMBEDDINGS, TOKENIZE, routed_event
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
-from snapllm.protocol.model_routes.model_routes import routed_event
 from tests.support.generation import TEST_THREADS
 from tests.support.serve import API_KEY, EMBEDDING_MODEL, KEYED_SERVER_GROUP, MODEL
 

@@ -19,7 +19,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.engine.types import Deadline, TokenDelta
-from snapllm.protocol.model_routes.tokens import count_chat_tokens
+from snapllm.protocol.model_routes.model_routes import count_chat_tokens
 from snapllm.protocol.requests import ChatCompletionRequest, Generation
 from snapllm.protocol.serving import OpenAIServing, ReasoningDelta
 from tests.support.family_models import FAMILY_NAMES, family_model, reference_tokenizer, scripted_bias

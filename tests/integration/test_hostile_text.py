@@ -28,7 +28,8 @@ from snapllm.engine.model import Engine
 from snapllm.engine.settings import EngineSettings
 from snapllm.errors import InvalidRequestError, RequestError
 from snapllm.protocol.http.edge import decode_json
-from snapllm.protocol.model_routes.tokens import count_chat_tokens, parse_detokenize, parse_tokenize, tokenize
+from snapllm.protocol.model_routes.model_routes import count_chat_tokens
+from snapllm.protocol.model_routes.tokens import parse_detokenize, parse_tokenize, tokenize
 from snapllm.protocol.responses.responses_api import inference_request, responses_fields
 from snapllm.protocol.serving import OpenAIServing
 from tests.support.family_models import family_model

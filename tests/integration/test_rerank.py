@@ -17,9 +17,8 @@ from snapllm.engine.settings import EngineSettings, ModelSource
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnknownModelError
 from snapllm.inference.runtime import InferenceRuntime
 from snapllm.inference.settings import InferenceSettings
-from snapllm.protocol.http.routes import EMBEDDINGS, RERANK, RERANK_ALIAS
+from snapllm.protocol.http.routes import EMBEDDINGS, RERANK, RERANK_ALIAS, routed_event
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits
-from snapllm.protocol.model_routes.model_routes import routed_event
 from snapllm.protocol.model_routes.rerank import RerankServing, fill_rerank_template
 from tests.support.family_models import family_model
 from tests.support.generation import TEST_THREADS

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from snapllm.errors import ContextLengthExceededError, InvalidRequestError, UnknownModelError
-from snapllm.protocol.http.routes import CHAT_INPUT_TOKENS, DETOKENIZE, TOKENIZE
-from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event
+from snapllm.protocol.http.routes import CHAT_INPUT_TOKENS, DETOKENIZE, TOKENIZE, routed_event
+from snapllm.protocol.model_routes.model_routes import ModelRoutes
 from snapllm.protocol.requests import ChatCompletionRequest
 from tests.support.serve import MODEL, SERVER_GROUP
 

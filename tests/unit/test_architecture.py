@@ -83,6 +83,18 @@ def test_the_runtime_importing_the_tooling_fails(tree_copy):
     assert "snapllm.inference.runtime -> snapllm_dev.sam" in report
 
 
+def test_the_router_reaching_the_serving_class_fails(tree_copy):
+    # As the token routes' module once did, for the chat count's type.
+    _add_import(
+        tree_copy,
+        "snapllm.protocol.model_routes.tokens",
+        "import snapllm.protocol.serving  # noqa: E402,F401",
+    )
+    report = _lint_imports(tree_copy).stdout
+    assert "the router and the thin invoke client never load the serving stack BROKEN" in report
+    assert "snapllm.protocol.model_routes.tokens -> snapllm.protocol.serving" in report
+
+
 def test_the_protocol_imports_without_llama_cpp_or_the_aws_sdks():
     """At run time too: importing every protocol module loads neither llama.cpp (nor numpy) nor boto3 (the
     router's function has no llama.cpp layer). botocore is not asked about: Powertools' metrics, which the

@@ -32,7 +32,7 @@ from snapllm.errors import (
     error_from_body,
 )
 from snapllm.inference.deadline import CALLER_DEADLINE_KEY
-from snapllm.protocol.model_routes.model_routes import ROUTE_KEY
+from snapllm.protocol.http.routes import ROUTE_KEY
 from snapllm.retry import backoff_s
 
 # Errors only AWS produces for a version that cannot take invokes for now: a SnapStart version that is

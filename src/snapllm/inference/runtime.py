@@ -28,9 +28,9 @@ from snapllm.errors import ConfigurationError, RequestError, ServerError, Unsupp
 from snapllm.inference.deadline import invoke_deadline
 from snapllm.inference.settings import InferenceSettings
 from snapllm.protocol.constraints.compiled_schema import start_schema_thread, stop_schema_thread
-from snapllm.protocol.http.routes import EMBEDDINGS, RERANK
+from snapllm.protocol.http.routes import EMBEDDINGS, RERANK, routed_event
 from snapllm.protocol.model_routes.embeddings import EmbeddingLimits, EmbeddingServing
-from snapllm.protocol.model_routes.model_routes import ModelRoutes, routed_event, split_event
+from snapllm.protocol.model_routes.model_routes import ModelRoutes, split_event
 from snapllm.protocol.model_routes.rerank import RerankServing
 from snapllm.protocol.prefixes import BUNDLED, MAX_PREFIXES_BYTES, declared_file, read_prefixes
 from snapllm.protocol.requests import require_object

@@ -22,10 +22,10 @@ from snapllm.errors import (
 )
 from snapllm.inference.client import InferenceClient
 from snapllm.protocol.completions.objects import ModelList
+from snapllm.protocol.http.routes import ROUTE_KEY, routed_event
 from snapllm.protocol.limits import Limits
 from snapllm.protocol.metrics import add_completion_metrics, record_error, request_features
 from snapllm.protocol.model_routes.embeddings import EmbeddingsRequest
-from snapllm.protocol.model_routes.model_routes import ROUTE_KEY, routed_event
 from snapllm.protocol.model_routes.rerank import RerankRequest
 from snapllm.protocol.model_routes.tokens import DetokenizeRequest, TokenizeRequest
 from snapllm.protocol.requests import ChatCompletionRequest

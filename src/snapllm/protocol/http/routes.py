@@ -3,6 +3,8 @@ events and the field table read them here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 CHAT_COMPLETIONS = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 RESPONSES = "/v1/responses"
@@ -26,3 +28,12 @@ ROUTED_PATHS = (TOKENIZE, DETOKENIZE, CHAT_INPUT_TOKENS, EMBEDDINGS, RERANK, RER
 def model_path(model: str) -> str:
     """The path of one model's card (``GET /v1/models/{model}``)."""
     return f"{MODELS}/{model}"
+
+
+#: The key of a direct invoke's route: ``{"route": "/v1/embeddings", "body": {...}}`` (a completion has none).
+ROUTE_KEY = "route"
+
+
+def routed_event(route: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The direct invoke of ``route`` with ``body``."""
+    return {ROUTE_KEY: route, "body": body}

@@ -24,14 +24,15 @@ from snapllm.protocol.http.routes import (
     EMBEDDINGS,
     RERANK,
     RERANK_ALIAS,
+    ROUTE_KEY,
     ROUTED_PATHS,
     TOKENIZE,
 )
 from snapllm.protocol.model_routes.embeddings import EmbeddingServing
 from snapllm.protocol.model_routes.rerank import RerankServing, parse_rerank
 from snapllm.protocol.model_routes.tokens import (
+    ChatTokenCount,
     Vocabulary,
-    count_chat_tokens,
     detokenize,
     parse_detokenize,
     parse_tokenize,
@@ -40,15 +41,8 @@ from snapllm.protocol.model_routes.tokens import (
 from snapllm.protocol.requests import check_served_model, require_object
 from snapllm.protocol.serving import OpenAIServing
 
+
 #: The key of a direct invoke that names its route (a completion's invoke has none).
-ROUTE_KEY = "route"
-
-
-def routed_event(route: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The direct invoke of ``route`` with ``body``."""
-    return {ROUTE_KEY: route, "body": body}
-
-
 def split_event(event: dict[str, Any]) -> tuple[str | None, Any]:
     """A direct invoke's route (None for a completion) and the body it carries."""
     if ROUTE_KEY not in event:
@@ -62,6 +56,20 @@ def split_event(event: dict[str, Any]) -> tuple[str | None, Any]:
     if route not in ROUTED_PATHS:
         raise RouteNotFoundError(f"no route {route!r}; routes: {', '.join(ROUTED_PATHS)}")
     return route, require_object(event.get("body"))
+
+
+def count_chat_tokens(serving: OpenAIServing, body: Any) -> dict[str, Any]:
+    """The prompt tokens of a chat completion request, prepared exactly as the completion would be
+    (``stream`` is read and ignored: nothing is generated): the completion's own path, which docs/api.md
+    says makes the count exact."""
+    request = serving.parse(body, required="messages")
+    prepared = serving.prepare(request)
+    return ChatTokenCount(
+        model=serving.model_name,
+        input_tokens=prepared.prompt_tokens,
+        context_window=serving.engine.n_ctx,
+        max_completion_tokens=prepared.engine_request.max_tokens,
+    ).model_dump()
 
 
 class ModelRoutes:

@@ -1,10 +1,10 @@
-"""Token routes: llama-server's ``/tokenize`` and ``/detokenize``, and a chat request's prompt counted
-without generating (``/v1/chat/completions/input_tokens``).
+"""Token routes: llama-server's ``/tokenize`` and ``/detokenize``, and the answer of a chat request's prompt
+counted without generating (``/v1/chat/completions/input_tokens``,
+:func:`~snapllm.protocol.model_routes.model_routes.count_chat_tokens`).
 
     tokenize(engine, TokenizeRequest(content="Hello"), max_chars=32_000)    # {"tokens": [19556]}
-    count_chat_tokens(serving, {"messages": [...]})                        # {"input_tokens": 31, ...}
 
-The count takes a completion's own path (``OpenAIServing.prepare``): docs/api.md says why that makes it exact.
+Nothing here imports the serving class: the router validates these bodies without loading it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic import BaseModel, Field, ValidationError
 
 from snapllm.errors import InvalidRequestError
 from snapllm.protocol.requests import RequestBody, validation_error
-from snapllm.protocol.serving import OpenAIServing
 
 #: Most token ids one ``/detokenize`` takes (a tokenize answer's worth for the longest prompt accepted).
 MAX_DETOKENIZE_TOKENS = 32_768
@@ -127,16 +126,3 @@ def detokenize(vocabulary: Vocabulary, request: DetokenizeRequest) -> dict[str, 
                 param=f"tokens.{index}",
             )
     return {"content": vocabulary.detokenize(request.tokens).decode("utf-8", errors="replace")}
-
-
-def count_chat_tokens(serving: OpenAIServing, body: Any) -> dict[str, Any]:
-    """The prompt tokens of a chat completion request, prepared exactly as the completion would be
-    (``stream`` is read and ignored: nothing is generated)."""
-    request = serving.parse(body, required="messages")
-    prepared = serving.prepare(request)
-    return ChatTokenCount(
-        model=serving.model_name,
-        input_tokens=prepared.prompt_tokens,
-        context_window=serving.engine.n_ctx,
-        max_completion_tokens=prepared.engine_request.max_tokens,
-    ).model_dump()
