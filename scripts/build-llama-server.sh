@@ -24,7 +24,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 py=${PYTHON:-$(scripts/find-python313.sh)}
 echo "llama-server: compiling llama.cpp from llama-cpp-python $llama_version's sources (once per machine)" >&2
-"$py" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$work" \
+"$py" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python -d "$work" \
   "llama-cpp-python==$llama_version" >&2
 tar -xzf "$work"/*.tar.gz -C "$work"
 src=$(echo "$work"/llama*cpp*python-"$llama_version"/vendor/llama.cpp)

@@ -39,8 +39,10 @@ wheels=$cache/wheels/llama-cpp-python-$llama_version-$(printf '%s %s' "$llama_fl
 if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
   echo "setup: compiling llama-cpp-python $llama_version (about 3 minutes on 2 cores, once per machine)"
   sdist_dir=$cache/llama-cpp/sdist
+  # The package's source alone: its build tools come as wheels (`--no-binary :all:` built every one of
+  # them from source too, minutes on a machine whose pip cache is empty).
   if [ ! -f "$sdist_dir/llama_cpp_python-$llama_version.tar.gz" ]; then
-    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
       "llama-cpp-python==$llama_version" -d "$sdist_dir"
   fi
   rm -rf "$wheels.partial" "$wheels.sources"

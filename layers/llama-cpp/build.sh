@@ -79,7 +79,7 @@ started=$(date +%s)
 sdist_dir=$cache_root/sdist
 sdist=$sdist_dir/llama_cpp_python-$version.tar.gz
 if [ ! -f "$sdist" ]; then
-  "$py" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+  "$py" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$version" -d "$sdist_dir"
 fi
 
