@@ -8,18 +8,8 @@ import time
 import pytest
 
 from snapllm.inference.settings import LoaderEnvironment
-from tests.support.cli import snapllm
+from tests.support.cli import INVOKE_COMPLETION, snapllm
 
-# The tests' model: a fault test needs the download, not the default model's answers.
-CHAT = (
-    "local",
-    "invoke",
-    "InferenceFunction",
-    "-e",
-    "events/inference/completion.json",
-    "--model",
-    "smollm2-135m",
-)
 # Tighter than the defaults (181 s per part), so that the bound the failing invoke is held to means something.
 LOADER_ENV = {
     "SNAPLLM_S3_MAX_ATTEMPTS": "3",
@@ -36,7 +26,7 @@ def timed(*args: str) -> tuple[object, float]:
 
 @pytest.fixture(scope="module")
 def reset_once():
-    return timed(*CHAT, "--s3-fault", "reset@30MB")
+    return timed(*INVOKE_COMPLETION, "--s3-fault", "reset@30MB")
 
 
 def test_local_invoke_answers_after_a_reset_during_the_model_download(reset_once):
@@ -51,7 +41,7 @@ def test_local_invoke_answers_after_a_reset_during_the_model_download(reset_once
 
 def test_local_invoke_fails_named_and_in_bounded_time_when_every_connection_resets(reset_once):
     env = [arg for name, value in LOADER_ENV.items() for arg in ("--env", f"{name}={value}")]
-    run, elapsed = timed(*CHAT, "--s3-fault", "reset@1MB:always", *env)
+    run, elapsed = timed(*INVOKE_COMPLETION, "--s3-fault", "reset@1MB:always", *env)
     assert run.returncode == 1
     assert "ModelDownloadError" in run.stderr or "ModelSizeMismatchError" in run.stderr
     assert run.stdout == ""
@@ -63,7 +53,7 @@ def test_local_invoke_fails_named_and_in_bounded_time_when_every_connection_rese
 
 
 def test_local_invoke_refuses_a_bad_fault_spec():
-    run = snapllm(*CHAT, "--s3-fault", "explode@1MB")
+    run = snapllm(*INVOKE_COMPLETION, "--s3-fault", "explode@1MB")
     assert run.returncode == 2
     assert "not a fault spec" in run.stderr and "Traceback" not in run.stderr
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_main
+from tests.support.cli import INVOKE_COMPLETION, run_main
 from tests.support.generation import TEST_THREADS
 from tests.support.paths import REPO
 
@@ -55,15 +55,7 @@ def case(id: str, *argv: str, names: str, env: Mapping[str, str] | None = None, 
 FAKE_KEYS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"}
 COST = ("cost", "--no-plot", "--requests-per-day", "100", "--tokens-per-s", "40")
 SPEED = ("--tokens-per-s", "40", "--ttft-ms", "300")
-INVOKE = (
-    "local",
-    "invoke",
-    "InferenceFunction",
-    "-e",
-    "events/inference/completion.json",
-    "--model",
-    "smollm2-135m",
-)
+INVOKE = INVOKE_COMPLETION
 SERVE = ("local", "serve", "--no-stream", "--model", "smollm2-135m")
 
 CASES = [

@@ -27,6 +27,12 @@ from tests.support.procfs import running_descendants
 _LAST_RESORT = logging.Formatter()
 
 ENV = {**os.environ, "SNAPLLM_THREADS": TEST_THREADS, **NO_PROMPT_PREFIXES}
+#: ``snapllm local invoke`` of the completion event on the tests' model, for the tests of the command itself
+#: (its faults, its arguments) rather than of the default model's answers.
+INVOKE_COMPLETION = (
+    *("local", "invoke", "InferenceFunction", "-e", "events/inference/completion.json"),
+    *("--model", "smollm2-135m"),
+)
 #: The threads that the first model load or schema in a process starts for the life of the process (the
 #: grammar and schema compile threads): a command run in-process that starts one has left nothing behind.
 PROCESS_THREADS = ("grammar-compile", "schema-compile")

@@ -11,7 +11,7 @@ from moto import mock_aws
 from snapllm.aws_auth import secret_api_key
 from snapllm.errors import ConfigurationError
 from snapllm.inference.client import HttpInferenceClient, LambdaInferenceClient, is_endpoint
-from snapllm.protocol.model_routes.model_routes import (
+from snapllm.protocol.http.routes import (
     CHAT_INPUT_TOKENS,
     DETOKENIZE,
     EMBEDDINGS,

@@ -78,6 +78,7 @@ class CpuThreadPool:
         self._stopped = False
         #: Pools detached by :meth:`stop`, joined once a decode made the backend let go of them.
         self._detached: tuple[int, ...] = ()
+        self._detached_pid = 0
         self._start()
 
     def _new(self, threads: int) -> int:
@@ -133,10 +134,13 @@ class CpuThreadPool:
         if self.alive:
             _detach(self._ctx)
             self._detached += self._pools
+            self._detached_pid = self._pid
         self._pools = ()
 
     def _free_stopped(self) -> None:
         pools, self._detached = self._detached, ()
+        if self._detached_pid != os.getpid():
+            return  # forked before they were joined: their threads are the parent's
         for pool in pools:
             _pool_free(pool)
 
