@@ -64,7 +64,10 @@ class LocalDeployment(Closing):
         and model key (a function's own ``SNAPLLM_MODEL_KEY`` is kept: its model was uploaded under it), and
         the model's name where it is not the template's default model."""
         own = _model_key(function) if function is not None else None
-        named = function is None or MODEL_NAME_VARIABLE in function.environment
+        # The functions that serve or route this model: not one with a model key of its own (an embedding
+        # model's), which keeps its name.
+        serves = own in (None, self.model_key)
+        named = function is None or (MODEL_NAME_VARIABLE in function.environment and serves)
         return {
             **self.s3.client_environment(),
             **LOCAL_LOADER_ENVIRONMENT,
