@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from snapllm.protocol.families.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
+from snapllm.protocol.families.bare_calls import bare_call, bare_calls, bare_calls_allowed, may_be_bare_call
 
 CITY = {
     "type": "object",
@@ -69,6 +69,26 @@ def test_one_bare_json_call_to_a_provided_tool_is_the_call(answer, call):
 )
 def test_anything_else_stays_text(answer):
     assert bare_call(answer, TOOLS) is None
+
+
+def test_several_bare_calls_in_one_block_are_the_calls_where_parallel_calls_are_allowed():
+    # Qwen2.5-Coder-1.5B-Instruct's answer to a BFCL parallel_multiple case: the calls it means, one after
+    # another in one block.
+    answer = (
+        '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '{"name": "get_time", "arguments": {"city": "Rome"}}\n```'
+    )
+    calls = bare_calls(answer, TOOLS, parallel=True)
+    assert [(name, json.loads(arguments)) for name, arguments in calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {"city": "Rome"}),
+    ]
+    assert bare_calls(answer, TOOLS, parallel=False) is None  # parallel_tool_calls: false
+    assert bare_call(answer, TOOLS) is None
+    # One of them not a call: all of it is text.
+    broken = answer.replace('"get_time"', '"get_news"')
+    assert bare_calls(broken, TOOLS, parallel=True) is None
+    assert bare_calls('{"name": "ping", "arguments": {}} and more', TOOLS, parallel=True) is None
 
 
 def test_only_auto_without_a_response_format_in_a_format_with_an_opener_reads_bare_calls():

@@ -364,6 +364,14 @@ def test_a_bare_call_cut_after_its_object_is_the_call():
     assert [(call.name, call.arguments) for call in generation.tool_calls] == [
         ("get_weather", '{"city": "Paris"}')
     ]
+    # Several calls in one block, as a model writes the calls it means: all of them, unless parallel calls
+    # are refused.
+    both = bare[:-4] + '\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n```'
+    serving = _serving(ScriptedEngine(answers=[both, both], template=hermes), max_tokens=256)
+    calls = serving.generate(parse_request(_chat(tools=[WEATHER]))).tool_calls
+    assert [call.arguments for call in calls] == ['{"city": "Paris"}', '{"city": "Rome"}']
+    alone = serving.generate(parse_request(_chat(tools=[WEATHER], parallel_tool_calls=False)))
+    assert alone.tool_calls == () and alone.text == both
     # Cut inside its object, it is text.
     serving = _serving(ScriptedEngine(answers=[bare], template=hermes))
     generation = serving.generate(parse_request(_chat(tools=[WEATHER], max_tokens=30)))

@@ -40,7 +40,7 @@ from snapllm.protocol.constraints.answer_check import check_answer
 from snapllm.protocol.constraints.compiled_schema import compile_schema, keeping_compiles
 from snapllm.protocol.constraints.lark_grammar import marker_tokens
 from snapllm.protocol.constraints.structured import arguments_valid, cut_call_error, tool_arguments
-from snapllm.protocol.families.bare_calls import bare_call, bare_calls_allowed, may_be_bare_call
+from snapllm.protocol.families.bare_calls import bare_calls, bare_calls_allowed, may_be_bare_call
 from snapllm.protocol.families.families import ModelFamily, detect_family
 from snapllm.protocol.families.reasoning import ReasoningSplitter, ThinkingState
 from snapllm.protocol.families.tool_formats import GENERIC
@@ -150,6 +150,8 @@ class PreparedRequest:
     # Whether an answer that is one bare JSON call, without the format's tags, is read as that call
     # (snapllm.protocol.families.bare_calls).
     bare_calls: bool = False
+    # Whether the answer may hold several calls (parallel_tool_calls).
+    parallel_calls: bool = False
     # The tokens of the thinking's closing written at the end of the prompt because its budget left no room
     # to think: the model's output (its thinking's), not the prompt's, though evaluated with it.
     closed_thinking: int = 0
@@ -334,6 +336,7 @@ class OpenAIServing:
             bare_calls=bare_calls_allowed(
                 tool_calls=tool_calls, answer_schema=schema, opener=self.tool_format.opener
             ),
+            parallel_calls=isinstance(request, ChatCompletionRequest) and request.parallel_calls,
             closed_thinking=closed_thinking,
         )
 
@@ -512,16 +515,14 @@ class OpenAIServing:
                     if whole is not None and (prepared.tool_calls == "all" or self._valid(prepared, whole)):
                         parsed = list(whole)
                 elif prepared.bare_calls:
-                    bare = bare_call(text, prepared.tool_parameters, arguments_key=tool_format.arguments_key)
-                    if bare is not None:
-                        parsed, prose = [bare], ""
+                    parsed = self._bare_calls(prepared, text)
+                    prose = "" if parsed else prose
             else:
                 parsed = tool_format.parse_cut(call_text, names) if call_text else None
                 if parsed is None and prepared.bare_calls:
-                    # A bare call written whole before the cut came (before its fence closed, say).
-                    bare = bare_call(text, prepared.tool_parameters, arguments_key=tool_format.arguments_key)
-                    if bare is not None:
-                        parsed, prose = [bare], ""
+                    # Bare calls written whole before the cut came (before their fence closed, say).
+                    parsed = self._bare_calls(prepared, text)
+                    prose = "" if parsed else prose
                 # An answer that must call but was cut before its first token has no call either.
                 nothing = parsed is None and prepared.tool_calls == "all" and not text.strip()
                 if nothing or (parsed is not None and any(name is None for name, _ in parsed)):
@@ -565,6 +566,15 @@ class OpenAIServing:
             reasoning_tokens=reasoning_tokens,
             validated=prepared.validated if not calls else (),
         )
+
+    def _bare_calls(self, prepared: PreparedRequest, text: str) -> list[tuple[str | None, str]] | None:
+        calls = bare_calls(
+            text,
+            prepared.tool_parameters,
+            arguments_key=self.tool_format.arguments_key,
+            parallel=prepared.parallel_calls,
+        )
+        return list(calls) if calls else None
 
     @staticmethod
     def _valid(prepared: PreparedRequest, calls: list[tuple[str, str]]) -> bool:

@@ -1,4 +1,4 @@
-"""A tool call written without its family's tags: an answer that is one bare JSON call, read as the call.
+"""Tool calls written without their family's tags: an answer that is bare JSON calls, read as those calls.
 
     >>> tools = (("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}),)
     >>> bare_call(' {"name": "get_weather", "arguments": {"city": "Paris"}} ', tools)
@@ -9,6 +9,7 @@ When such an answer is a call (and when it is text) is in docs/models.md. Pure: 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,14 +35,49 @@ def may_be_bare_call(answer: str) -> bool:
 
 def bare_call(text: str, tools: Tools, *, arguments_key: str = "arguments") -> tuple[str, str] | None:
     """The (name, JSON arguments) of the one call ``text`` is, or None (see the module's rules)."""
+    calls = bare_calls(text, tools, arguments_key=arguments_key, parallel=False)
+    return calls[0] if calls else None
+
+
+def bare_calls(
+    text: str, tools: Tools, *, arguments_key: str = "arguments", parallel: bool
+) -> list[tuple[str, str]] | None:
+    """The (name, JSON arguments) of the calls ``text`` is, or None: one call, or with ``parallel`` several
+    call objects one after another (as a model writes the calls it means in one block)."""
     body = _unfenced(text.strip())
-    if not body.startswith("{"):
+    objects = _objects(body)
+    if not objects or (len(objects) > 1 and not parallel):
         return None
-    calls = parse_tool_calls(body, [name for name, _ in tools], arguments_key=arguments_key)
-    if calls is None or len(calls) != 1:
-        return None
-    name, arguments = calls[0]
-    return (name, arguments) if arguments_valid(arguments, dict(tools).get(name)) else None
+    names, parameters = [name for name, _ in tools], dict(tools)
+    calls = []
+    for part in objects:
+        parsed = parse_tool_calls(part, names, arguments_key=arguments_key)
+        if (
+            parsed is None
+            or len(parsed) != 1
+            or not arguments_valid(parsed[0][1], parameters.get(parsed[0][0]))
+        ):
+            return None
+        calls.append(parsed[0])
+    return calls
+
+
+def _objects(body: str) -> list[str]:
+    """The JSON objects ``body`` is, one after another with only whitespace around them ([] if it is not)."""
+    decoder = json.JSONDecoder()
+    objects, position = [], 0
+    while position < len(body):
+        if body[position] != "{":
+            return []
+        try:
+            _, end = decoder.raw_decode(body, position)
+        except ValueError:
+            return []
+        objects.append(body[position:end])
+        position = end
+        while position < len(body) and body[position] in " \t\r\n":
+            position += 1
+    return objects
 
 
 def _unfenced(text: str) -> str:
