@@ -151,6 +151,9 @@ QWEN25_CODER_15B = ChunkedModel(
 )
 
 
+#: The packaged models fetched in chunks, by name: where each one's file is, known without fetching it.
+CHUNKED_MODELS = {"qwen2.5-coder-0.5b": QWEN25_CODER_05B, "qwen2.5-coder-1.5b": QWEN25_CODER_15B}
+
 #: Each packaged model by the name ``--model`` takes.
 PACKAGED_MODELS: dict[str, Callable[[], Path]] = {
     "smollm2-135m": smollm2_path,
@@ -174,7 +177,7 @@ def default_model_path() -> Path:
 
 def is_default_model(path: Path) -> bool:
     """Whether ``path`` is :data:`DEFAULT_MODEL`'s file (found without fetching it)."""
-    return path.resolve() == QWEN25_CODER_05B.path.resolve()
+    return path.resolve() == CHUNKED_MODELS[DEFAULT_MODEL].path.resolve()
 
 
 def served_name(path: Path) -> str:

@@ -574,7 +574,7 @@ class OpenAIServing:
             arguments_key=self.tool_format.arguments_key,
             parallel=prepared.parallel_calls,
         )
-        return list(calls) if calls else None
+        return calls or None
 
     @staticmethod
     def _valid(prepared: PreparedRequest, calls: list[tuple[str, str]]) -> bool:
